@@ -1,0 +1,45 @@
+"""tpu-multislice: load config → compose components → export. Nothing else lives here."""
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.cluster import GkeCluster
+from infra.config import ConfigError, build, raw_from_pulumi
+from infra.identity import NodeServiceAccount, WorkloadIdentity
+from infra.network import ClusterNetwork
+from infra.services import ProjectServices
+from infra.storage import CheckpointBucket
+from infra.tpu_pools import TpuSlicePools
+
+try:
+    config = build(raw_from_pulumi())
+except ConfigError as error:
+    # RunError ends the program with the message only: no traceback, and nothing has been registered.
+    raise pulumi.RunError(str(error)) from None
+
+services = ProjectServices("apis", config.gcp.project)
+network = ClusterNetwork("network", config, depends_on=services.ready)
+node_account = NodeServiceAccount("node-identity", config, depends_on=services.ready)
+bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready)
+cluster = GkeCluster("gke", config, network, node_account.email, depends_on=services.ready)
+pools = None if config.cluster.autopilot else TpuSlicePools(
+    "tpu-slices", config, cluster, network, node_account.email)
+
+k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
+                            opts=pulumi.ResourceOptions(deleted_with=cluster.cluster))
+identity = WorkloadIdentity("workload-identity", config, bucket.bucket, cluster.cluster, k8s_provider)
+
+pulumi.export("clusterName", cluster.name)
+pulumi.export("location", cluster.location)
+pulumi.export("endpoint", cluster.endpoint)
+pulumi.export("kubeconfig", cluster.kubeconfig)
+pulumi.export("getCredentialsCommand", pulumi.Output.concat(
+    "gcloud container clusters get-credentials ", cluster.name,
+    f" --location {cluster.location} --project {config.gcp.project}"))
+pulumi.export("bucketUrl", bucket.url)
+pulumi.export("nodePools", pools.names if pools else [])
+pulumi.export("namespace", identity.namespace_name)
+pulumi.export("serviceAccount", identity.service_account_name)
+pulumi.export("slices", config.tpu.slices)
+pulumi.export("hostsPerSlice", config.tpu.shape.hosts)
+pulumi.export("totalHosts", config.tpu.total_hosts)
+pulumi.export("totalChips", config.tpu.total_chips)

@@ -1,0 +1,129 @@
+"""The GKE cluster (Standard or Autopilot) and, in Standard, its CPU pool for system pods and the Ray head."""
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra.component import child_options, component_type
+from infra.config import StackConfig
+from infra.network import ClusterNetwork
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
+    """Kubeconfig (JSON, which every kubeconfig reader accepts) that authenticates with
+    gke-gcloud-auth-plugin, so no credential is stored in it."""
+    context = f"gke_{cluster_name}"
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": context, "cluster": {"server": f"https://{endpoint}",
+                                                   "certificate-authority-data": ca_certificate}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
+        "current-context": context,
+        "users": [{"name": context, "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "gke-gcloud-auth-plugin",
+            "installHint": "Install gke-gcloud-auth-plugin: gcloud components install gke-gcloud-auth-plugin",
+            "provideClusterInfo": True,
+        }}}],
+    }
+    return json.dumps(document, indent=2)
+
+
+def node_security(service_account: pulumi.Input[str]) -> dict:
+    """Node settings every pool shares: own service account, GKE metadata server (Workload Identity),
+    shielded VMs."""
+    return dict(
+        service_account=service_account,
+        oauth_scopes=[CLOUD_PLATFORM_SCOPE],
+        workload_metadata_config=gcp.container.NodePoolNodeConfigWorkloadMetadataConfigArgs(mode="GKE_METADATA"),
+        shielded_instance_config=gcp.container.NodePoolNodeConfigShieldedInstanceConfigArgs(
+            enable_secure_boot=True, enable_integrity_monitoring=True),
+    )
+
+
+class GkeCluster(pulumi.ComponentResource):
+    def __init__(self, name: str, config: StackConfig, network: ClusterNetwork, node_service_account: pulumi.Input[str],
+                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None):
+        super().__init__(component_type("infra", "GkeCluster"), name, None, opts)
+        settings, names = config.cluster, config.names
+        # Autopilot clusters are regional; Standard TPU clusters are zonal so every slice pool sits in
+        # the TPU zone.
+        self.location = config.gcp.region if settings.autopilot else config.gcp.zone
+        common = dict(
+            name=settings.name,
+            project=config.gcp.project,
+            location=self.location,
+            network=network.network.id,
+            subnetwork=network.subnet.id,
+            ip_allocation_policy=gcp.container.ClusterIpAllocationPolicyArgs(
+                cluster_secondary_range_name=names.pods_range,
+                services_secondary_range_name=names.services_range),
+            release_channel=gcp.container.ClusterReleaseChannelArgs(channel=settings.release_channel),
+            min_master_version=settings.min_master_version,
+            deletion_protection=settings.deletion_protection,
+            # Nodes get no public IP; the control-plane endpoint stays reachable (authenticated) for
+            # `pulumi up` and kubectl.
+            private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(
+                enable_private_nodes=True, enable_private_endpoint=False),
+            addons_config=gcp.container.ClusterAddonsConfigArgs(
+                ray_operator_configs=[gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(
+                    enabled=True,
+                    ray_cluster_logging_config=gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterLoggingConfigArgs(enabled=True),
+                    ray_cluster_monitoring_config=gcp.container.ClusterAddonsConfigRayOperatorConfigRayClusterMonitoringConfigArgs(enabled=True),
+                )],
+                gcs_fuse_csi_driver_config=gcp.container.ClusterAddonsConfigGcsFuseCsiDriverConfigArgs(enabled=True),
+            ),
+            resource_labels={"app": "tpu-multislice"},
+        )
+        if settings.autopilot:
+            # Autopilot always runs Dataplane V2 and Workload Identity; it manages nodes itself.
+            self.cluster = gcp.container.Cluster(
+                "cluster", enable_autopilot=True, **common,
+                opts=child_options(self, depends_on=depends_on))
+            self.system_pool = None
+        else:
+            self.cluster = gcp.container.Cluster(
+                "cluster",
+                **common,
+                datapath_provider="ADVANCED_DATAPATH",
+                workload_identity_config=gcp.container.ClusterWorkloadIdentityConfigArgs(
+                    workload_pool=f"{config.gcp.project}.svc.id.goog"),
+                # Additional node networks (the DCN VPCs) and DRANET need multi-networking.
+                enable_multi_networking=config.network.dcn or None,
+                # Node pools are managed separately; the bootstrap pool is removed once the cluster is up,
+                # and while it lives it uses our node account, not the Compute Engine default one.
+                remove_default_node_pool=True,
+                initial_node_count=1,
+                node_config=gcp.container.ClusterNodeConfigArgs(
+                    service_account=node_service_account, oauth_scopes=[CLOUD_PLATFORM_SCOPE]),
+                opts=child_options(self, depends_on=depends_on,
+                                   # GKE changes node_config only through pools; a diff here would
+                                   # needlessly replace the cluster.
+                                   ignore_changes=["nodeConfig"]),
+            )
+            self.system_pool = gcp.container.NodePool(
+                "system",
+                name=names.system_pool,
+                project=config.gcp.project,
+                cluster=self.cluster.name,
+                location=self.location,
+                node_count=settings.system_pool_nodes,
+                node_config=gcp.container.NodePoolNodeConfigArgs(
+                    machine_type=settings.system_pool_machine_type,
+                    labels={"tpu-multislice/pool": "system"},
+                    **node_security(node_service_account),
+                ),
+                management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+                opts=child_options(self),
+            )
+        self.name = self.cluster.name
+        self.endpoint = self.cluster.endpoint
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
+            self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate,
+        ).apply(lambda parts: kubeconfig(*parts)))
+        self.register_outputs({"name": self.name, "endpoint": self.endpoint, "location": self.location})

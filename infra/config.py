@@ -1,0 +1,373 @@
+"""Stack config: raw Pulumi config in, one validated, typed, frozen StackConfig out.
+
+Every check happens here, before any resource is registered. All problems are collected and raised
+together as one ConfigError whose lines each name the key, the value and what is allowed.
+"""
+from __future__ import annotations
+
+import difflib
+import enum
+import ipaddress
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from infra import naming, versions
+from infra.config_schema import DERIVED, KEYS, KEYS_BY_NAME, NAMESPACE, REQUIRED, Key
+from infra.tpu_catalog import CatalogError, SliceShape, slice_shape
+
+
+class ConfigError(ValueError):
+    """Bad stack config; the message lists every problem, one per line."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid stack config:\n  " + "\n  ".join(problems))
+
+
+class ClusterMode(str, enum.Enum):
+    STANDARD = "standard"
+    AUTOPILOT = "autopilot"
+
+
+class Capacity(str, enum.Enum):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+    RESERVATION = "reservation"
+    FLEX_START = "flex-start"
+
+
+@dataclass(frozen=True)
+class GcpSettings:
+    project: str
+    region: str
+    zone: str
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    name: str
+    mode: ClusterMode
+    gke_version: str | None
+    release_channel: str
+    # What the cluster is created with: the user's version, or the highest minimum our features need.
+    min_master_version: str
+    deletion_protection: bool
+    system_pool_machine_type: str
+    system_pool_nodes: int
+
+    @property
+    def autopilot(self) -> bool:
+        return self.mode is ClusterMode.AUTOPILOT
+
+
+@dataclass(frozen=True)
+class TpuSettings:
+    shape: SliceShape
+    slices: int
+    capacity: Capacity
+    reservation_name: str
+
+    @property
+    def total_hosts(self) -> int:
+        return self.slices * self.shape.hosts
+
+    @property
+    def total_chips(self) -> int:
+        return self.slices * self.shape.chips
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    node_cidr: str
+    pod_cidr: str
+    service_cidr: str
+    dcn: bool
+    dcn_mtu: int
+    dcn_subnets: tuple[str, ...]
+    dranet: bool
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    bucket_name: str
+    location: str
+    keep_on_destroy: bool
+    soft_delete_days: int
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    namespace: str
+    service_account: str
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    gcp: GcpSettings
+    cluster: ClusterSettings
+    tpu: TpuSettings
+    network: NetworkSettings
+    storage: StorageSettings
+    kubernetes: KubernetesSettings
+
+    @property
+    def names(self) -> naming.Names:
+        return naming.Names(self.cluster.name)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Step 1: raw strings → typed values (types, choices, unknown keys, required keys)
+
+
+def _parse_value(key: Key, raw: Any) -> Any:
+    """Pulumi hands config values over as strings (arrays as JSON text)."""
+    if key.type == "string":
+        return str(raw)
+    if key.type == "integer":
+        if isinstance(raw, bool):
+            raise ValueError
+        return int(str(raw).strip())
+    if key.type == "boolean":
+        text = str(raw).strip().lower()
+        if text not in ("true", "false"):
+            raise ValueError
+        return text == "true"
+    if key.type == "array":
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ValueError
+        return tuple(value)
+    raise AssertionError(key.type)
+
+
+_TYPE_WORDS = {"integer": "an integer", "boolean": "true or false", "array": "a list of strings", "string": "a string"}
+
+
+def parse_values(raw: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
+    """Typed values for every key (defaults filled in; DERIVED left as None)."""
+    values: dict[str, Any] = {}
+    for name in raw:
+        if name not in KEYS_BY_NAME:
+            close = difflib.get_close_matches(name, KEYS_BY_NAME, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(KEYS_BY_NAME))}"
+            problems.append(f"{NAMESPACE}:{name} is not a config key of this stack{hint}")
+    for key in KEYS:
+        if key.name not in raw:
+            if key.default is REQUIRED:
+                problems.append(f"{NAMESPACE}:{key.name} is required: {key.description}")
+            values[key.name] = None if key.default is REQUIRED else key.default
+            continue
+        try:
+            value = _parse_value(key, raw[key.name])
+        except (ValueError, TypeError):
+            problems.append(f"{NAMESPACE}:{key.name}={raw[key.name]!r} must be {_TYPE_WORDS[key.type]}")
+            values[key.name] = None
+            continue
+        if key.choices and value not in key.choices:
+            problems.append(f"{NAMESPACE}:{key.name}={value!r} is not allowed; allowed: {', '.join(key.choices)}")
+            value = None
+        values[key.name] = value
+    return values
+
+
+# ---------------------------------------------------------------------------------------------------
+# Step 2: typed values → StackConfig (cross-key rules)
+
+
+def _problem(key: str, value: Any, allowed: str) -> str:
+    return f"{NAMESPACE}:{key}={value!r} is not valid; {allowed}"
+
+
+def _check_names(v: dict[str, Any], problems: list[str]) -> None:
+    if v["project"] is not None and not naming.PROJECT_ID.match(v["project"]):
+        problems.append(_problem("project", v["project"], "a project ID is 6-30 lowercase letters, digits or '-', "
+                                 "starting with a letter"))
+    if not naming.CLUSTER_NAME.match(v["clusterName"] or ""):
+        problems.append(_problem("clusterName", v["clusterName"], "1-40 lowercase letters, digits or '-', starting "
+                                 "with a letter and not ending with '-'"))
+    if not naming.DNS1123_LABEL.match(v["namespace"] or ""):
+        problems.append(_problem("namespace", v["namespace"], "a Kubernetes namespace is a DNS-1123 label: 1-63 "
+                                 "lowercase letters, digits or '-'"))
+    if not naming.DNS1123_SUBDOMAIN.match(v["serviceAccount"] or ""):
+        problems.append(_problem("serviceAccount", v["serviceAccount"], "a Kubernetes service account name is a "
+                                 "DNS-1123 subdomain"))
+
+
+def _check_location(v: dict[str, Any], problems: list[str]) -> str | None:
+    zone, region = v["zone"], v["region"]
+    if zone is None:
+        return None
+    if not naming.ZONE.match(zone):
+        problems.append(_problem("zone", zone, "a zone looks like us-east5-b"))
+        return None
+    if region is not None:
+        if not naming.REGION.match(region):
+            problems.append(_problem("region", region, "a region looks like us-east5"))
+            return None
+        if naming.region_of(zone) != region:
+            problems.append(f"{NAMESPACE}:zone={zone!r} is not in {NAMESPACE}:region={region!r}; use a zone of "
+                            f"{region} or set region to {naming.region_of(zone)}")
+            return None
+    return naming.region_of(zone)
+
+
+def _check_tpu(v: dict[str, Any], problems: list[str]) -> SliceShape | None:
+    shape = None
+    if v["tpuGeneration"] is not None:
+        try:
+            shape = slice_shape(v["tpuGeneration"], v["tpuTopology"], v["tpuMachineType"])
+        except CatalogError as error:
+            allowed = ", ".join(error.allowed)
+            problems.append(f"{NAMESPACE}:{error.key}={error.value!r} is not valid for "
+                            f"tpuGeneration={v['tpuGeneration']!r}; allowed: {allowed}")
+    slices = v["slices"]
+    if slices is not None and slices < 1:
+        problems.append(_problem("slices", slices, "at least 1"))
+    if shape is not None and slices is not None and slices > 1 and not shape.multi_host:
+        problems.append(f"{NAMESPACE}:slices={slices} needs multi-host slices, but tpuTopology={shape.topology!r} on "
+                        f"{shape.machine.name} is single-host (GKE multislice supports multi-host node pools only); "
+                        f"use a multi-host topology: {', '.join(shape.generation.multi_host_topologies)}")
+    capacity = v["capacity"]
+    if capacity == Capacity.RESERVATION.value and not v["reservationName"]:
+        problems.append(f"{NAMESPACE}:capacity='reservation' needs {NAMESPACE}:reservationName (the reservation to "
+                        "consume)")
+    if capacity not in (None, Capacity.RESERVATION.value) and v["reservationName"]:
+        problems.append(f"{NAMESPACE}:reservationName={v['reservationName']!r} conflicts with "
+                        f"{NAMESPACE}:capacity={capacity!r}; set capacity to 'reservation' or unset reservationName")
+    return shape
+
+
+def _check_networks(v: dict[str, Any], problems: list[str]) -> None:
+    ranges: list[tuple[str, Any]] = []
+    for key in ("nodeCidr", "podCidr", "serviceCidr"):
+        ranges.append((key, v[key]))
+    if v["dcn"]:
+        subnets = v["dcnSubnets"] or ()
+        if not subnets:
+            problems.append(_problem("dcnSubnets", list(subnets), "at least one range when dcn is true"))
+        ranges += [(f"dcnSubnets[{i}]", cidr) for i, cidr in enumerate(subnets)]
+        mtu = v["dcnMtu"]
+        if mtu is not None and not 1300 <= mtu <= 8896:
+            problems.append(_problem("dcnMtu", mtu, "a VPC MTU is 1300-8896"))
+    parsed: list[tuple[str, ipaddress.IPv4Network]] = []
+    for key, cidr in ranges:
+        if cidr is None:
+            continue
+        try:
+            network = ipaddress.IPv4Network(cidr, strict=True)
+        except ValueError:
+            problems.append(_problem(key, cidr, "an IPv4 range in CIDR form with no host bits, e.g. 10.50.0.0/16"))
+            continue
+        if not network.is_private:
+            problems.append(_problem(key, cidr, "use a private (RFC 1918) range"))
+            continue
+        for other_key, other in parsed:
+            if network.overlaps(other):
+                problems.append(f"{NAMESPACE}:{key}={cidr!r} overlaps {NAMESPACE}:{other_key}={str(other)!r}; "
+                                "every range must be distinct")
+        parsed.append((key, network))
+    if v["dranet"] and not v["dcn"]:
+        problems.append(f"{NAMESPACE}:dranet=true needs {NAMESPACE}:dcn=true (DRANET hands out the DCN NICs)")
+
+
+def _required_versions(v: dict[str, Any], shape: SliceShape | None) -> dict[str, str]:
+    """Why each minimum GKE version applies → the version."""
+    autopilot = v["clusterMode"] == ClusterMode.AUTOPILOT.value
+    needs = {"the Ray operator add-on": versions.RAY_OPERATOR_ADDON}
+    if shape is not None:
+        needs[f"tpuGeneration={shape.generation.name}"] = shape.generation.min_gke_version
+    if (v["slices"] or 0) > 1:
+        needs["multislice"] = versions.MULTISLICE_AUTOPILOT if autopilot else versions.MULTISLICE_STANDARD
+    if v["dranet"]:
+        needs["dranet=true"] = versions.DRANET_AUTOPILOT if autopilot else versions.DRANET_STANDARD
+    return needs
+
+
+def _check_version(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> str:
+    needs = _required_versions(v, shape)
+    requested = v["gkeVersion"]
+    if requested is None:
+        return versions.highest(list(needs.values()))
+    if not versions.is_valid(requested):
+        problems.append(_problem("gkeVersion", requested, "a GKE version looks like 1.34 or 1.34.1-gke.1829001"))
+        return requested
+    for reason, minimum in needs.items():
+        if not versions.satisfies(requested, minimum):
+            problems.append(f"{NAMESPACE}:gkeVersion={requested!r} is below {minimum}, the minimum for {reason}")
+    return requested
+
+
+def _check_autopilot(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) -> None:
+    if v["clusterMode"] != ClusterMode.AUTOPILOT.value:
+        return
+    why = "Autopilot creates and configures nodes itself"
+    for key in ("systemPoolMachineType", "systemPoolNodes", "tpuMachineType"):
+        if key in raw:
+            problems.append(f"{NAMESPACE}:{key} conflicts with {NAMESPACE}:clusterMode='autopilot' ({why}); "
+                            "unset it or use clusterMode=standard")
+    if v["dcn"]:
+        problems.append(f"{NAMESPACE}:dcn=true conflicts with {NAMESPACE}:clusterMode='autopilot' ({why} and cannot "
+                        "attach extra node networks to TPU VMs); use clusterMode=standard or dcn=false")
+
+
+def _check_storage(v: dict[str, Any], region: str | None, problems: list[str]) -> tuple[str, str]:
+    bucket = v["bucketName"]
+    if bucket is None:
+        bucket = f"{v['project'] or 'project'}-{v['clusterName']}-ckpt"
+        reason = naming.bucket_problem(bucket)
+        if reason:
+            problems.append(f"{NAMESPACE}:bucketName is unset and the derived name {bucket!r} is not valid ({reason}); "
+                            "set bucketName")
+    else:
+        reason = naming.bucket_problem(bucket)
+        if reason:
+            problems.append(_problem("bucketName", bucket, reason))
+    days = v["softDeleteDays"]
+    if days is not None and not (days == 0 or 7 <= days <= 90):
+        problems.append(_problem("softDeleteDays", days, "0 (off) or 7-90 days"))
+    return bucket, v["bucketLocation"] or (region or "")
+
+
+def build(raw: Mapping[str, Any]) -> StackConfig:
+    """Validate raw config (key without namespace → value as Pulumi stores it) into a StackConfig."""
+    problems: list[str] = []
+    v = parse_values(raw, problems)
+    _check_names(v, problems)
+    region = _check_location(v, problems)
+    shape = _check_tpu(v, problems)
+    _check_networks(v, problems)
+    min_version = _check_version(v, shape, problems)
+    _check_autopilot(v, raw, problems)
+    bucket, bucket_location = _check_storage(v, region, problems)
+    if v["systemPoolNodes"] is not None and v["systemPoolNodes"] < 1:
+        problems.append(_problem("systemPoolNodes", v["systemPoolNodes"], "at least 1 (the Ray head runs there)"))
+    if problems:
+        raise ConfigError(problems)
+    assert shape is not None and region is not None
+    return StackConfig(
+        gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"]),
+        cluster=ClusterSettings(
+            name=v["clusterName"], mode=ClusterMode(v["clusterMode"]), gke_version=v["gkeVersion"],
+            release_channel=v["releaseChannel"], min_master_version=min_version,
+            deletion_protection=v["deletionProtection"], system_pool_machine_type=v["systemPoolMachineType"],
+            system_pool_nodes=v["systemPoolNodes"]),
+        tpu=TpuSettings(shape=shape, slices=v["slices"], capacity=Capacity(v["capacity"]),
+                        reservation_name=v["reservationName"]),
+        network=NetworkSettings(
+            node_cidr=v["nodeCidr"], pod_cidr=v["podCidr"], service_cidr=v["serviceCidr"], dcn=v["dcn"],
+            dcn_mtu=v["dcnMtu"], dcn_subnets=tuple(v["dcnSubnets"]) if v["dcn"] else (), dranet=v["dranet"]),
+        storage=StorageSettings(bucket_name=bucket, location=bucket_location,
+                                keep_on_destroy=v["keepCheckpointsOnDestroy"], soft_delete_days=v["softDeleteDays"]),
+        kubernetes=KubernetesSettings(namespace=v["namespace"], service_account=v["serviceAccount"]),
+    )
+
+
+def raw_from_pulumi() -> dict[str, Any]:
+    """This project's config as the Pulumi engine passed it (namespace stripped). Other namespaces
+    (gcp:, kubernetes:) belong to providers and are left alone."""
+    from pulumi.runtime import config as runtime_config
+
+    merged = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    prefix = f"{NAMESPACE}:"
+    return {key[len(prefix):]: value for key, value in merged.items() if key.startswith(prefix)}

@@ -1,0 +1,81 @@
+"""The stack's config keys: name, type, default and description, in one table.
+
+Pulumi.yaml's `config:` block and the README's config table are checked against this table by tests,
+so the three never drift. Defaults live here only (Pulumi.yaml carries types and descriptions).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+NAMESPACE = "tpu-multislice"
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "required"
+
+
+REQUIRED: Any = _Required()
+# Marks a default that is computed from other keys (documented in the description).
+DERIVED: Any = None
+
+
+@dataclass(frozen=True)
+class Key:
+    name: str
+    type: str  # Pulumi config type: string | integer | boolean | array
+    description: str
+    default: Any = REQUIRED
+    choices: tuple[str, ...] = ()
+
+
+KEYS: tuple[Key, ...] = (
+    # --- Google Cloud ---
+    Key("project", "string", "GCP project ID that owns every resource."),
+    Key("zone", "string", "Zone of the cluster and TPU slices, e.g. us-east5-b (must offer the TPU generation)."),
+    Key("region", "string", "Region of the VPC subnets; derived from zone when unset, and must contain zone.", DERIVED),
+    # --- GKE cluster ---
+    Key("clusterName", "string", "GKE cluster name (also the prefix of network and service-account names).",
+        "tpu-multislice"),
+    Key("clusterMode", "string", "GKE mode of operation.", "standard", ("standard", "autopilot")),
+    Key("gkeVersion", "string", "Minimum GKE control-plane version (e.g. 1.34 or 1.34.1-gke.1829001); unset means "
+        "the release channel's default raised to the minimum every enabled feature needs.", DERIVED),
+    Key("releaseChannel", "string", "GKE release channel.", "REGULAR",
+        ("RAPID", "REGULAR", "STABLE", "EXTENDED", "UNSPECIFIED")),
+    Key("deletionProtection", "boolean", "Refuse to delete the GKE cluster (set false for throw-away stacks).", True),
+    Key("systemPoolMachineType", "string", "Machine type of the CPU node pool for system pods and the Ray head "
+        "(Standard mode only).", "e2-standard-16"),
+    Key("systemPoolNodes", "integer", "Nodes in the CPU node pool (Standard mode only).", 1),
+    # --- TPU slices ---
+    Key("tpuGeneration", "string", "TPU generation (see infra/tpu_catalog.py).", "v6e",
+        ("v4", "v5e", "v5p", "v6e", "tpu7x")),
+    Key("tpuTopology", "string", "Chip topology of one slice, e.g. 4x4 (v5e/v6e) or 2x2x4 (v4/v5p/tpu7x).", "4x4"),
+    Key("tpuMachineType", "string", "TPU VM machine type; unset picks the catalog's multi-host type for "
+        "multi-host topologies.", DERIVED),
+    Key("slices", "integer", "Number of TPU slices; one node pool each.", 2),
+    Key("capacity", "string", "How TPU VMs are obtained.", "on-demand",
+        ("on-demand", "spot", "reservation", "flex-start")),
+    Key("reservationName", "string", "Specific reservation to consume; required when capacity is reservation.", ""),
+    # --- Networking ---
+    Key("nodeCidr", "string", "Primary subnet range for nodes.", "10.0.0.0/20"),
+    Key("podCidr", "string", "Secondary range for pods.", "10.4.0.0/14"),
+    Key("serviceCidr", "string", "Secondary range for services.", "10.8.0.0/20"),
+    Key("dcn", "boolean", "Create extra VPCs for the data-center network between slices and attach them to "
+        "every TPU node.", False),
+    Key("dcnMtu", "integer", "MTU of the extra DCN VPCs (1300-8896).", 8896),
+    Key("dcnSubnets", "array", "One subnet range per extra DCN VPC.", ("10.50.0.0/16", "10.60.0.0/16")),
+    Key("dranet", "boolean", "Hand the DCN NICs to pods through GKE managed DRANET (needs dcn).", False),
+    # --- Checkpoint storage ---
+    Key("bucketName", "string", "Checkpoint bucket name; default PROJECT-CLUSTER-ckpt.", DERIVED),
+    Key("bucketLocation", "string", "Checkpoint bucket location; default the region.", DERIVED),
+    Key("keepCheckpointsOnDestroy", "boolean", "Keep the checkpoint bucket when the stack is destroyed "
+        "(false lets destroy delete it with its objects).", True),
+    Key("softDeleteDays", "integer", "Days deleted checkpoint objects stay recoverable (0 or 7-90).", 7),
+    # --- Kubernetes ---
+    Key("namespace", "string", "Kubernetes namespace of the training workload.", "tpu-training"),
+    Key("serviceAccount", "string", "Kubernetes service account of the training pods (bound to the bucket "
+        "through Workload Identity).", "tpu-trainer"),
+)
+
+KEYS_BY_NAME = {key.name: key for key in KEYS}

@@ -1,0 +1,84 @@
+"""Identities: the nodes' own least-privilege service account, and the training pods' Workload Identity."""
+from __future__ import annotations
+
+import pulumi
+import pulumi_gcp as gcp
+import pulumi_kubernetes as k8s
+
+from infra.component import child_options, component_type
+from infra.config import StackConfig
+
+# GKE's documented minimum for a custom node service account (logging, monitoring, metadata);
+# https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts#default-gke-service-agent
+NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
+
+# Read and write objects, nothing on the bucket itself (no IAM or lifecycle changes).
+CHECKPOINT_ROLE = "roles/storage.objectUser"
+
+
+def workload_identity_principal(project_number: pulumi.Input[str], project: str, namespace: str,
+                                service_account: str) -> pulumi.Output[str]:
+    """IAM principal of a Kubernetes service account under GKE Workload Identity Federation."""
+    return pulumi.Output.concat(
+        "principal://iam.googleapis.com/projects/", project_number,
+        f"/locations/global/workloadIdentityPools/{project}.svc.id.goog/subject/ns/{namespace}/sa/{service_account}")
+
+
+class NodeServiceAccount(pulumi.ComponentResource):
+    """A dedicated service account for every node pool instead of the Compute Engine default account
+    (which holds Editor on the project in many organisations)."""
+
+    def __init__(self, name: str, config: StackConfig, depends_on: list[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(component_type("infra", "NodeServiceAccount"), name, None, opts)
+        project = config.gcp.project
+        self.account = gcp.serviceaccount.Account(
+            "nodes", account_id=config.names.node_service_account, project=project,
+            display_name=f"GKE nodes of {config.cluster.name}",
+            opts=child_options(self, depends_on=depends_on))
+        self.bindings = [
+            gcp.projects.IAMMember(
+                f"nodes-{role.split('/')[-1]}", project=project, role=role,
+                member=pulumi.Output.concat("serviceAccount:", self.account.email),
+                opts=child_options(self))
+            for role in NODE_ROLES
+        ]
+        self.email = self.account.email
+        self.register_outputs({"email": self.email})
+
+
+class WorkloadIdentity(pulumi.ComponentResource):
+    """Namespace + Kubernetes service account of the training pods, allowed to use the checkpoint bucket.
+
+    The binding names the KSA directly as a Workload Identity Federation principal, so no Google service
+    account or impersonation annotation is needed. The project number is looked up, never typed.
+    """
+
+    def __init__(self, name: str, config: StackConfig, bucket: gcp.storage.Bucket, cluster: pulumi.Resource,
+                 k8s_provider: k8s.Provider, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(component_type("infra", "WorkloadIdentity"), name, None, opts)
+        ns, ksa, project = config.kubernetes.namespace, config.kubernetes.service_account, config.gcp.project
+        project_number = gcp.organizations.get_project_output(project_id=project).number
+
+        # Kubernetes objects go away with the cluster: deleting them one by one first would only make
+        # `pulumi destroy` wait on an API server that is being torn down.
+        k8s_options = child_options(self, provider=k8s_provider, deleted_with=cluster)
+        self.namespace = k8s.core.v1.Namespace(
+            "namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=ns, labels={"app": "tpu-multislice"}),
+            opts=k8s_options)
+        self.service_account = k8s.core.v1.ServiceAccount(
+            "trainer", metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=ksa, namespace=self.namespace.metadata.name, labels={"app": "tpu-multislice"}),
+            opts=k8s_options)
+        self.principal = workload_identity_principal(project_number, project, ns, ksa)
+        # The identity pool PROJECT.svc.id.goog exists once the cluster exists: bind after it.
+        self.bucket_binding = gcp.storage.BucketIAMMember(
+            "checkpoints-object-user", bucket=bucket.name, role=CHECKPOINT_ROLE, member=self.principal,
+            opts=child_options(self, depends_on=[cluster]))
+        self.namespace_name = self.namespace.metadata.name
+        self.service_account_name = self.service_account.metadata.name
+        self.register_outputs({
+            "namespace": self.namespace_name,
+            "serviceAccount": self.service_account_name,
+            "principal": self.principal,
+        })

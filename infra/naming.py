@@ -1,0 +1,92 @@
+"""Physical names and the GCP / Kubernetes rules they must obey.
+
+Pulumi logical names stay fixed ("slice-0", "dcn-1", ...) so a physical rename never re-keys state;
+physical names are derived from the cluster name here, and shortened with a stable hash suffix where a
+GCP limit would otherwise be exceeded.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+
+# GKE cluster: RFC 1035 label, at most 40 characters.
+CLUSTER_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
+# GCP project id: 6-30 characters, lowercase letters, digits, hyphens, starts with a letter.
+PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+# Bucket names without dots (dotted names need domain verification): 3-63 characters.
+BUCKET = re.compile(r"^[a-z0-9](?:[-_a-z0-9]{1,61})[a-z0-9]$")
+# Kubernetes DNS-1123 label (namespaces) and subdomain (service accounts).
+DNS1123_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$")
+# IAM service account id: 6-30 characters.
+SERVICE_ACCOUNT_MAX = 30
+# Compute networks and subnetworks: RFC 1035, at most 63 characters.
+COMPUTE_NAME_MAX = 63
+# GKE node pools: at most 40 characters.
+NODE_POOL_MAX = 40
+
+
+def fit(name: str, limit: int) -> str:
+    """Shorten `name` to `limit` characters, keeping it unique with a hash of the full name."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    return f"{name[: limit - 7].rstrip('-')}-{digest}"
+
+
+def region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def bucket_problem(name: str) -> str | None:
+    """Why a bucket name is refused, or None when it is fine."""
+    if not BUCKET.match(name):
+        return "3-63 lowercase letters, digits, '-' or '_', starting and ending with a letter or digit (no dots)"
+    if name.startswith("goog") or "google" in name:
+        return "names may not start with 'goog' or contain 'google'"
+    return None
+
+
+class Names:
+    """Every physical name the stack uses, derived from the cluster name."""
+
+    def __init__(self, cluster: str):
+        self.cluster = cluster
+
+    @property
+    def network(self) -> str:
+        return fit(f"{self.cluster}-net", COMPUTE_NAME_MAX)
+
+    @property
+    def subnet(self) -> str:
+        return fit(f"{self.cluster}-nodes", COMPUTE_NAME_MAX)
+
+    def dcn_network(self, index: int) -> str:
+        return fit(f"{self.cluster}-dcn-{index}", COMPUTE_NAME_MAX)
+
+    def dcn_subnet(self, index: int) -> str:
+        return fit(f"{self.cluster}-dcn-{index}-sub", COMPUTE_NAME_MAX)
+
+    def dcn_firewall(self, index: int) -> str:
+        return fit(f"{self.cluster}-dcn-{index}-allow-internal", COMPUTE_NAME_MAX)
+
+    @property
+    def system_pool(self) -> str:
+        return "system"
+
+    def slice_pool(self, index: int) -> str:
+        return fit(f"slice-{index}", NODE_POOL_MAX)
+
+    @property
+    def node_service_account(self) -> str:
+        return fit(f"{self.cluster}-nodes", SERVICE_ACCOUNT_MAX)
+
+    @property
+    def pods_range(self) -> str:
+        return "pods"
+
+    @property
+    def services_range(self) -> str:
+        return "services"

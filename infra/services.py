@@ -1,0 +1,41 @@
+"""The Google Cloud APIs the stack needs, enabled by the stack itself."""
+from __future__ import annotations
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra.component import child_options, component_type
+
+# Why each API is here: compute (VPCs, firewalls, TPU VMs), container (GKE), storage (checkpoints),
+# iam (node service account), cloudresourcemanager (project-number lookup, IAM bindings),
+# logging/monitoring (GKE system and Ray logs/metrics).
+REQUIRED_APIS = (
+    "compute.googleapis.com",
+    "container.googleapis.com",
+    "storage.googleapis.com",
+    "iam.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
+    "logging.googleapis.com",
+    "monitoring.googleapis.com",
+)
+
+
+class ProjectServices(pulumi.ComponentResource):
+    """Enables the APIs; everything else in the stack waits for `self.ready`."""
+
+    def __init__(self, name: str, project: str, opts: pulumi.ResourceOptions | None = None):
+        super().__init__(component_type("infra", "ProjectServices"), name, None, opts)
+        self.services = [
+            gcp.projects.Service(
+                api.split(".")[0],
+                project=project,
+                service=api,
+                # Other workloads in the project may use these APIs: never switch them off on destroy.
+                disable_on_destroy=False,
+                disable_dependent_services=False,
+                opts=child_options(self),
+            )
+            for api in REQUIRED_APIS
+        ]
+        self.ready: list[pulumi.Resource] = list(self.services)
+        self.register_outputs({"services": [s.service for s in self.services]})

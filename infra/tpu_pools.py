@@ -1,0 +1,102 @@
+"""One multi-host TPU node pool per slice."""
+from __future__ import annotations
+
+import pulumi
+import pulumi_gcp as gcp
+
+from infra.cluster import GkeCluster, node_security
+from infra.component import child_options, component_type
+from infra.config import Capacity, StackConfig
+from infra.network import ClusterNetwork
+
+DRANET_NODE_LABEL = "cloud.google.com/gke-networking-dra-driver"
+SLICE_LABEL = "tpu-multislice/slice"
+
+
+def capacity_settings(config: StackConfig) -> tuple[dict, dict]:
+    """(node_config kwargs, node pool kwargs) for the configured capacity.
+
+    flex-start uses queued provisioning: the pool starts empty and GKE creates all hosts of the slice at
+    once when a ProvisioningRequest (Kueue) asks for it, so autoscaling bounds replace node_count.
+    """
+    hosts = config.tpu.shape.hosts
+    capacity = config.tpu.capacity
+    if capacity is Capacity.SPOT:
+        return {"spot": True}, {"node_count": hosts}
+    if capacity is Capacity.RESERVATION:
+        return {"reservation_affinity": gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+            consume_reservation_type="SPECIFIC_RESERVATION",
+            key="compute.googleapis.com/reservation-name",
+            values=[config.tpu.reservation_name])}, {"node_count": hosts}
+    if capacity is Capacity.FLEX_START:
+        return (
+            {"flex_start": True,
+             "reservation_affinity": gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+                 consume_reservation_type="NO_RESERVATION")},
+            {"initial_node_count": 0,
+             "queued_provisioning": gcp.container.NodePoolQueuedProvisioningArgs(enabled=True),
+             "autoscaling": gcp.container.NodePoolAutoscalingArgs(
+                 total_min_node_count=0, total_max_node_count=hosts, location_policy="ANY")},
+        )
+    return {}, {"node_count": hosts}
+
+
+class TpuSlicePools(pulumi.ComponentResource):
+    """The pools depend on the cluster and the networks, never on each other, so GKE creates them in
+    parallel (it serialises conflicting operations itself and the provider retries them)."""
+
+    def __init__(self, name: str, config: StackConfig, cluster: GkeCluster, network: ClusterNetwork,
+                 node_service_account: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None):
+        super().__init__(component_type("infra", "TpuSlicePools"), name, None, opts)
+        shape, names = config.tpu.shape, config.names
+        node_kwargs, pool_kwargs = capacity_settings(config)
+
+        if shape.generation.uses_workload_policy:
+            # TPU7x multi-host slices are shaped by a workload policy instead of tpu_topology.
+            self.workload_policy = gcp.compute.ResourcePolicy(
+                "slice-policy", name=f"{config.cluster.name}-{shape.topology}", project=config.gcp.project,
+                region=config.gcp.region,
+                workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
+                    type="HIGH_THROUGHPUT", accelerator_topology=shape.topology),
+                opts=child_options(self))
+            placement = gcp.container.NodePoolPlacementPolicyArgs(
+                type="COMPACT", policy_name=self.workload_policy.name)
+        else:
+            self.workload_policy = None
+            placement = gcp.container.NodePoolPlacementPolicyArgs(type="COMPACT", tpu_topology=shape.topology)
+
+        additional_networks = [
+            gcp.container.NodePoolNetworkConfigAdditionalNodeNetworkConfigArgs(
+                network=dcn.network.name, subnetwork=dcn.subnet.name)
+            for dcn in network.dcn
+        ]
+        self.pools: list[gcp.container.NodePool] = []
+        for index in range(config.tpu.slices):
+            labels = {SLICE_LABEL: str(index)}
+            if config.network.dranet:
+                labels[DRANET_NODE_LABEL] = "true"
+            self.pools.append(gcp.container.NodePool(
+                f"slice-{index}",
+                name=names.slice_pool(index),
+                project=config.gcp.project,
+                cluster=cluster.name,
+                location=cluster.location,
+                node_locations=[config.gcp.zone],
+                placement_policy=placement,
+                network_config=gcp.container.NodePoolNetworkConfigArgs(
+                    additional_node_network_configs=additional_networks) if additional_networks else None,
+                node_config=gcp.container.NodePoolNodeConfigArgs(
+                    machine_type=shape.machine.name,
+                    labels=labels,
+                    gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+                    advanced_machine_features=gcp.container.NodePoolNodeConfigAdvancedMachineFeaturesArgs(
+                        threads_per_core=1),
+                    **node_security(node_service_account),
+                    **node_kwargs,
+                ),
+                management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+                **pool_kwargs,
+                opts=child_options(self),
+            ))
+        self.names = [pool.name for pool in self.pools]
+        self.register_outputs({"nodePools": self.names})

@@ -1,0 +1,38 @@
+"""GKE version strings: parse, compare, and the minimums our features need.
+
+A GKE version looks like 1.34.1-gke.1829001. A user may give a prefix such as "1.34": GKE then picks
+the newest patch of that minor, so a prefix satisfies a minimum when its given components are >= the
+minimum's same components.
+"""
+from __future__ import annotations
+
+import re
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?$")
+
+# Minimums, each with where it comes from.
+RAY_OPERATOR_ADDON = "1.30.0-gke.1747000"        # GKE Ray operator add-on (FACTS §3)
+MULTISLICE_STANDARD = "1.27.4-gke.900"          # GKE "Deploy TPU Multislice" availability
+MULTISLICE_AUTOPILOT = "1.29.2-gke.1521000"     # same page, Autopilot
+DRANET_STANDARD = "1.34.1-gke.1829001"          # managed DRANET, GKE Standard (FACTS §4)
+DRANET_AUTOPILOT = "1.35.2-gke.1842000"         # managed DRANET, Autopilot (FACTS §4)
+
+
+def parse(version: str) -> tuple[int, ...]:
+    match = _VERSION.match(version)
+    if not match:
+        raise ValueError(version)
+    return tuple(int(part) for part in match.groups() if part is not None)
+
+
+def is_valid(version: str) -> bool:
+    return bool(_VERSION.match(version))
+
+
+def satisfies(version: str, minimum: str) -> bool:
+    given = parse(version)
+    return given >= parse(minimum)[: len(given)]
+
+
+def highest(versions: list[str]) -> str:
+    return max(versions, key=parse)
