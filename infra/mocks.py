@@ -147,14 +147,15 @@ def to_pulumi_config(raw: dict[str, Any]) -> dict[str, str]:
 
 
 def run_program(raw_config: dict[str, Any], stack: str = "test",
-                program: Path = PROJECT_ROOT / "__main__.py") -> ProgramRun:
-    """Run the program once under mocks. Raises what the program raises (e.g. pulumi.RunError)."""
+                program: Path = PROJECT_ROOT / "__main__.py", monitor: RecordingMonitor | None = None) -> ProgramRun:
+    """Run the program once under mocks. Raises what the program raises (e.g. pulumi.RunError); pass
+    your own `monitor` to inspect what was registered before a failure."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
         settings.ROOT.set(None)
         set_all_config(to_pulumi_config(raw_config))
-        monitor = RecordingMonitor(GcpMocks())
+        monitor = monitor or RecordingMonitor(GcpMocks())
         pulumi.runtime.set_mocks(monitor.mocks, project=NAMESPACE, stack=stack, preview=False, monitor=monitor)
         settings.ROOT.set(None)  # set_mocks made a throw-away root; run_in_stack makes the real one
         loop.run_until_complete(run_in_stack(lambda: runpy.run_path(str(program), run_name="__main__")))
