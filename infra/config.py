@@ -5,6 +5,7 @@ together as one ConfigError whose lines each name the key, the value and what is
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import enum
 import ipaddress
@@ -15,6 +16,9 @@ from typing import Any, Mapping
 from infra import naming, versions
 from infra.config_schema import DERIVED, KEYS, KEYS_BY_NAME, NAMESPACE, REQUIRED, Key
 from infra.tpu_catalog import CatalogError, SliceShape, slice_shape
+from trainer.errors import PlanError
+from trainer.planner import Plan, PlanRequest, plan
+from trainer.presets import PRESETS
 
 
 class ConfigError(ValueError):
@@ -103,6 +107,29 @@ class KubernetesSettings:
 
 
 @dataclass(frozen=True)
+class WorkloadSettings:
+    backend: str
+    plan: Plan                 # the trainer planner's verdict: mesh, batch, remat, memory per chip
+    train_steps: int
+    checkpoint_period: int
+    max_failures: int
+    maxtext_version: str
+    ray_image: str
+    ray_cluster_name: str
+    ray_job_name: str
+    dashboard_exposure: str
+    dashboard_source_ranges: tuple[str, ...]
+
+    @property
+    def model(self) -> str:
+        return self.plan.model.name
+
+    @property
+    def elastic(self) -> bool:
+        return self.plan.elastic
+
+
+@dataclass(frozen=True)
 class StackConfig:
     gcp: GcpSettings
     cluster: ClusterSettings
@@ -110,6 +137,7 @@ class StackConfig:
     network: NetworkSettings
     storage: StorageSettings
     kubernetes: KubernetesSettings
+    workload: WorkloadSettings
 
     @property
     def names(self) -> naming.Names:
@@ -329,6 +357,95 @@ def _check_storage(v: dict[str, Any], region: str | None, problems: list[str]) -
     return bucket, v["bucketLocation"] or (region or "")
 
 
+MIN_MAXTEXT = (0, 2, 2)  # older releases load the wrong model config and train ~1.1B params (FACTS §6)
+RAYJOB_NAME_MAX = 47
+RAYCLUSTER_NAME_MAX = 53
+JOB_HASH_SUFFIX = 9     # "-" + 8 hex characters
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    parts = text.split(".")
+    return tuple(int(p) for p in parts) if all(p.isdigit() for p in parts) and len(parts) == 3 else None
+
+
+def _plan_workload(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> Plan | None:
+    """Run the trainer's planner on the config: unknown models, batches that do not divide and models that
+    do not fit in HBM are refused here, before anything is registered."""
+    if shape is None or v["slices"] is None or v["slices"] < 1:
+        return None
+    model = v["model"]
+    if model not in PRESETS or PRESETS[model].cpu_only:
+        allowed = ", ".join(name for name, p in PRESETS.items() if not p.cpu_only)
+        problems.append(_problem("model", model, f"allowed: {allowed}"))
+        return None
+    batch = None
+    if v["perDeviceBatchSize"] is not None:
+        try:
+            batch = float(v["perDeviceBatchSize"])
+            if batch <= 0:
+                raise ValueError
+        except ValueError:
+            problems.append(_problem("perDeviceBatchSize", v["perDeviceBatchSize"], "a positive number"))
+            return None
+    slices, min_slices = v["slices"], v["elasticMinSlices"]
+    if min_slices is not None and not 1 <= min_slices <= slices:
+        problems.append(_problem("elasticMinSlices", min_slices, f"whole slices from 1 to slices={slices}"))
+        return None
+    request = PlanRequest(model=model, generation=shape.generation.name, topology=shape.topology, slices=slices,
+                          min_slices=min_slices, per_device_batch_size=batch)
+    if min_slices is None and v["capacity"] == Capacity.SPOT.value:
+        # Spot: keep training on as few slices as the model fits on while preempted slices come back.
+        for candidate in range(1, slices + 1):
+            try:
+                return plan(dataclasses.replace(request, min_slices=candidate))
+            except PlanError:
+                continue
+    try:
+        return plan(request)
+    except PlanError as error:
+        keys = f"model={model!r}, {shape.pod_type} x {slices} slices"
+        if min_slices is not None:
+            keys += f", elasticMinSlices={min_slices}"
+        problems.append(f"{NAMESPACE}: {keys} is refused by the planner: {error}")
+        return None
+
+
+def _check_workload(v: dict[str, Any], problems: list[str]) -> None:
+    for key in ("trainSteps", "checkpointPeriod"):
+        if v[key] is not None and v[key] < 1:
+            problems.append(_problem(key, v[key], "at least 1"))
+    if v["trainSteps"] and v["checkpointPeriod"] and v["checkpointPeriod"] > v["trainSteps"]:
+        problems.append(f"{NAMESPACE}:checkpointPeriod={v['checkpointPeriod']} is larger than "
+                        f"{NAMESPACE}:trainSteps={v['trainSteps']}: only step 0 would be saved, so a restart would "
+                        "rewind to the beginning; use a period of at most trainSteps")
+    if v["maxFailures"] is not None and v["maxFailures"] < -1:
+        problems.append(_problem("maxFailures", v["maxFailures"], "-1 (retry forever) or at least 0"))
+    version = _version_tuple(v["maxtextVersion"] or "")
+    if version is None or version < MIN_MAXTEXT:
+        problems.append(_problem("maxtextVersion", v["maxtextVersion"], "a release X.Y.Z of at least 0.2.2 (older "
+                                 "releases silently train the wrong model)"))
+    image = v["rayImage"] or ""
+    tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
+    if "@sha256:" not in image and (not tag or tag == "latest" or "nightly" in tag):
+        problems.append(_problem("rayImage", image, "a pinned release tag or digest (not latest or nightly), e.g. "
+                                 "rayproject/ray:2.60.0-py312"))
+    for key, limit in (("rayClusterName", RAYCLUSTER_NAME_MAX), ("rayJobName", RAYJOB_NAME_MAX - JOB_HASH_SUFFIX)):
+        name = v[key] or ""
+        if not naming.DNS1035_LABEL.match(name) or len(name) > limit:
+            problems.append(_problem(key, name, f"a DNS-1035 label of at most {limit} characters (lowercase letters, "
+                                     "digits, '-', starting with a letter)"))
+    if v["dashboardExposure"] == "internal-lb":
+        ranges = v["dashboardSourceRanges"] or ()
+        if not ranges:
+            problems.append(f"{NAMESPACE}:dashboardExposure='internal-lb' needs {NAMESPACE}:dashboardSourceRanges "
+                            "(the Ray job API runs arbitrary code: name who may reach it)")
+        for index, cidr in enumerate(ranges):
+            try:
+                ipaddress.ip_network(cidr, strict=True)
+            except ValueError:
+                problems.append(_problem(f"dashboardSourceRanges[{index}]", cidr, "a CIDR range, e.g. 10.0.0.0/8"))
+
+
 def build(raw: Mapping[str, Any]) -> StackConfig:
     """Validate raw config (key without namespace → value as Pulumi stores it) into a StackConfig."""
     problems: list[str] = []
@@ -342,9 +459,12 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     bucket, bucket_location = _check_storage(v, region, problems)
     if v["systemPoolNodes"] is not None and v["systemPoolNodes"] < 1:
         problems.append(_problem("systemPoolNodes", v["systemPoolNodes"], "at least 1 (the Ray head runs there)"))
+    _check_workload(v, problems)
+    workload_plan = _plan_workload(v, shape, problems)
     if problems:
         raise ConfigError(problems)
-    assert shape is not None and region is not None
+    assert shape is not None and region is not None and workload_plan is not None
+    spot = v["capacity"] == Capacity.SPOT.value
     return StackConfig(
         gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"]),
         cluster=ClusterSettings(
@@ -360,6 +480,13 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
         storage=StorageSettings(bucket_name=bucket, location=bucket_location,
                                 keep_on_destroy=v["keepCheckpointsOnDestroy"], soft_delete_days=v["softDeleteDays"]),
         kubernetes=KubernetesSettings(namespace=v["namespace"], service_account=v["serviceAccount"]),
+        workload=WorkloadSettings(
+            backend=v["workloadBackend"], plan=workload_plan, train_steps=v["trainSteps"],
+            checkpoint_period=v["checkpointPeriod"],
+            max_failures=v["maxFailures"] if v["maxFailures"] is not None else (-1 if spot else 3),
+            maxtext_version=v["maxtextVersion"], ray_image=v["rayImage"], ray_cluster_name=v["rayClusterName"],
+            ray_job_name=v["rayJobName"], dashboard_exposure=v["dashboardExposure"],
+            dashboard_source_ranges=tuple(v["dashboardSourceRanges"])),
     )
 
 

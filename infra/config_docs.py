@@ -1,10 +1,21 @@
-"""The README's config reference table, generated from infra/config_schema.py.
+"""Pulumi.yaml's config schema and the README's config table, generated from infra/config_schema.py.
 
-`python -m infra.config_docs` prints it; tests/test_config_schema.py fails when the README's copy is stale.
+`python -m infra.config_docs` prints the README table; `--write` rewrites both files in place.
+tests/test_config_schema.py fails when either copy is stale.
 """
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
+import yaml
+
 from infra.config_schema import DERIVED, KEYS, REQUIRED, Key
+
+REPO = Path(__file__).resolve().parent.parent
+README_TABLE_HEADER = "| key | type | default | description |"
+PULUMI_YAML_HEADER = ("# Config schema: types and descriptions only. Defaults live in infra/config_schema.py (one place);\n"
+                      "# regenerate with `.venv/bin/python -m infra.config_docs --write`.\n")
 
 
 def _default(key: Key) -> str:
@@ -20,7 +31,7 @@ def _default(key: Key) -> str:
 
 
 def markdown_table() -> str:
-    rows = ["| key | type | default | description |", "| --- | --- | --- | --- |"]
+    rows = [README_TABLE_HEADER, "| --- | --- | --- | --- |"]
     for key in KEYS:
         description = key.description
         if key.choices:
@@ -29,5 +40,32 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
+def pulumi_config_schema() -> dict:
+    schema = {}
+    for key in KEYS:
+        entry: dict = {"type": key.type, "description": key.description}
+        if key.type == "array":
+            entry["items"] = {"type": "string"}
+        schema[key.name] = entry
+    return schema
+
+
+def write(repo: Path = REPO) -> None:
+    project_file = repo / "Pulumi.yaml"
+    project = yaml.safe_load(project_file.read_text())
+    project["config"] = pulumi_config_schema()
+    project_file.write_text(PULUMI_YAML_HEADER + yaml.safe_dump(project, sort_keys=False, width=120))
+    readme_file = repo / "README.md"
+    readme = readme_file.read_text()
+    start = readme.index(README_TABLE_HEADER)
+    end = readme.find("\n\n", start)
+    readme_file.write_text(readme[:start] + markdown_table() + (readme[end:] if end != -1 else "\n"))
+
+
 if __name__ == "__main__":
-    print(markdown_table())
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", action="store_true", help="rewrite Pulumi.yaml's config block and README's table")
+    if parser.parse_args().write:
+        write()
+    else:
+        print(markdown_table())

@@ -76,6 +76,28 @@ KEYS: tuple[Key, ...] = (
     Key("namespace", "string", "Kubernetes namespace of the training workload.", "tpu-training"),
     Key("serviceAccount", "string", "Kubernetes service account of the training pods (bound to the bucket "
         "through Workload Identity).", "tpu-trainer"),
+    # --- Training workload ---
+    Key("workloadBackend", "string", "How the training job runs on the cluster.", "rayjob", ("rayjob",)),
+    Key("model", "string", "Model preset (trainer/presets.py): llama3-8b, llama3-70b, qwen3-0.6b.", "llama3-8b"),
+    Key("trainSteps", "integer", "Training steps of the job.", 200),
+    Key("checkpointPeriod", "integer", "Save a checkpoint every this many steps (MaxText checkpoint_period).", 50),
+    Key("perDeviceBatchSize", "string", "MaxText per_device_batch_size (may be fractional, e.g. 0.5); unset lets "
+        "the planner pick the preset's tuned value, lowered until it fits HBM.", DERIVED),
+    Key("elasticMinSlices", "integer", "Elastic training: the fewest slices the job keeps running on. Unset: on "
+        "spot, the fewest slices the model fits on; otherwise all slices (fixed size).", DERIVED),
+    Key("maxFailures", "integer", "Ray Train FailureConfig.max_failures (-1 = retry forever). Unset: -1 on spot, "
+        "3 otherwise.", DERIVED),
+    Key("maxtextVersion", "string", "MaxText release the workers install (>= 0.2.2; older ones train the wrong "
+        "model).", "0.2.5"),
+    Key("rayImage", "string", "Container image of the Ray head and TPU workers (pinned release; Python 3.12 for "
+        "MaxText).", "rayproject/ray:2.60.0-py312"),
+    Key("rayClusterName", "string", "Name of the RayCluster (KubeRay allows at most 53 characters).", "maxtext"),
+    Key("rayJobName", "string", "Prefix of the RayJob name; a hash of the job's inputs is appended (at most 47 "
+        "characters in all).", "maxtext-train"),
+    Key("dashboardExposure", "string", "How the Ray dashboard and job API are reachable: cluster-ip (in-cluster "
+        "only; use kubectl port-forward) or internal-lb (an internal load balancer limited to "
+        "dashboardSourceRanges).", "cluster-ip", ("cluster-ip", "internal-lb")),
+    Key("dashboardSourceRanges", "array", "Source CIDR ranges allowed to reach the internal load balancer.", ()),
 )
 
 KEYS_BY_NAME = {key.name: key for key in KEYS}

@@ -73,6 +73,7 @@ class Registration:
     retain_on_delete: bool
     deleted_with: str
     ignore_changes: list[str]
+    delete_before_replace: bool = False
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -112,6 +113,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 retain_on_delete=bool(request.retainOnDelete),
                 deleted_with=request.deletedWith,
                 ignore_changes=list(request.ignoreChanges),
+                delete_before_replace=bool(request.deleteBeforeReplace),
             ))
         return response
 

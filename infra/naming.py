@@ -20,6 +20,8 @@ BUCKET = re.compile(r"^[a-z0-9](?:[-_a-z0-9]{1,61})[a-z0-9]$")
 # Kubernetes DNS-1123 label (namespaces) and subdomain (service accounts).
 DNS1123_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$")
+# Kubernetes DNS-1035 label (KubeRay object names become Service names).
+DNS1035_LABEL = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 # IAM service account id: 6-30 characters.
 SERVICE_ACCOUNT_MAX = 30
 # Compute networks and subnetworks: RFC 1035, at most 63 characters.

@@ -127,7 +127,7 @@ CATALOG: Mapping[str, Generation] = {
         Generation(
             name="tpu7x",
             accelerator_label="tpu7x",
-            ray_accelerator_type="TPU-7X",
+            ray_accelerator_type="TPU-V7X",
             pod_type_prefix="tpu7x",
             machine_types=(MachineType("tpu7x-standard-4t", 4, 224, 960, ("2x2x1",), multi_host=True),),
             multi_host_topologies=_3D_MULTI_HOST[:7] + ("8x8x16", "8x16x16"),

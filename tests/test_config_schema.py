@@ -3,7 +3,7 @@ from pathlib import Path
 
 import yaml
 
-from infra.config_docs import markdown_table
+from infra.config_docs import markdown_table, pulumi_config_schema
 from infra.config_schema import KEYS, NAMESPACE
 from infra.stack_files import load_stack_config
 from infra.config import build
@@ -16,6 +16,7 @@ def test_pulumi_yaml_declares_every_key_with_type_and_description_and_no_default
     project = yaml.safe_load((REPO / "Pulumi.yaml").read_text())
     assert project["name"] == NAMESPACE
     declared = project["config"]
+    assert declared == pulumi_config_schema(), "regenerate with: .venv/bin/python -m infra.config_docs --write"
     assert list(declared) == [key.name for key in KEYS]
     for key in KEYS:
         entry = declared[key.name]
@@ -26,7 +27,7 @@ def test_pulumi_yaml_declares_every_key_with_type_and_description_and_no_default
 
 def test_readme_config_table_is_current():
     readme = (REPO / "README.md").read_text()
-    assert markdown_table() in readme, "regenerate with: .venv/bin/python -m infra.config_docs"
+    assert markdown_table() in readme, "regenerate with: .venv/bin/python -m infra.config_docs --write"
 
 
 def test_every_committed_stack_config_is_valid():

@@ -1,0 +1,21 @@
+"""Register a manifest dict through the Kubernetes provider: typed resources for core kinds, CustomResource
+for CRDs. The dict passes through verbatim (camelCase), so what the tests validate is what is applied."""
+from __future__ import annotations
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+
+def register(logical_name: str, obj: dict, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    api_version, kind, metadata = obj["apiVersion"], obj["kind"], obj["metadata"]
+    if (api_version, kind) == ("v1", "ConfigMap"):
+        return k8s.core.v1.ConfigMap(logical_name, metadata=metadata, data=obj.get("data"),
+                                     immutable=obj.get("immutable"), opts=opts)
+    if (api_version, kind) == ("v1", "Service"):
+        return k8s.core.v1.Service(logical_name, metadata=metadata, spec=obj["spec"], opts=opts)
+    if (api_version, kind) == ("resource.k8s.io/v1", "ResourceClaimTemplate"):
+        return k8s.resource.v1.ResourceClaimTemplate(logical_name, metadata=metadata, spec=obj["spec"], opts=opts)
+    if "." not in api_version.split("/")[0] or api_version.startswith(("apps/", "batch/")):
+        raise ValueError(f"core kind {api_version} {kind} needs its typed resource here")
+    return k8s.apiextensions.CustomResource(logical_name, api_version=api_version, kind=kind, metadata=metadata,
+                                            spec=obj.get("spec"), opts=opts)

@@ -1,0 +1,91 @@
+"""From the validated stack config to the Ray manifests' inputs (pure: no Pulumi import)."""
+from __future__ import annotations
+
+import re
+
+from infra.config import Capacity, StackConfig
+from workloads.ray_manifests import RaySpec
+
+# JAX the TPU workers install next to MaxText: the version the trainer is tested with
+# (requirements-trainer.txt pins the same; tests/test_workloads_ray.py checks they agree).
+WORKER_JAX = "jax[tpu]==0.10.2"
+# Ray version assumed when the image tag does not start with one (e.g. a custom image).
+DEFAULT_RAY_VERSION = "2.60.0"
+DRANET_CLAIM_TEMPLATE = "dcn-netdevs"
+SYSTEM_POOL_LABEL = "tpu-multislice/pool"
+
+
+def ray_version(image: str) -> str:
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    match = re.match(r"^(\d+\.\d+\.\d+)", tag)
+    return match.group(1) if match else DEFAULT_RAY_VERSION
+
+
+def ray_spec(config: StackConfig) -> RaySpec:
+    tpu, workload = config.tpu, config.workload
+    extra_selectors: dict[str, str] = {}
+    if config.cluster.autopilot:
+        # Autopilot picks capacity from node selectors (Standard pools carry it in their node config).
+        if tpu.capacity is Capacity.SPOT:
+            extra_selectors["cloud.google.com/gke-spot"] = "true"
+        elif tpu.capacity is Capacity.RESERVATION:
+            extra_selectors["cloud.google.com/reservation-name"] = tpu.reservation_name
+        elif tpu.capacity is Capacity.FLEX_START:
+            extra_selectors["cloud.google.com/gke-flex-start"] = "true"
+    return RaySpec(
+        namespace=config.kubernetes.namespace,
+        service_account=config.kubernetes.service_account,
+        cluster_name=workload.ray_cluster_name,
+        image=workload.ray_image,
+        shape=tpu.shape,
+        slices=tpu.slices,
+        min_slices=workload.plan.min_slices,
+        bucket=config.storage.bucket_name,
+        dranet_claim_template=DRANET_CLAIM_TEMPLATE if config.network.dranet else None,
+        system_pool_selector=None if config.cluster.autopilot else {SYSTEM_POOL_LABEL: "system"},
+        tpu_node_selector_extra=extra_selectors,
+    )
+
+
+def run_name(config: StackConfig) -> str:
+    """Stable across relaunches of the same model, so a relaunched job resumes from its checkpoints."""
+    return f"{config.workload.ray_job_name}-{config.workload.model}"
+
+
+def output_directory(config: StackConfig) -> str:
+    """gs:// (not the FUSE mount): Orbax then writes commit markers instead of relying on renames (FACTS §6)."""
+    return f"gs://{config.storage.bucket_name}/maxtext"
+
+
+def tensorboard_directory(config: StackConfig) -> str:
+    # MaxText writes TensorBoard events under <base_output_directory>/<run_name>/tensorboard.
+    return f"{output_directory(config)}/{run_name(config)}/tensorboard"
+
+
+def entrypoint(config: StackConfig) -> list[str]:
+    """The command the RayJob runs on the head: the trainer entrypoint with the stack's plan."""
+    workload, plan = config.workload, config.workload.plan
+    command = [
+        "python", "-m", "trainer.entrypoint",
+        "--model", workload.model,
+        "--generation", config.tpu.shape.generation.name,
+        "--topology", config.tpu.shape.topology,
+        "--slices", str(config.tpu.slices),
+        "--steps", str(workload.train_steps),
+        "--checkpoint-period", str(workload.checkpoint_period),
+        "--per-device-batch-size", str(plan.per_device_batch_size),
+        "--max-failures", str(workload.max_failures),
+        "--run-name", run_name(config),
+        "--output-dir", output_directory(config),
+        "--storage-path", f"gs://{config.storage.bucket_name}/ray-results",
+        "--maxtext-version", workload.maxtext_version,
+    ]
+    if plan.elastic:
+        command += ["--elastic", f"{plan.min_slices},{plan.slices}"]
+    return command
+
+
+def runtime_env(config: StackConfig) -> dict:
+    """Packages every Ray worker installs before the job starts: MaxText pinned (>= 0.2.2, FACTS §6) and the
+    JAX the trainer is tested with."""
+    return {"pip": [f"maxtext=={config.workload.maxtext_version}", WORKER_JAX]}

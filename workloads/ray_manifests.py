@@ -1,0 +1,250 @@
+"""Pure builders of the Ray path's Kubernetes objects (plain dicts, camelCase, no Pulumi import).
+
+RayCluster and RayJob follow KubeRay v1.7.0 (ray.io/v1); ResourceClaimTemplate is resource.k8s.io/v1.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+import yaml
+
+from infra.tpu_catalog import SliceShape
+from workloads.tpu_env import tpu_worker_env
+
+APP_LABEL = {"app.kubernetes.io/part-of": "tpu-multislice"}
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+DRANET_DEVICE_CLASS = "netdev.google.com"
+DASHBOARD_PORT = 8265
+GCS_PORT = 6379
+CLIENT_PORT = 10001
+METRICS_PORT = 8080
+CODE_MOUNT = "/opt/tpu-multislice"
+CHECKPOINT_MOUNT = "/data/checkpoints"
+# Share of a TPU VM's vCPUs and memory a worker pod requests: the rest is left to the kubelet, system
+# daemons and the GCS FUSE / DRANET node agents (GKE reserves part of every node; see "Node allocatable").
+TPU_POD_SHARE = 0.8
+# Seed head sizing: 8 CPU, 16 GiB (the tutorial's head group).
+HEAD_CPU = "8"
+HEAD_MEMORY = "16Gi"
+
+
+@dataclass(frozen=True)
+class RaySpec:
+    """Everything the Ray manifests depend on, as plain values."""
+
+    namespace: str
+    service_account: str
+    cluster_name: str           # RayCluster name
+    image: str
+    shape: SliceShape
+    slices: int
+    min_slices: int             # == slices when not elastic
+    bucket: str
+    dranet_claim_template: str | None   # ResourceClaimTemplate name when DRANET is on
+    system_pool_selector: dict[str, str] | None   # head nodeSelector (Standard); None on Autopilot
+    tpu_node_selector_extra: dict[str, str]       # e.g. Autopilot spot / reservation selectors
+
+
+def _labels(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**APP_LABEL, **(extra or {})}
+
+
+def resource_claim_template(name: str, namespace: str, devices: int) -> dict:
+    """DRANET: one request for `devices` NICs of the managed netdev class (one per extra DCN VPC)."""
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels()},
+        "spec": {"spec": {"devices": {"requests": [{
+            "name": "dcn-nics",
+            "exactly": {"deviceClassName": DRANET_DEVICE_CLASS, "allocationMode": "ExactCount", "count": devices},
+        }]}}},
+    }
+
+
+def _head_group(spec: RaySpec) -> dict:
+    pod_spec: dict = {
+        "serviceAccountName": spec.service_account,
+        "containers": [{
+            "name": "ray-head",
+            "image": spec.image,
+            "imagePullPolicy": "IfNotPresent",
+            "ports": [
+                {"name": "gcs-server", "containerPort": GCS_PORT},
+                {"name": "dashboard", "containerPort": DASHBOARD_PORT},
+                {"name": "client", "containerPort": CLIENT_PORT},
+                {"name": "metrics", "containerPort": METRICS_PORT},
+            ],
+            "resources": {"requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
+                          "limits": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY}},
+            "volumeMounts": [
+                {"name": "dshm", "mountPath": "/dev/shm"},
+                {"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT},
+            ],
+        }],
+        "volumes": [
+            # Ray's object store lives in /dev/shm; the container default (64 MiB) is far too small.
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            # The bucket through GCS FUSE, for browsing checkpoints and TensorBoard logs from the head.
+            {"name": "checkpoints", "csi": {"driver": GCSFUSE_DRIVER,
+                                            "volumeAttributes": {"bucketName": spec.bucket,
+                                                                 "mountOptions": "implicit-dirs"}}},
+        ],
+    }
+    if spec.system_pool_selector:
+        pod_spec["nodeSelector"] = dict(spec.system_pool_selector)
+    return {
+        "rayStartParams": {"dashboard-host": "0.0.0.0"},
+        "template": {
+            # The GCS FUSE CSI driver injects its sidecar only into pods that ask for it.
+            "metadata": {"labels": _labels(), "annotations": {"gke-gcsfuse/volumes": "true"}},
+            "spec": pod_spec,
+        },
+    }
+
+
+def _quantity_cpu(vcpus: int) -> str:
+    return str(int(vcpus * TPU_POD_SHARE))
+
+
+def _quantity_memory(gib: int) -> str:
+    return f"{int(gib * TPU_POD_SHARE)}Gi"
+
+
+def _tpu_worker_group(spec: RaySpec) -> dict:
+    shape = spec.shape
+    chips = str(shape.chips_per_host)
+    cpu, memory = _quantity_cpu(shape.machine.vcpus), _quantity_memory(shape.machine.memory_gib)
+    container: dict = {
+        "name": "ray-worker",
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        # No `privileged`: GKE exposes TPU chips through the google.com/tpu device plugin, and DRANET hands
+        # NICs over through the claim, so the container needs no extra privilege.
+        "resources": {
+            "requests": {"google.com/tpu": chips, "cpu": cpu, "memory": memory},
+            "limits": {"google.com/tpu": chips, "cpu": cpu, "memory": memory},
+        },
+        "env": tpu_worker_env(shape.generation, spec.slices),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    pod_spec: dict = {
+        "serviceAccountName": spec.service_account,
+        "nodeSelector": {
+            "cloud.google.com/gke-tpu-accelerator": shape.generation.accelerator_label,
+            "cloud.google.com/gke-tpu-topology": shape.topology,
+            **spec.tpu_node_selector_extra,
+        },
+        "containers": [container],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+    if spec.dranet_claim_template:
+        pod_spec["resourceClaims"] = [{"name": "dcn-nics", "resourceClaimTemplateName": spec.dranet_claim_template}]
+        container["resources"]["claims"] = [{"name": "dcn-nics"}]
+    return {
+        "groupName": "tpu-slices",
+        # One replica is one slice: KubeRay creates numOfHosts pods per replica, one per TPU VM.
+        "replicas": spec.slices,
+        "minReplicas": spec.min_slices,
+        "maxReplicas": spec.slices,
+        "numOfHosts": shape.hosts,
+        "rayStartParams": {},
+        "template": {"metadata": {"labels": _labels()}, "spec": pod_spec},
+    }
+
+
+def ray_cluster(spec: RaySpec, ray_version: str) -> dict:
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": spec.cluster_name, "namespace": spec.namespace, "labels": _labels()},
+        "spec": {
+            "rayVersion": ray_version,
+            # Ray >= 2.52 can require a token for the dashboard and job API; KubeRay creates and wires it.
+            "authOptions": {"mode": "token"},
+            "headGroupSpec": _head_group(spec),
+            "workerGroupSpecs": [_tpu_worker_group(spec)],
+        },
+    }
+
+
+def code_config_map(name: str, namespace: str, files: dict[str, str]) -> dict:
+    """The trainer code as an immutable ConfigMap (keys cannot hold '/', so paths are flattened)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": _labels()},
+        "immutable": True,
+        "data": {flatten_path(path): text for path, text in sorted(files.items())},
+    }
+
+
+def flatten_path(path: str) -> str:
+    return path.replace("/", "__")
+
+
+def ray_job(*, name: str, spec: RaySpec, entrypoint: list[str], runtime_env: dict, code_config_map_name: str,
+            code_files: list[str]) -> dict:
+    """RayJob submitted to the existing RayCluster (clusterSelector), code shipped from the ConfigMap.
+
+    The submitter pod mounts the ConfigMap at CODE_MOUNT and `ray job submit` uploads that directory as the
+    job's working_dir, so the driver and every worker run this repository's trainer/ as committed.
+    """
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": spec.namespace, "labels": _labels()},
+        "spec": {
+            "entrypoint": shlex.join(entrypoint),
+            "clusterSelector": {"ray.io/cluster": spec.cluster_name},
+            "runtimeEnvYAML": yaml.safe_dump({**runtime_env, "working_dir": CODE_MOUNT}, sort_keys=True),
+            "submissionMode": "K8sJobMode",
+            "submitterPodTemplate": {
+                "metadata": {"labels": _labels()},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": spec.service_account,
+                    "containers": [{
+                        "name": "ray-job-submitter",
+                        "image": spec.image,
+                        "imagePullPolicy": "IfNotPresent",
+                        # KubeRay's own default submitter size.
+                        "resources": {"requests": {"cpu": "500m", "memory": "200Mi"},
+                                      "limits": {"cpu": "1", "memory": "1Gi"}},
+                        "volumeMounts": [{"name": "trainer-code", "mountPath": CODE_MOUNT, "readOnly": True}],
+                    }],
+                    "volumes": [{"name": "trainer-code", "configMap": {
+                        "name": code_config_map_name,
+                        "items": [{"key": flatten_path(path), "path": path} for path in sorted(code_files)],
+                    }}],
+                },
+            },
+        },
+    }
+
+
+def head_service_name(cluster_name: str) -> str:
+    """Service KubeRay creates for the head (`<cluster>-head-svc`)."""
+    return f"{cluster_name}-head-svc"
+
+
+def dashboard_load_balancer(spec: RaySpec, source_ranges: list[str]) -> dict:
+    """Opt-in internal passthrough load balancer for the dashboard / job API, limited to `source_ranges`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{spec.cluster_name}-dashboard-ilb",
+            "namespace": spec.namespace,
+            "labels": _labels(),
+            "annotations": {"networking.gke.io/load-balancer-type": "Internal"},
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerSourceRanges": list(source_ranges),
+            "selector": {"ray.io/cluster": spec.cluster_name, "ray.io/node-type": "head"},
+            "ports": [{"name": "dashboard", "port": DASHBOARD_PORT, "targetPort": DASHBOARD_PORT,
+                       "protocol": "TCP"}],
+        },
+    }

@@ -1,0 +1,39 @@
+"""The trainer code the cluster runs: this repository's trainer/ (and the TPU catalog it imports), as files.
+
+The content hash names the ConfigMap and the RayJob, so a change to the code relaunches the job and an
+unchanged tree changes nothing on the next `pulumi up`.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# trainer/ imports the planner, which imports the one TPU catalog: ship exactly those modules.
+SHIPPED = ("trainer/*.py", "infra/__init__.py", "infra/tpu_catalog.py")
+# Local-only helpers never run on the cluster.
+NOT_SHIPPED = ("trainer/local.py",)
+
+
+@dataclass(frozen=True)
+class TrainerBundle:
+    files: dict[str, str]   # repository-relative path → text
+
+    @property
+    def digest(self) -> str:
+        hasher = hashlib.sha256()
+        for path in sorted(self.files):
+            hasher.update(path.encode() + b"\0" + self.files[path].encode() + b"\0")
+        return hasher.hexdigest()
+
+    @property
+    def short_digest(self) -> str:
+        return self.digest[:8]
+
+
+def load_bundle(root: Path = REPO_ROOT) -> TrainerBundle:
+    paths = sorted({p for pattern in SHIPPED for p in root.glob(pattern)})
+    files = {p.relative_to(root).as_posix(): p.read_text() for p in paths
+             if p.relative_to(root).as_posix() not in NOT_SHIPPED}
+    return TrainerBundle(files)
