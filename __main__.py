@@ -9,8 +9,7 @@ from infra.network import ClusterNetwork
 from infra.services import ProjectServices
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
-from workloads.ray_exports import ray_exports
-from workloads.ray_workload import RayWorkload
+from workloads.backends import WorkloadContext, deploy_workload
 from workloads.trainer_bundle import load_bundle
 
 try:
@@ -30,8 +29,9 @@ pools = None if config.cluster.autopilot else TpuSlicePools(
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
                             opts=pulumi.ResourceOptions(deleted_with=cluster.cluster))
 identity = WorkloadIdentity("workload-identity", config, bucket.bucket, cluster.cluster, k8s_provider)
-workload = RayWorkload("ray", config, load_bundle(), identity.namespace, identity.service_account, cluster.cluster,
-                       opts=pulumi.ResourceOptions(providers=[k8s_provider]))
+workload_exports = deploy_workload(config, WorkloadContext(
+    bundle=load_bundle(), namespace=identity.namespace, service_account=identity.service_account,
+    cluster=cluster.cluster, cluster_location=cluster.location, k8s_provider=k8s_provider))
 
 pulumi.export("clusterName", cluster.name)
 pulumi.export("location", cluster.location)
@@ -49,5 +49,5 @@ pulumi.export("hostsPerSlice", config.tpu.shape.hosts)
 pulumi.export("totalHosts", config.tpu.total_hosts)
 pulumi.export("totalChips", config.tpu.total_chips)
 pulumi.export("plan", config.workload.plan.describe())
-for key, value in ray_exports(config, cluster.location, workload.job_name).items():
+for key, value in workload_exports.items():
     pulumi.export(key, value)

@@ -98,6 +98,8 @@ KEYS: tuple[Key, ...] = (
         "only; use kubectl port-forward) or internal-lb (an internal load balancer limited to "
         "dashboardSourceRanges).", "cluster-ip", ("cluster-ip", "internal-lb")),
     Key("dashboardSourceRanges", "array", "Source CIDR ranges allowed to reach the internal load balancer.", ()),
+    # --- JobSet + Kueue backend (workloadBackend=jobset) ---
+    # --- Pathways backend (workloadBackend=pathways) ---
 )
 
 KEYS_BY_NAME = {key.name: key for key in KEYS}

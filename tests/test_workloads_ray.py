@@ -170,7 +170,8 @@ def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
     assert code["data"]["trainer__planner.py"] == (REPO / "trainer" / "planner.py").read_text()
     entry = spec["entrypoint"]
     for fragment in ("python -m trainer.entrypoint", "--model llama3-8b", "--slices 2", "--steps 200",
-                     "--checkpoint-period 50", "--output-dir gs://my-tpu-project-tpu-multislice-prod-ckpt/maxtext"):
+                     "--checkpoint-period 50",
+                     "--base-output-directory gs://my-tpu-project-tpu-multislice-prod-ckpt/maxtext"):
         assert fragment in entry
     assert len(job["metadata"]["name"]) <= 47 and len(by_kind(objects, "RayCluster")[0]["metadata"]["name"]) <= 53
 

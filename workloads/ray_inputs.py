@@ -76,7 +76,7 @@ def entrypoint(config: StackConfig) -> list[str]:
         "--per-device-batch-size", str(plan.per_device_batch_size),
         "--max-failures", str(workload.max_failures),
         "--run-name", run_name(config),
-        "--output-dir", output_directory(config),
+        "--base-output-directory", output_directory(config),
         "--storage-path", f"gs://{config.storage.bucket_name}/ray-results",
         "--maxtext-version", workload.maxtext_version,
     ]

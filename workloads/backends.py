@@ -1,0 +1,46 @@
+"""Workload backends: `workloadBackend` config → the component that runs training, and its exports.
+
+Every backend gets the same context (cluster, identity, provider, trainer code) and returns the exports that
+tell the user where to watch it. Adding a backend = one function here + its component module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from infra.config import StackConfig
+from workloads.ray_exports import ray_exports
+from workloads.ray_workload import RayWorkload
+from workloads.trainer_bundle import TrainerBundle
+
+
+@dataclass(frozen=True)
+class WorkloadContext:
+    bundle: TrainerBundle
+    namespace: pulumi.Resource          # the training namespace object
+    service_account: pulumi.Resource    # the Workload Identity KSA object
+    cluster: pulumi.Resource            # the GKE cluster (Kubernetes objects are deleted with it)
+    cluster_location: str
+    k8s_provider: k8s.Provider
+
+    @property
+    def provider_options(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(providers=[self.k8s_provider])
+
+
+def _rayjob(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
+    workload = RayWorkload("ray", config, context.bundle, context.namespace, context.service_account,
+                           context.cluster, opts=context.provider_options)
+    return ray_exports(config, context.cluster_location, workload.job_name)
+
+
+BACKENDS: dict[str, Callable[[StackConfig, WorkloadContext], dict[str, Any]]] = {
+    "rayjob": _rayjob,
+}
+
+
+def deploy_workload(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
+    return BACKENDS[config.workload.backend](config, context)
