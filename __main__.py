@@ -28,7 +28,8 @@ pools = None if config.cluster.autopilot else TpuSlicePools(
 
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
                             opts=pulumi.ResourceOptions(deleted_with=cluster.cluster))
-identity = WorkloadIdentity("workload-identity", config, bucket.bucket, cluster.cluster, k8s_provider)
+identity = WorkloadIdentity("workload-identity", config, bucket.bucket, cluster.cluster, k8s_provider,
+                            node_account.email)
 workload_exports = deploy_workload(config, WorkloadContext(
     bundle=load_bundle(), namespace=identity.namespace, service_account=identity.service_account,
     cluster=cluster.cluster, cluster_location=cluster.location, k8s_provider=k8s_provider))

@@ -130,6 +130,34 @@ class WorkloadSettings:
 
 
 @dataclass(frozen=True)
+class JobSetSettings:
+    """workloadBackend=jobset (JobSet + Kueue) and the smoke job of either backend."""
+    image: str
+    name_prefix: str
+    max_restarts: int
+    tpu_quota: int             # ClusterQueue nominal quota of google.com/tpu chips
+    smoke_test: bool
+
+
+@dataclass(frozen=True)
+class PathwaysSettings:
+    """workloadBackend=pathways: one Pathways JobSet whose head runs MaxText with elastic_retry."""
+    job_name: str
+    elastic_slices: int        # 0 = not elastic
+    max_slice_restarts: int
+    elastic_max_retries: int
+    elastic_timeout_seconds: int
+    profiling: bool
+    server_image: str
+    proxy_image: str
+    trainer_image: str
+
+    @property
+    def elastic(self) -> bool:
+        return self.elastic_slices > 0
+
+
+@dataclass(frozen=True)
 class StackConfig:
     gcp: GcpSettings
     cluster: ClusterSettings
@@ -138,10 +166,21 @@ class StackConfig:
     storage: StorageSettings
     kubernetes: KubernetesSettings
     workload: WorkloadSettings
+    jobset: JobSetSettings
+    pathways: PathwaysSettings | None = None   # set when workloadBackend=pathways
 
     @property
     def names(self) -> naming.Names:
         return naming.Names(self.cluster.name)
+
+    @property
+    def pods_use_host_network(self) -> bool:
+        """Whether the training pods run on the host network: Pathways always (its sidecars talk over host
+        ports), JobSet when DCN NICs are not handed over by DRANET (xpk's multislice pods). Such pods do not
+        get the Workload Identity metadata server (GKE: "Pods that use the host network" are a Workload
+        Identity Federation limitation), so they reach the bucket as the node service account."""
+        backend = self.workload.backend
+        return backend == "pathways" or (backend == "jobset" and not self.network.dranet)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -446,6 +485,135 @@ def _check_workload(v: dict[str, Any], problems: list[str]) -> None:
                 problems.append(_problem(f"dashboardSourceRanges[{index}]", cidr, "a CIDR range, e.g. 10.0.0.0/8"))
 
 
+JOBSET_PREFIX_MAX = 24   # leaves room for "-smoke-" + hash and the pod hostnames (<=63) JobSet derives
+
+
+def _check_jobset(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> None:
+    """JobSet + Kueue settings; the quota rule applies only when the jobset backend will queue workloads."""
+    if v["maxRestarts"] is not None and v["maxRestarts"] < 0:
+        problems.append(_problem("maxRestarts", v["maxRestarts"], "0 or more (JobSet failurePolicy.maxRestarts)"))
+    prefix = v["jobsetName"] or ""
+    if not naming.DNS1035_LABEL.match(prefix) or len(prefix) > JOBSET_PREFIX_MAX:
+        problems.append(_problem("jobsetName", prefix, f"a DNS-1035 label of at most {JOBSET_PREFIX_MAX} characters "
+                                 "(lowercase letters, digits, '-', starting with a letter)"))
+    image = v["jobsetImage"] or ""
+    tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
+    if "@sha256:" not in image and (not tag or tag == "latest" or "nightly" in tag):
+        problems.append(_problem("jobsetImage", image, "a pinned tag or digest (not latest or nightly), e.g. "
+                                 "python:3.12.11-slim-bookworm"))
+    quota = v["kueueTpuQuota"]
+    if v["workloadBackend"] != "jobset" or shape is None or v["slices"] is None or quota is None:
+        return
+    needed = v["slices"] * shape.chips
+    if quota < needed:
+        problems.append(f"{NAMESPACE}:kueueTpuQuota={quota} cannot admit the workload: it requests slices x chips "
+                        f"= {v['slices']} x {shape.chips} = {needed} google.com/tpu at once; allowed: at least "
+                        f"{needed} (or unset)")
+
+
+PATHWAYS_NAME_MAX = 28        # MaxText's elastic-training guide: Pathways workload names of at most 28 characters
+PATHWAYS_MIN_MAXTEXT = (0, 2, 4)   # the release that brought elastic_enabled / elastic_max_retries (same guide)
+# GiB per vCPU of a Compute Engine machine class, for the rough "does the head fit" check (Compute Engine
+# general-purpose machine family tables; n1-standard has 3.75, rounded down to 3 here to stay conservative).
+_GIB_PER_VCPU = {"standard": 4, "highmem": 8, "highcpu": 1}
+
+
+def _machine_capacity(machine_type: str) -> tuple[int, int] | None:
+    """(vCPUs, GiB) from a predefined machine type name like n2-standard-64; None when the name is not one."""
+    parts = machine_type.split("-")
+    if len(parts) != 3 or parts[1] not in _GIB_PER_VCPU or not parts[2].isdigit():
+        return None
+    vcpus = int(parts[2])
+    per_vcpu = 3 if (parts[0], parts[1]) == ("n1", "standard") else _GIB_PER_VCPU[parts[1]]
+    return vcpus, vcpus * per_vcpu
+
+
+def _check_pathways(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> PathwaysSettings | None:
+    """workloadBackend=pathways: elastic settings, supported TPUs, pinned images, where the head runs."""
+    if v["workloadBackend"] != "pathways":
+        return None
+    # Local import: the Pathways instance-type table and head sizes live beside the manifests that use them.
+    from workloads.pathways_manifests import PATHWAYS_TPU_VERSIONS, head_requests
+
+    name = v["pathwaysJobName"] or ""
+    if not naming.DNS1035_LABEL.match(name) or len(name) > PATHWAYS_NAME_MAX:
+        problems.append(_problem("pathwaysJobName", name, f"a DNS-1035 label of at most {PATHWAYS_NAME_MAX} "
+                                 "characters (lowercase letters, digits, '-', starting with a letter)"))
+    slices, elastic = v["slices"], v["pathwaysElasticSlices"]
+    if elastic is not None and elastic < 0:
+        problems.append(_problem("pathwaysElasticSlices", elastic, "0 (not elastic) or more"))
+    elif elastic is not None and slices is not None and slices >= 1 and elastic >= slices:
+        problems.append(f"{NAMESPACE}:pathwaysElasticSlices={elastic} is not below {NAMESPACE}:slices={slices}: the "
+                        f"run must keep at least one slice; allowed: 0 to {slices - 1}")
+    is_elastic = bool(elastic and elastic > 0)
+    retries, restarts = v["pathwaysElasticMaxRetries"], v["pathwaysMaxSliceRestarts"]
+    if retries is not None and retries < 0:
+        problems.append(_problem("pathwaysElasticMaxRetries", retries, "0 or more (1 or more when elastic)"))
+    elif retries == 0 and is_elastic:
+        # pathwaysutils' elastic_retry raises "max_retries must be positive" and training would never start.
+        problems.append(_problem("pathwaysElasticMaxRetries", retries, "at least 1 when pathwaysElasticSlices > 0 "
+                                 "(pathwaysutils refuses max_retries=0)"))
+    if restarts is not None and restarts < 0:
+        problems.append(_problem("pathwaysMaxSliceRestarts", restarts, "0 or more"))
+    elif restarts == 0 and is_elastic:
+        problems.append(_problem("pathwaysMaxSliceRestarts", restarts, "at least 1 when pathwaysElasticSlices > 0 "
+                                 "(a lost slice must be allowed to restart to come back)"))
+    timeout = v["pathwaysElasticTimeoutSeconds"]
+    if timeout is not None and timeout < 1:
+        problems.append(_problem("pathwaysElasticTimeoutSeconds", timeout, "at least 1 second"))
+    if v["pathwaysProfiling"] and is_elastic:
+        problems.append(f"{NAMESPACE}:pathwaysProfiling=true conflicts with {NAMESPACE}:pathwaysElasticSlices="
+                        f"{elastic}: MaxText does not support an elastic event during a profile; profile a separate "
+                        "run with pathwaysElasticSlices=0")
+    if v["elasticMinSlices"] is not None:
+        problems.append(f"{NAMESPACE}:elasticMinSlices conflicts with {NAMESPACE}:workloadBackend='pathways': "
+                        "Pathways restores the last checkpoint on the full mesh instead of continuing on fewer "
+                        "slices; unset it and set pathwaysElasticSlices")
+    if shape is not None and shape.machine.name not in PATHWAYS_TPU_VERSIONS:
+        supported = sorted(PATHWAYS_TPU_VERSIONS)
+        problems.append(f"{NAMESPACE}:tpuGeneration={shape.generation.name!r} on {shape.machine.name} is not "
+                        f"supported by Pathways on GKE (no Pathways instance type); allowed machine types: "
+                        f"{', '.join(supported)}")
+    if v["clusterMode"] == ClusterMode.AUTOPILOT.value:
+        problems.append(f"{NAMESPACE}:clusterMode='autopilot' conflicts with {NAMESPACE}:workloadBackend='pathways': "
+                        "the Pathways pods use hostNetwork and the head needs a large CPU node (xpk runs Pathways "
+                        "on Standard clusters with a CPU pool); use clusterMode=standard")
+    if v["dranet"]:
+        problems.append(f"{NAMESPACE}:dranet=true conflicts with {NAMESPACE}:workloadBackend='pathways': Pathways "
+                        "workers run with hostNetwork and already see every NIC of the TPU VM; set dranet=false")
+    tags: dict[str, str] = {}
+    for key in ("pathwaysServerImage", "pathwaysProxyImage", "pathwaysTrainerImage"):
+        image = v[key] or ""
+        tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
+        tags[key] = tag
+        if "@sha256:" not in image and (not tag or tag == "latest" or "nightly" in tag):
+            problems.append(_problem(key, image, "a pinned tag or digest (not latest or nightly), e.g. "
+                                     f"{KEYS_BY_NAME[key].default}"))
+    server_tag, proxy_tag = tags["pathwaysServerImage"], tags["pathwaysProxyImage"]
+    if server_tag.startswith("jax-") and proxy_tag.startswith("jax-") and server_tag != proxy_tag:
+        problems.append(f"{NAMESPACE}:pathwaysProxyImage tag {proxy_tag!r} differs from {NAMESPACE}:"
+                        f"pathwaysServerImage tag {server_tag!r}: the proxy and the servers must be one Pathways "
+                        "release")
+    trainer_version = _version_tuple(tags["pathwaysTrainerImage"])
+    if is_elastic and trainer_version is not None and trainer_version < PATHWAYS_MIN_MAXTEXT:
+        problems.append(_problem("pathwaysTrainerImage", v["pathwaysTrainerImage"], "MaxText 0.2.4 or later for "
+                                 "elastic training (elastic_enabled, elastic_max_retries)"))
+    machine = v["systemPoolMachineType"] or ""
+    capacity = _machine_capacity(machine)
+    cpu, memory_gib = head_requests()
+    if v["clusterMode"] != ClusterMode.AUTOPILOT.value and capacity is not None and (
+            capacity[0] <= cpu or capacity[1] <= memory_gib):
+        problems.append(f"{NAMESPACE}:systemPoolMachineType={machine!r} ({capacity[0]} vCPU, {capacity[1]} GiB) "
+                        f"cannot hold the Pathways head ({cpu} vCPU, {memory_gib:.0f} GiB requested, plus system "
+                        "pods); use a larger machine, e.g. n2-standard-64 as in the Pathways on GKE guide")
+    if problems:
+        return None
+    return PathwaysSettings(
+        job_name=name, elastic_slices=elastic, max_slice_restarts=restarts, elastic_max_retries=retries,
+        elastic_timeout_seconds=timeout, profiling=v["pathwaysProfiling"], server_image=v["pathwaysServerImage"],
+        proxy_image=v["pathwaysProxyImage"], trainer_image=v["pathwaysTrainerImage"])
+
+
 def build(raw: Mapping[str, Any]) -> StackConfig:
     """Validate raw config (key without namespace → value as Pulumi stores it) into a StackConfig."""
     problems: list[str] = []
@@ -460,6 +628,8 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     if v["systemPoolNodes"] is not None and v["systemPoolNodes"] < 1:
         problems.append(_problem("systemPoolNodes", v["systemPoolNodes"], "at least 1 (the Ray head runs there)"))
     _check_workload(v, problems)
+    _check_jobset(v, shape, problems)
+    pathways = _check_pathways(v, shape, problems)
     workload_plan = _plan_workload(v, shape, problems)
     if problems:
         raise ConfigError(problems)
@@ -487,6 +657,11 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
             maxtext_version=v["maxtextVersion"], ray_image=v["rayImage"], ray_cluster_name=v["rayClusterName"],
             ray_job_name=v["rayJobName"], dashboard_exposure=v["dashboardExposure"],
             dashboard_source_ranges=tuple(v["dashboardSourceRanges"])),
+        jobset=JobSetSettings(
+            image=v["jobsetImage"], name_prefix=v["jobsetName"], max_restarts=v["maxRestarts"],
+            tpu_quota=v["kueueTpuQuota"] if v["kueueTpuQuota"] is not None else v["slices"] * shape.chips,
+            smoke_test=v["smokeTest"]),
+        pathways=pathways,
     )
 
 

@@ -77,7 +77,8 @@ KEYS: tuple[Key, ...] = (
     Key("serviceAccount", "string", "Kubernetes service account of the training pods (bound to the bucket "
         "through Workload Identity).", "tpu-trainer"),
     # --- Training workload ---
-    Key("workloadBackend", "string", "How the training job runs on the cluster.", "rayjob", ("rayjob",)),
+    Key("workloadBackend", "string", "How the training job runs on the cluster.", "rayjob",
+        ("rayjob", "jobset", "pathways")),
     Key("model", "string", "Model preset (trainer/presets.py): llama3-8b, llama3-70b, qwen3-0.6b.", "llama3-8b"),
     Key("trainSteps", "integer", "Training steps of the job.", 200),
     Key("checkpointPeriod", "integer", "Save a checkpoint every this many steps (MaxText checkpoint_period).", 50),
@@ -99,7 +100,38 @@ KEYS: tuple[Key, ...] = (
         "dashboardSourceRanges).", "cluster-ip", ("cluster-ip", "internal-lb")),
     Key("dashboardSourceRanges", "array", "Source CIDR ranges allowed to reach the internal load balancer.", ()),
     # --- JobSet + Kueue backend (workloadBackend=jobset) ---
+    Key("smokeTest", "boolean", "Run the multislice smoke job (trainer/smoke.py: device count and a cross-slice "
+        "all-reduce) next to training, on either backend.", True),
+    Key("jobsetImage", "string", "Container image of the JobSet training and smoke pods (pinned tag or digest, "
+        "Python 3.12); the pinned MaxText and JAX are pip-installed at start unless the image has them.",
+        "python:3.12.11-slim-bookworm"),
+    Key("jobsetName", "string", "Prefix of the training JobSet's name (DNS-1035, at most 24 characters); a hash "
+        "of its inputs is appended, and the smoke JobSet is PREFIX-smoke-HASH.", "maxtext"),
+    Key("maxRestarts", "integer", "JobSet failurePolicy.maxRestarts: how often a failed JobSet is recreated "
+        "as a whole (0 or more).", 3),
+    Key("kueueTpuQuota", "integer", "Kueue ClusterQueue nominal quota of google.com/tpu chips; unset = slices x "
+        "chips per slice. Less than the workload needs is refused (Kueue could never admit it).", DERIVED),
     # --- Pathways backend (workloadBackend=pathways) ---
+    Key("pathwaysJobName", "string", "Name of the Pathways JobSet (DNS-1035 label of at most 28 characters, the "
+        "limit MaxText's elastic-training guide gives for Pathways workload names).", "maxtext-pathways"),
+    Key("pathwaysElasticSlices", "integer", "Slices the run may lose without ending its Pathways session (xpk "
+        "--elastic-slices; the proxy's --num_elastic_slices). 0 turns elastic training off; must be below "
+        "slices.", 0),
+    Key("pathwaysMaxSliceRestarts", "integer", "Restarts allowed per slice (xpk --max-slice-restarts): the worker "
+        "Job's backoffLimit is this times the hosts per slice.", 10),
+    Key("pathwaysElasticMaxRetries", "integer", "MaxText elastic_max_retries: in-process recoveries before the run "
+        "gives up (at least 1 when elastic).", 10),
+    Key("pathwaysElasticTimeoutSeconds", "integer", "MaxText elastic_timeout_seconds: how long a recovery waits for "
+        "the lost slice to come back.", 300),
+    Key("pathwaysProfiling", "boolean", "MaxText profiler=xplane. Refused together with elastic training (MaxText "
+        "does not support an elastic event during a profile).", False),
+    Key("pathwaysServerImage", "string", "Pathways resource manager and worker image (pinned tag or digest; its "
+        "jax-<version> tag must match the JAX in pathwaysTrainerImage).",
+        "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.2"),
+    Key("pathwaysProxyImage", "string", "Pathways IFRT proxy image (pinned; same tag as pathwaysServerImage).",
+        "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.10.2"),
+    Key("pathwaysTrainerImage", "string", "Image of the MaxText container in the Pathways head (pinned; MaxText >= "
+        "0.2.4 for the elastic keys).", "us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_pre_training:0.2.4"),
 )
 
 KEYS_BY_NAME = {key.name: key for key in KEYS}

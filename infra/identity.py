@@ -55,7 +55,8 @@ class WorkloadIdentity(pulumi.ComponentResource):
     """
 
     def __init__(self, name: str, config: StackConfig, bucket: gcp.storage.Bucket, cluster: pulumi.Resource,
-                 k8s_provider: k8s.Provider, opts: pulumi.ResourceOptions | None = None):
+                 k8s_provider: k8s.Provider, node_service_account: pulumi.Input[str],
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "WorkloadIdentity"), name, None, opts)
         ns, ksa, project = config.kubernetes.namespace, config.kubernetes.service_account, config.gcp.project
         project_number = gcp.organizations.get_project_output(project_id=project).number
@@ -75,6 +76,12 @@ class WorkloadIdentity(pulumi.ComponentResource):
         self.bucket_binding = gcp.storage.BucketIAMMember(
             "checkpoints-object-user", bucket=bucket.name, role=CHECKPOINT_ROLE, member=self.principal,
             opts=child_options(self, depends_on=[cluster]))
+        if config.pods_use_host_network:
+            # Host-network pods authenticate as the node: give the node account the same object access, on
+            # this bucket only (nothing project-wide).
+            self.node_bucket_binding = gcp.storage.BucketIAMMember(
+                "checkpoints-object-user-nodes", bucket=bucket.name, role=CHECKPOINT_ROLE,
+                member=pulumi.Output.concat("serviceAccount:", node_service_account), opts=child_options(self))
         self.namespace_name = self.namespace.metadata.name
         self.service_account_name = self.service_account.metadata.name
         self.register_outputs({

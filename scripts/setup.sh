@@ -9,7 +9,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -r requirements.txt
-if [ -f scripts/install_maxtext.sh ]; then
-  bash scripts/install_maxtext.sh .venv/bin/python
+bash scripts/install_maxtext.sh .venv/bin/python
+# Graphviz renders `python -m infra.plan --graph`; without it the plan writes DOT instead (best effort).
+if ! command -v dot >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && apt-get install -y -qq graphviz >/dev/null) || echo "note: graphviz not installed; --graph writes DOT"
 fi
 echo "setup done: $(.venv/bin/python --version), venv in .venv"

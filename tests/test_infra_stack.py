@@ -7,8 +7,9 @@ import json
 import pytest
 
 from infra import versions
+from infra.k8s_manifests import is_kubernetes_type
 from infra.mocks import FAKE_PROJECT_NUMBER, ProgramRun, Registration, run_program
-from tests.conftest import MINIMAL
+from tests.conftest import MINIMAL, committed_stack_run
 
 CLUSTER = "gcp:container/cluster:Cluster"
 NODE_POOL = "gcp:container/nodePool:NodePool"
@@ -254,3 +255,15 @@ def test_pool_count_follows_slices(slices):
     run = run_program({**MINIMAL, "slices": slices})
     assert len(slice_pools(run)) == slices
     assert run.outputs["totalChips"] == 16 * slices
+
+
+@pytest.mark.parametrize("stack", ["prod", "dev", "jobset", "pathways"])
+def test_host_network_pods_reach_the_bucket_as_the_node_account(stack):
+    """Pods on the host network get no Workload Identity: the node account then needs the bucket (only it)."""
+    run = committed_stack_run(stack)
+    host_network = any('"hostNetwork": true' in json.dumps(r.inputs)
+                       for r in run.resources if is_kubernetes_type(r.type))
+    node_account = run.one(ACCOUNT).inputs["accountId"]
+    bindings = [b.inputs["member"] for b in run.of_type(BUCKET_IAM)]
+    node_bound = any(member.startswith(f"serviceAccount:{node_account}@") for member in bindings)
+    assert node_bound == host_network, (stack, host_network, bindings)

@@ -12,8 +12,13 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.config import StackConfig
+from workloads.pathways_exports import pathways_exports
+from workloads.pathways_workload import PathwaysWorkload
+from workloads.jobset_exports import jobset_exports
+from workloads.jobset_workload import JobSetWorkload
 from workloads.ray_exports import ray_exports
 from workloads.ray_workload import RayWorkload
+from workloads.smoke_exports import ray_smoke_exports
 from workloads.trainer_bundle import TrainerBundle
 
 
@@ -34,11 +39,28 @@ class WorkloadContext:
 def _rayjob(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
     workload = RayWorkload("ray", config, context.bundle, context.namespace, context.service_account,
                            context.cluster, opts=context.provider_options)
-    return ray_exports(config, context.cluster_location, workload.job_name)
+    exports = ray_exports(config, context.cluster_location, workload.job_name)
+    if workload.smoke_job_name:
+        exports.update(ray_smoke_exports(config.kubernetes.namespace, workload.smoke_job_name))
+    return exports
+
+
+def _jobset(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
+    workload = JobSetWorkload("jobset", config, context.bundle, context.namespace, context.service_account,
+                              context.cluster, opts=context.provider_options)
+    return jobset_exports(config, workload.jobset_name, workload.smoke_jobset_name)
+
+
+def _pathways(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
+    workload = PathwaysWorkload("pathways", config, context.namespace, context.service_account, context.cluster,
+                                opts=context.provider_options)
+    return pathways_exports(config, context.cluster_location, workload.jobset_name)
 
 
 BACKENDS: dict[str, Callable[[StackConfig, WorkloadContext], dict[str, Any]]] = {
     "rayjob": _rayjob,
+    "jobset": _jobset,
+    "pathways": _pathways,
 }
 
 

@@ -120,8 +120,9 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         "name": "ray-worker",
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
-        # No `privileged`: GKE exposes TPU chips through the google.com/tpu device plugin, and DRANET hands
-        # NICs over through the claim, so the container needs no extra privilege.
+        # No `privileged`: GKE's TPU samples mark it "required for GKE versions earlier than 1.28 to access
+        # TPUs"; this stack needs >= 1.30 (Ray add-on), the google.com/tpu device plugin exposes the chips and
+        # DRANET hands NICs over through the claim, so the container runs unprivileged.
         "resources": {
             "requests": {"google.com/tpu": chips, "cpu": cpu, "memory": memory},
             "limits": {"google.com/tpu": chips, "cpu": cpu, "memory": memory},

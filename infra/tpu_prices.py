@@ -1,0 +1,64 @@
+"""Estimated TPU prices per chip-hour, next to the catalog (infra/tpu_catalog.py) whose generations they price.
+
+Source of the on-demand figures: Cloud TPU pricing, https://cloud.google.com/tpu/pricing, list prices per
+chip-hour in US regions (us-central1 / us-east5 / us-east1), as published in 2025. The offline copy of
+that page this project could consult on 2026-11-21 predates v5e, so these figures were not re-checked
+then; a third-party page read the same day still quotes v5e at 1.20 USD per chip-hour
+(peakinfer.com, "What TPU economics look like in practice"). Prices differ by region and change.
+
+Spot figures are ASSUMPTIONS: Spot prices are dynamic and not stable list prices. Each is 40 % of the
+on-demand price, i.e. the smallest discount of the 60-91 % range Compute Engine documents for Spot VMs
+(cloud.google.com/compute/docs/instances/spot), so the spot estimate errs high.
+TPU7x (Ironwood) has no public per-chip price in these sources: its estimate is reported as unknown.
+Only the TPU VMs are priced; the GKE fee, CPU nodes, disks, network and storage are not included.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SOURCE = "https://cloud.google.com/tpu/pricing (US list prices, 2025; not re-checked 2026-11-21)"
+SPOT_FRACTION_ASSUMED = 0.40
+
+
+@dataclass(frozen=True)
+class ChipHourPrice:
+    on_demand_usd: float | None
+    spot_usd: float | None
+    spot_is_assumption: bool = True
+
+
+def _row(on_demand: float | None) -> ChipHourPrice:
+    spot = round(on_demand * SPOT_FRACTION_ASSUMED, 4) if on_demand is not None else None
+    return ChipHourPrice(on_demand_usd=on_demand, spot_usd=spot)
+
+
+# Keyed by the catalog's generation names.
+PRICES: dict[str, ChipHourPrice] = {
+    "v4": _row(3.22),
+    "v5e": _row(1.20),
+    "v5p": _row(4.20),
+    "v6e": _row(2.70),
+    "tpu7x": _row(None),   # no public figure in the sources above
+}
+
+
+@dataclass(frozen=True)
+class HourlyEstimate:
+    generation: str
+    chips: int
+    on_demand_usd_per_hour: float | None
+    spot_usd_per_hour: float | None
+    source: str = SOURCE
+    spot_assumption: str = (f"spot = {SPOT_FRACTION_ASSUMED:.0%} of on-demand (assumed; Spot prices are "
+                            "dynamic)")
+
+
+def hourly_estimate(generation: str, chips: int) -> HourlyEstimate:
+    """What `chips` TPU chips of a generation cost per hour while their VMs exist."""
+    price = PRICES.get(generation, ChipHourPrice(None, None))
+
+    def times(per_chip: float | None) -> float | None:
+        return round(per_chip * chips, 2) if per_chip is not None else None
+
+    return HourlyEstimate(generation=generation, chips=chips, on_demand_usd_per_hour=times(price.on_demand_usd),
+                          spot_usd_per_hour=times(price.spot_usd))

@@ -1,0 +1,144 @@
+"""Ray Train entrypoint: MaxText pre-training on TPU slices with JaxTrainer (what the RayJob runs).
+
+    python -m trainer.entrypoint --model llama3-8b --topology 4x4 --slices 2 \
+        --run-name llama3-8b-1 --base-output-directory gs://BUCKET/runs --steps 1000
+
+Settings are validated and planned (trainer.planner) before Ray is touched; bad input exits 2 with one line.
+`--local-cpu` is the same program on fake TPU hosts (trainer.local starts them): the scaling config is
+unchanged (use_tpu=True, TPU resources per host), only the workers' JAX runs on CPU devices.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from trainer import cli, maxtext_runtime
+from trainer.errors import PlanError
+from trainer.maxtext_args import RunSettings
+from trainer.planner import Plan, plan, worker_bounds
+from trainer.worker import request_to_dict, run_to_dict, train_loop_per_worker
+
+# The MaxText release this project runs and tests (requirements-trainer.txt, scripts/install_maxtext.sh).
+PINNED_MAXTEXT = "0.2.5"
+ENTRYPOINT_DEFAULTS = {"model": "llama3-8b", "generation": "v6e", "topology": "4x4", "slices": 2, "steps": 1000}
+EXIT_BAD_INPUT = 2
+
+
+def scaling_kwargs(plan_: Plan, resize_interval_s: float | None = None) -> dict[str, Any]:
+    """ScalingConfig arguments: one worker per TPU host, whole slices, TPU chips per host (pure)."""
+    kwargs: dict[str, Any] = dict(
+        use_tpu=True,
+        topology=plan_.shape.topology,
+        accelerator_type=plan_.shape.generation.ray_accelerator_type,
+        num_workers=worker_bounds(plan_),
+        resources_per_worker={"TPU": plan_.shape.chips_per_host},
+        placement_strategy="SPREAD",
+    )
+    if plan_.elastic and resize_interval_s is not None:
+        kwargs["elastic_resize_monitor_interval_s"] = resize_interval_s
+    return kwargs
+
+
+def worker_env(plan_: Plan, local_cpu: bool, maxtext_version: str) -> dict[str, str]:
+    """Environment of every training worker."""
+    env = {"TRAINER_MAXTEXT_VERSION": maxtext_version}
+    if local_cpu:
+        env.update({
+            # Ray's TPU backend calls jax.distributed.initialize on whatever platform JAX_PLATFORMS names
+            # (FACTS §5); one CPU device per chip makes the host look like its TPU VM to MaxText's mesh.
+            "JAX_PLATFORMS": "cpu",
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={plan_.shape.chips_per_host}",
+            # Keep MaxText away from Google Cloud services (no credentials locally).
+            "DECOUPLE_GCLOUD": "TRUE",
+        })
+    return env
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m trainer.entrypoint", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    cli.add_plan_arguments(parser, ENTRYPOINT_DEFAULTS)
+    cli.add_run_arguments(parser, ENTRYPOINT_DEFAULTS)
+    g = parser.add_argument_group("Ray")
+    g.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"), help="cluster to join (default: auto)")
+    g.add_argument("--storage-path", default=cli._env("storage_path", None),
+                   help="Ray Train storage (default: <base-output-directory>/ray)")
+    g.add_argument("--max-failures", type=int, default=int(cli._env("max_failures", 3)),
+                   help="worker-group failures Ray Train recovers from (-1: unlimited)")
+    g.add_argument("--resize-interval", type=float, default=float(cli._env("resize_interval", 60)),
+                   help="elastic runs: seconds between checks for more slices")
+    g.add_argument("--maxtext-version", default=cli._env("maxtext_version", PINNED_MAXTEXT),
+                   help="exact MaxText release the workers must have")
+    g.add_argument("--progress-dir", default=cli._env("progress_dir", None),
+                   help="directory (shared with worker 0) for the progress log")
+    g.add_argument("--local-cpu", action="store_true", default=bool(cli._env("local_cpu", "")),
+                   help="fake TPU hosts on this machine (see trainer.local): JAX on CPU, hardware=cpu")
+    return parser
+
+
+def prepare(argv: list[str] | None) -> tuple[argparse.Namespace, Plan, RunSettings]:
+    """Parse and validate everything; raise PlanError on bad input (nothing started yet)."""
+    args = build_parser().parse_args(argv)
+    if args.run_name is None:
+        args.run_name = f"{args.model}-{args.topology}"
+    plan_ = plan(cli.plan_request(args, ENTRYPOINT_DEFAULTS["slices"]))
+    run = cli.run_settings(args, "cpu" if args.local_cpu else "tpu")
+    if plan_.model.cpu_only and not args.local_cpu:
+        raise PlanError(f"model {plan_.model.name} is a CPU test model; use trainer.local (or --local-cpu)")
+    maxtext_runtime.require_version(args.maxtext_version)
+    return args, plan_, run
+
+
+def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
+    import ray
+    from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.v2.jax import JaxTrainer
+
+    ray.init(address=args.ray_address or "auto", logging_level="WARNING")
+    storage = args.storage_path or f"{run.base_output_directory.rstrip('/')}/ray"
+    if "://" not in storage:
+        Path(storage).mkdir(parents=True, exist_ok=True)
+    runtime_env: dict[str, Any] = {"env_vars": worker_env(plan_, args.local_cpu, args.maxtext_version)}
+    trainer = JaxTrainer(
+        train_loop_per_worker=train_loop_per_worker,
+        train_loop_config={"plan_request": request_to_dict(_request_of(args, plan_)), "run": run_to_dict(run),
+                           "progress_dir": args.progress_dir},
+        scaling_config=ScalingConfig(**scaling_kwargs(plan_, args.resize_interval)),
+        run_config=RunConfig(name=run.run_name, storage_path=storage,
+                             failure_config=FailureConfig(max_failures=args.max_failures),
+                             worker_runtime_env=runtime_env),
+    )
+    return trainer.fit()
+
+
+def _request_of(args: argparse.Namespace, plan_: Plan):
+    # Workers re-plan from the request (not the resolved plan) so an elastic resize re-derives the mesh.
+    return cli.plan_request(args, plan_.slices)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args, plan_, run = prepare(argv)
+    except (PlanError, maxtext_runtime.MaxTextVersionError) as err:
+        print(f"trainer: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"trainer: {plan_.describe()}", flush=True)
+    for note in plan_.notes:
+        print(f"trainer: note: {note}", flush=True)
+    try:
+        result = fit(args, plan_, run)
+    except Exception as err:  # Ray raises TrainingFailedError subclasses; report and fail the job
+        print(f"trainer: training failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    metrics = result.metrics or {}
+    done = metrics.get("final_step", -1) + 1
+    print(f"trainer: finished {done}/{run.steps} steps, loss {metrics.get('loss')}, "
+          f"{metrics.get('workers')} workers", flush=True)
+    return 0 if done >= run.steps else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""MaxText as installed on a worker: version gate, base config, and the two hooks the trainer needs.
+
+Hooks (wrapping MaxText's MetricLogger methods, which train.py looks up on the class at call time):
+- model check: when MaxText has built the parameters, count them and compare with the preset. The seed runs
+  trained MaxText's ~1B default model while believing it was llama3-8b (FACTS §6); this makes that loud.
+- step callback: every logged training step (step, loss, step time) goes to a callback (the progress log).
+MaxText is imported lazily so the planner and CLI work where MaxText is not installed.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.resources
+from typing import Callable
+
+# 0.2.1 and older look for model configs at configs/configs/models/... and silently fall back to the
+# default model (FACTS §6, fixed in maxtext 0.2.2).
+MIN_MAXTEXT = (0, 2, 2)
+# Preset parameter formulas are exact for the dense decoders here; the slack only absorbs an unforeseen
+# small tensor (a bias, a norm), never a different model (the default model is ~7x off llama3-8b).
+PARAM_TOLERANCE = 0.01
+
+
+class MaxTextVersionError(RuntimeError):
+    pass
+
+
+class ModelMismatchError(RuntimeError):
+    """MaxText built a model whose size is not the requested preset's."""
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def installed_version() -> str | None:
+    try:
+        return importlib.metadata.version("maxtext")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def require_version(version: str | None = None) -> str:
+    """The installed MaxText version, or MaxTextVersionError if it is missing or too old."""
+    version = version if version is not None else installed_version()
+    if version is None:
+        raise MaxTextVersionError("maxtext is not installed (run scripts/install_maxtext.sh)")
+    if _version_tuple(version) < MIN_MAXTEXT:
+        raise MaxTextVersionError(
+            f"maxtext {version} < {'.'.join(map(str, MIN_MAXTEXT))}: older releases silently train the "
+            "default model instead of the requested one")
+    return version
+
+
+def base_config_path() -> str:
+    """base.yml from the installed package: model configs are resolved relative to it (FACTS §5, §6)."""
+    path = importlib.resources.files("maxtext") / "configs" / "base.yml"
+    if not path.is_file():
+        raise MaxTextVersionError(f"maxtext package has no configs/base.yml at {path}")
+    return str(path)
+
+
+def check_param_count(actual: int, expected: int, model_name: str) -> None:
+    if abs(actual - expected) > PARAM_TOLERANCE * expected:
+        raise ModelMismatchError(
+            f"MaxText built {actual:,} parameters but {model_name} has {expected:,} "
+            f"(off by {actual / expected:.3f}x): the requested model was not loaded")
+
+
+def install_hooks(expected_params: int, model_name: str,
+                  on_params: Callable[[int], None] | None = None,
+                  on_step: Callable[[int, float, float], None] | None = None) -> None:
+    """Wrap MaxText's MetricLogger so this process checks the model and reports steps.
+
+    Idempotent per process: re-installing replaces the previous hooks (each Ray Train attempt runs in a
+    fresh worker process anyway).
+    """
+    from maxtext.common import metric_logger
+    from maxtext.utils import max_utils
+
+    cls = metric_logger.MetricLogger
+    for name in ("write_setup_info_to_tensorboard", "write_metrics"):
+        if not hasattr(cls, name):
+            raise MaxTextVersionError(f"maxtext MetricLogger has no {name}(); the trainer's hooks need updating")
+    setup_info = getattr(cls.write_setup_info_to_tensorboard, "_trainer_original", cls.write_setup_info_to_tensorboard)
+    write_metrics = getattr(cls.write_metrics, "_trainer_original", cls.write_metrics)
+
+    def checked_setup_info(self, params):
+        actual = int(max_utils.calculate_num_params_from_pytree(params))
+        check_param_count(actual, expected_params, model_name)
+        if on_params:
+            on_params(actual)
+        return setup_info(self, params)
+
+    def reported_write_metrics(self, metrics, step, metric_type="train"):
+        result = write_metrics(self, metrics, step, metric_type)
+        if on_step and metric_type == "train" and metrics:
+            scalars = metrics.get("scalar", {})
+            on_step(int(step), float(scalars.get("learning/loss", float("nan"))),
+                    float(scalars.get("perf/step_time_seconds", 0.0)))
+        return result
+
+    checked_setup_info._trainer_original = setup_info
+    reported_write_metrics._trainer_original = write_metrics
+    cls.write_setup_info_to_tensorboard = checked_setup_info
+    cls.write_metrics = reported_write_metrics
+
+
+def run_pre_train(argv: list[str]) -> None:
+    from maxtext.trainers.pre_train import train
+
+    train.main(argv)

@@ -1,0 +1,206 @@
+"""Multislice smoke test: do all slices form one JAX system, and does a collective cross the slices?
+
+Checks, on every process, failing loudly (exit 1, a `SMOKE FAILED:` line on stderr) when one does not hold:
+1. `jax.device_count()` equals slices x chips per slice (every host of every slice joined);
+2. `jax.process_count()` is a whole number of processes per slice;
+3. an all-reduce over every device of ones gives the device count, and of each device's process index gives
+   the sum computed from the device list (every process took part);
+4. an all-reduce over the slice axis only (the one that crosses DCN) of each device's slice id gives
+   0 + 1 + ... + (slices - 1) on every device.
+On success each process prints one `SMOKE PASSED {json}` line.
+
+Modes:
+    python -m trainer.smoke --expect-devices 32 --expect-slices 2 --distributed   # JobSet pod (TPU, GKE env)
+    python -m trainer.smoke --ray --model llama3-8b --topology 4x4 --slices 2     # RayJob driver (JaxTrainer)
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \\
+      python -m trainer.smoke --expect-devices 8 --expect-slices 2                # locally, one process
+    ... --coordinator localhost:12355 --num-processes 2 --process-id 0|1           # locally, several processes
+Never imports Pulumi; JAX and Ray are imported only when a mode needs them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Sequence
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class SmokeFailure(RuntimeError):
+    """A check did not hold; the message says which and by how much."""
+
+
+def slice_of_devices(devices: Sequence[Any], slices: int) -> list[int]:
+    """Slice id of each device, in the given order.
+
+    TPU devices carry `slice_index` (set by libtpu from MEGASCALE_SLICE_ID). CPU devices report 0: there the
+    devices, ordered by process and id, are split evenly — the same order in which JAX numbers the processes
+    of a multislice job (process id = slice id x processes per slice + id in slice)."""
+    if all(d.platform == "tpu" and getattr(d, "slice_index", None) is not None for d in devices):
+        return [int(d.slice_index) for d in devices]
+    if len(devices) % slices:
+        raise SmokeFailure(f"{len(devices)} devices cannot be split into {slices} equal slices")
+    ordered = sorted(range(len(devices)), key=lambda i: (devices[i].process_index, devices[i].id))
+    per_slice = len(devices) // slices
+    ids = [0] * len(devices)
+    for position, index in enumerate(ordered):
+        ids[index] = position // per_slice
+    return ids
+
+
+def check(expected_devices: int, expected_slices: int) -> dict[str, Any]:
+    """Run the checks in this process (jax.distributed, if any, already initialised). Raises SmokeFailure."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    devices, processes = jax.devices(), jax.process_count()
+    if len(devices) != expected_devices:
+        raise SmokeFailure(f"jax.device_count()={len(devices)} but slices x chips = {expected_devices}: "
+                           f"{processes} process(es) joined; a host or a slice is missing")
+    if processes > 1 and processes % expected_slices:
+        raise SmokeFailure(f"{processes} processes is not a whole number per slice for {expected_slices} slices")
+    slice_ids = slice_of_devices(devices, expected_slices)
+    if sorted(set(slice_ids)) != list(range(expected_slices)):
+        raise SmokeFailure(f"devices report slices {sorted(set(slice_ids))}, expected 0..{expected_slices - 1}")
+    # Mesh (slice, chip): rows are slices, so a reduction over "slice" only moves data between slices.
+    order = sorted(range(len(devices)), key=lambda i: (slice_ids[i], devices[i].process_index, devices[i].id))
+    per_slice = expected_devices // expected_slices
+    grid = np.array([devices[i] for i in order]).reshape(expected_slices, per_slice)
+    mesh = Mesh(grid, ("slice", "chip"))
+    sharding = NamedSharding(mesh, P("slice", "chip"))
+    values = {
+        "one": np.ones((expected_slices, per_slice), np.int32),
+        "process": np.array([devices[i].process_index for i in order], np.int32).reshape(grid.shape),
+        "slice": np.array([slice_ids[i] for i in order], np.int32).reshape(grid.shape),
+    }
+    inputs = {name: jax.make_array_from_callback(grid.shape, sharding, lambda index, a=array: a[index])
+              for name, array in values.items()}
+
+    def reduce(one, process, slice_id):
+        everywhere = ("slice", "chip")
+        return (jax.lax.psum(one, everywhere), jax.lax.psum(process, everywhere), jax.lax.psum(slice_id, "slice"))
+
+    spec = P("slice", "chip")
+    step = jax.jit(jax.shard_map(reduce, mesh=mesh, in_specs=(spec, spec, spec), out_specs=(spec, spec, spec)))
+    started = time.perf_counter()
+    total, process_sum, cross_slice = jax.block_until_ready(step(inputs["one"], inputs["process"], inputs["slice"]))
+    seconds = time.perf_counter() - started
+    expected = {
+        "all-reduce of ones": expected_devices,
+        "all-reduce of process indices": int(values["process"].sum()),
+        "cross-slice all-reduce of slice ids": expected_slices * (expected_slices - 1) // 2,
+    }
+    for label, result in zip(expected, (total, process_sum, cross_slice)):
+        for shard in result.addressable_shards:
+            got = np.unique(np.asarray(shard.data))
+            if got.tolist() != [expected[label]]:
+                raise SmokeFailure(f"{label} gave {got.tolist()} on {shard.device}, expected {expected[label]}")
+    return {"devices": len(devices), "slices": expected_slices, "processes": processes,
+            "process_index": jax.process_index(), "local_devices": jax.local_device_count(),
+            "platform": devices[0].platform, "expected": expected, "collective_seconds": round(seconds, 3)}
+
+
+def _report(result: dict[str, Any]) -> None:
+    print("SMOKE PASSED " + json.dumps(result, sort_keys=True), flush=True)
+
+
+def run_local(args: argparse.Namespace) -> int:
+    import jax
+
+    if args.distributed or args.coordinator:
+        # On GKE TPU pods JAX finds everything itself: TPU_WORKER_HOSTNAMES/TPU_WORKER_ID within a slice and
+        # MEGASCALE_* across slices (jax._src.clusters.cloud_tpu_cluster); locally the flags name it.
+        kwargs = {}
+        if args.coordinator:
+            kwargs = dict(coordinator_address=args.coordinator, num_processes=args.num_processes,
+                          process_id=args.process_id)
+        jax.distributed.initialize(**kwargs)
+    try:
+        result = check(args.expect_devices, args.expect_slices)
+    except SmokeFailure as failure:
+        print(f"SMOKE FAILED: {failure}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    _report(result)
+    return 0
+
+
+def _ray_worker(config: dict) -> None:
+    import ray.train
+
+    # Ray Train's TPU backend has initialised jax.distributed and MEGASCALE_* for this worker group.
+    result = check(config["devices"], config["slices"])
+    _report(result)
+    ray.train.report({"passed": True, **{k: v for k, v in result.items() if not isinstance(v, dict)}})
+
+
+def run_ray(args: argparse.Namespace) -> int:
+    """The same checks inside a JaxTrainer with the training job's ScalingConfig (trainer.entrypoint)."""
+    import ray
+    from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.v2.jax import JaxTrainer
+
+    from trainer.entrypoint import scaling_kwargs
+    from trainer.planner import PlanRequest, plan
+
+    full = plan(PlanRequest(model=args.model, generation=args.generation, topology=args.topology,
+                            slices=args.slices))
+    ray.init(address=args.ray_address or "auto", logging_level="WARNING")
+    trainer = JaxTrainer(
+        train_loop_per_worker=_ray_worker,
+        train_loop_config={"devices": full.devices, "slices": full.slices},
+        scaling_config=ScalingConfig(**scaling_kwargs(full)),
+        run_config=RunConfig(name=args.run_name, storage_path=args.storage_path,
+                             failure_config=FailureConfig(max_failures=0)),
+    )
+    try:
+        result = trainer.fit()
+    except Exception as err:  # Ray wraps the worker's SmokeFailure in a TrainingFailedError
+        print(f"SMOKE FAILED: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+        return EXIT_FAILED
+    print("SMOKE PASSED " + json.dumps(result.metrics or {}, sort_keys=True), flush=True)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m trainer.smoke", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--expect-devices", type=int, help="slices x chips per slice")
+    parser.add_argument("--expect-slices", type=int, default=1)
+    parser.add_argument("--distributed", action="store_true", help="jax.distributed.initialize() from the env")
+    parser.add_argument("--coordinator", help="host:port of process 0 (local multi-process runs)")
+    parser.add_argument("--num-processes", type=int)
+    parser.add_argument("--process-id", type=int)
+    ray_group = parser.add_argument_group("Ray (RayJob driver)")
+    ray_group.add_argument("--ray", action="store_true", help="run the checks on the TPU workers via JaxTrainer")
+    ray_group.add_argument("--model", default="llama3-8b")
+    ray_group.add_argument("--generation", default="v6e")
+    ray_group.add_argument("--topology", default="4x4")
+    ray_group.add_argument("--slices", type=int, default=1)
+    ray_group.add_argument("--ray-address")
+    ray_group.add_argument("--storage-path", help="Ray Train storage reachable from every node (gs://...)")
+    ray_group.add_argument("--run-name", default="multislice-smoke")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.ray:
+        return run_ray(args)
+    problems = []
+    if not args.expect_devices or args.expect_devices < 1:
+        problems.append("--expect-devices must be a positive number")
+    if args.expect_slices < 1 or (args.expect_devices and args.expect_devices % args.expect_slices):
+        problems.append(f"--expect-slices={args.expect_slices} must divide --expect-devices={args.expect_devices}")
+    if args.coordinator and (args.num_processes is None or args.process_id is None):
+        problems.append("--coordinator needs --num-processes and --process-id")
+    if problems:
+        print("smoke: " + "; ".join(problems), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return run_local(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The function every Ray Train worker runs: plan for the slices it actually got, then MaxText pre-training.
+
+The config dict crosses the driver/worker boundary, so it holds plain data (PlanRequest and RunSettings as
+dicts). The plan is recomputed here from the worker-group size: an elastic run that lost a slice resumes
+with the DCN axis shrunk to the slices it has, from MaxText's own last checkpoint.
+"""
+from __future__ import annotations
+
+import os
+import uuid
+
+from trainer import maxtext_runtime, progress
+from trainer.maxtext_args import RunSettings, pre_train_argv
+from trainer.planner import Plan, PlanRequest, plan
+
+
+def request_to_dict(request: PlanRequest) -> dict:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in request.__dict__.items()}
+
+
+def request_from_dict(data: dict) -> PlanRequest:
+    data = dict(data)
+    if data.get("remat_offload") is not None:
+        data["remat_offload"] = tuple(data["remat_offload"])
+    return PlanRequest(**data)
+
+
+def run_to_dict(run: RunSettings) -> dict:
+    return {**run.__dict__, "extra": dict(run.extra)}
+
+
+def plan_for_world(full_plan: Plan, world_size: int) -> Plan:
+    hosts = full_plan.shape.hosts
+    if world_size % hosts:
+        raise RuntimeError(f"{world_size} workers is not a whole number of {hosts}-host {full_plan.shape.pod_type} slices")
+    return full_plan.at_slices(world_size // hosts)
+
+
+def train_loop_per_worker(config: dict) -> None:
+    import ray.train
+
+    context = ray.train.get_context()
+    rank, world = context.get_world_rank(), context.get_world_size()
+    version = maxtext_runtime.require_version()
+    pinned = os.environ.get("TRAINER_MAXTEXT_VERSION")
+    if pinned and version != pinned:
+        raise maxtext_runtime.MaxTextVersionError(f"worker has maxtext {version}, the job pins {pinned}")
+    current = plan_for_world(plan(request_from_dict(config["plan_request"])), world)
+    run = RunSettings(**config["run"])
+    argv = pre_train_argv(current, run, maxtext_runtime.base_config_path())
+
+    progress_dir = config.get("progress_dir")
+    attempt = uuid.uuid4().hex[:8]
+    if progress_dir:
+        progress.write_worker(progress_dir, rank, {"attempt": attempt, "node": os.environ.get("TPU_NAME", "")})
+        if rank == 0:
+            progress.append(progress_dir, {"event": "attempt", "attempt": attempt, "workers": world,
+                                           "slices": current.slices, "maxtext_version": version,
+                                           "plan": current.describe()})
+    last = {}
+
+    def on_step(step: int, loss: float, step_time: float) -> None:
+        last.update(step=step, loss=loss)
+        if progress_dir and rank == 0:
+            progress.append(progress_dir, {"event": "step", "attempt": attempt, "step": step, "loss": loss,
+                                           "step_time_s": step_time, "workers": world})
+
+    def on_params(count: int) -> None:
+        if progress_dir and rank == 0:
+            progress.append(progress_dir, {"event": "model", "attempt": attempt, "params": count,
+                                           "expected": current.model.param_count})
+
+    maxtext_runtime.install_hooks(current.model.param_count, current.model.name, on_params=on_params, on_step=on_step)
+    maxtext_runtime.run_pre_train(argv)
+    # Every rank reports (report is a collective in Ray Train v2), so the driver's Result has the outcome.
+    ray.train.report({"final_step": last.get("step", -1), "loss": last.get("loss", float("nan")),
+                      "workers": world, "maxtext_version": version})
