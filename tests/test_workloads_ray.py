@@ -275,3 +275,25 @@ def test_manifests_match_goldens(stack):
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(text)
     assert golden.read_text() == text, f"{golden.name} differs; review and regenerate with UPDATE_GOLDENS=1"
+
+
+@pytest.mark.parametrize("stack", RAY_STACKS)
+def test_job_command_is_accepted_by_the_trainer_and_gives_the_stacks_plan(stack):
+    """The RayJob's command line, parsed by the trainer itself, must plan exactly what the stack planned."""
+    from trainer import cli
+    from trainer.entrypoint import build_parser
+    from trainer.planner import plan
+
+    config = stack_config(stack)
+    command = ray_inputs.entrypoint(config)
+    assert command[:3] == ["python", "-m", "trainer.entrypoint"]
+    args = build_parser().parse_args(command[3:])
+    trainer_plan = plan(cli.plan_request(args, default_slices=1))
+    assert trainer_plan.overrides() == config.workload.plan.overrides()
+    assert (trainer_plan.slices, trainer_plan.min_slices) == (config.workload.plan.slices,
+                                                              config.workload.plan.min_slices)
+    run = cli.run_settings(args, "tpu")
+    assert (run.steps, run.checkpoint_period) == (config.workload.train_steps, config.workload.checkpoint_period)
+    assert run.base_output_directory == ray_inputs.output_directory(config)
+    assert args.max_failures == config.workload.max_failures
+    assert args.maxtext_version == config.workload.maxtext_version
