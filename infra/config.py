@@ -449,6 +449,21 @@ def _plan_workload(v: dict[str, Any], shape: SliceShape | None, problems: list[s
         return None
 
 
+def _check_pinned_image(key: str, image: str, problems: list[str]) -> str:
+    """Images must be pinned: a release tag or a digest, never latest/nightly. Returns the tag."""
+    tag = naming.image_tag(image)
+    if "@sha256:" not in image and (not tag or tag == "latest" or "nightly" in tag):
+        problems.append(_problem(key, image, "a pinned tag or digest (not latest or nightly), e.g. "
+                                 f"{KEYS_BY_NAME[key].default}"))
+    return tag
+
+
+def _check_dns1035(key: str, name: str, limit: int, problems: list[str]) -> None:
+    if not naming.DNS1035_LABEL.match(name) or len(name) > limit:
+        problems.append(_problem(key, name, f"a DNS-1035 label of at most {limit} characters (lowercase letters, "
+                                 "digits, '-', starting with a letter)"))
+
+
 def _check_workload(v: dict[str, Any], problems: list[str]) -> None:
     for key in ("trainSteps", "checkpointPeriod"):
         if v[key] is not None and v[key] < 1:
@@ -463,16 +478,9 @@ def _check_workload(v: dict[str, Any], problems: list[str]) -> None:
     if version is None or version < MIN_MAXTEXT:
         problems.append(_problem("maxtextVersion", v["maxtextVersion"], "a release X.Y.Z of at least 0.2.2 (older "
                                  "releases silently train the wrong model)"))
-    image = v["rayImage"] or ""
-    tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
-    if "@sha256:" not in image and (not tag or tag == "latest" or "nightly" in tag):
-        problems.append(_problem("rayImage", image, "a pinned release tag or digest (not latest or nightly), e.g. "
-                                 "rayproject/ray:2.60.0-py312"))
+    _check_pinned_image("rayImage", v["rayImage"] or "", problems)
     for key, limit in (("rayClusterName", RAYCLUSTER_NAME_MAX), ("rayJobName", RAYJOB_NAME_MAX - JOB_HASH_SUFFIX)):
-        name = v[key] or ""
-        if not naming.DNS1035_LABEL.match(name) or len(name) > limit:
-            problems.append(_problem(key, name, f"a DNS-1035 label of at most {limit} characters (lowercase letters, "
-                                     "digits, '-', starting with a letter)"))
+        _check_dns1035(key, v[key] or "", limit, problems)
     if v["dashboardExposure"] == "internal-lb":
         ranges = v["dashboardSourceRanges"] or ()
         if not ranges:
@@ -492,15 +500,8 @@ def _check_jobset(v: dict[str, Any], shape: SliceShape | None, problems: list[st
     """JobSet + Kueue settings; the quota rule applies only when the jobset backend will queue workloads."""
     if v["maxRestarts"] is not None and v["maxRestarts"] < 0:
         problems.append(_problem("maxRestarts", v["maxRestarts"], "0 or more (JobSet failurePolicy.maxRestarts)"))
-    prefix = v["jobsetName"] or ""
-    if not naming.DNS1035_LABEL.match(prefix) or len(prefix) > JOBSET_PREFIX_MAX:
-        problems.append(_problem("jobsetName", prefix, f"a DNS-1035 label of at most {JOBSET_PREFIX_MAX} characters "
-                                 "(lowercase letters, digits, '-', starting with a letter)"))
-    image = v["jobsetImage"] or ""
-    tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
-    if "@sha256:" not in image and (not tag or tag == "latest" or "nightly" in tag):
-        problems.append(_problem("jobsetImage", image, "a pinned tag or digest (not latest or nightly), e.g. "
-                                 "python:3.12.11-slim-bookworm"))
+    _check_dns1035("jobsetName", v["jobsetName"] or "", JOBSET_PREFIX_MAX, problems)
+    _check_pinned_image("jobsetImage", v["jobsetImage"] or "", problems)
     quota = v["kueueTpuQuota"]
     if v["workloadBackend"] != "jobset" or shape is None or v["slices"] is None or quota is None:
         return
@@ -535,10 +536,7 @@ def _check_pathways(v: dict[str, Any], shape: SliceShape | None, problems: list[
     # Local import: the Pathways instance-type table and head sizes live beside the manifests that use them.
     from workloads.pathways_manifests import PATHWAYS_TPU_VERSIONS, head_requests
 
-    name = v["pathwaysJobName"] or ""
-    if not naming.DNS1035_LABEL.match(name) or len(name) > PATHWAYS_NAME_MAX:
-        problems.append(_problem("pathwaysJobName", name, f"a DNS-1035 label of at most {PATHWAYS_NAME_MAX} "
-                                 "characters (lowercase letters, digits, '-', starting with a letter)"))
+    _check_dns1035("pathwaysJobName", v["pathwaysJobName"] or "", PATHWAYS_NAME_MAX, problems)
     slices, elastic = v["slices"], v["pathwaysElasticSlices"]
     if elastic is not None and elastic < 0:
         problems.append(_problem("pathwaysElasticSlices", elastic, "0 (not elastic) or more"))
@@ -581,14 +579,8 @@ def _check_pathways(v: dict[str, Any], shape: SliceShape | None, problems: list[
     if v["dranet"]:
         problems.append(f"{NAMESPACE}:dranet=true conflicts with {NAMESPACE}:workloadBackend='pathways': Pathways "
                         "workers run with hostNetwork and already see every NIC of the TPU VM; set dranet=false")
-    tags: dict[str, str] = {}
-    for key in ("pathwaysServerImage", "pathwaysProxyImage", "pathwaysTrainerImage"):
-        image = v[key] or ""
-        tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
-        tags[key] = tag
-        if "@sha256:" not in image and (not tag or tag == "latest" or "nightly" in tag):
-            problems.append(_problem(key, image, "a pinned tag or digest (not latest or nightly), e.g. "
-                                     f"{KEYS_BY_NAME[key].default}"))
+    tags = {key: _check_pinned_image(key, v[key] or "", problems)
+            for key in ("pathwaysServerImage", "pathwaysProxyImage", "pathwaysTrainerImage")}
     server_tag, proxy_tag = tags["pathwaysServerImage"], tags["pathwaysProxyImage"]
     if server_tag.startswith("jax-") and proxy_tag.startswith("jax-") and server_tag != proxy_tag:
         problems.append(f"{NAMESPACE}:pathwaysProxyImage tag {proxy_tag!r} differs from {NAMESPACE}:"
@@ -609,7 +601,7 @@ def _check_pathways(v: dict[str, Any], shape: SliceShape | None, problems: list[
     if problems:
         return None
     return PathwaysSettings(
-        job_name=name, elastic_slices=elastic, max_slice_restarts=restarts, elastic_max_retries=retries,
+        job_name=v["pathwaysJobName"], elastic_slices=elastic, max_slice_restarts=restarts, elastic_max_retries=retries,
         elastic_timeout_seconds=timeout, profiling=v["pathwaysProfiling"], server_image=v["pathwaysServerImage"],
         proxy_image=v["pathwaysProxyImage"], trainer_image=v["pathwaysTrainerImage"])
 

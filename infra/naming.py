@@ -38,6 +38,11 @@ def fit(name: str, limit: int) -> str:
     return f"{name[: limit - 7].rstrip('-')}-{digest}"
 
 
+def image_tag(image: str) -> str:
+    """The tag of a container image reference ('' when untagged; a registry's port is not a tag)."""
+    return image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
+
+
 def region_of(zone: str) -> str:
     return zone.rsplit("-", 1)[0]
 

@@ -248,7 +248,7 @@ def test_internal_load_balancer_is_opt_in_and_source_limited():
     ({"rayJobName": "Train"}, "rayJobName='Train'"),
     ({"maxtextVersion": "0.2.1"}, "maxtextVersion='0.2.1'"),
     ({"rayImage": "rayproject/ray:nightly-py312-tpu"}, "rayImage='rayproject/ray:nightly-py312-tpu'"),
-    ({"rayImage": "rayproject/ray"}, "pinned release"),
+    ({"rayImage": "rayproject/ray"}, "pinned tag or digest"),
     ({"model": "llama3-70b", "elasticMinSlices": 1}, "llama3-70b does not fit on 1 x v6e-16"),
     ({"elasticMinSlices": 3}, "elasticMinSlices=3"),
     ({"model": "gpt-5"}, "model='gpt-5'"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import re
 
+from infra import naming
 from infra.config import Capacity, StackConfig
 from workloads.ray_manifests import RaySpec
 
@@ -16,8 +17,7 @@ SYSTEM_POOL_LABEL = "tpu-multislice/pool"
 
 
 def ray_version(image: str) -> str:
-    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
-    match = re.match(r"^(\d+\.\d+\.\d+)", tag)
+    match = re.match(r"^(\d+\.\d+\.\d+)", naming.image_tag(image))
     return match.group(1) if match else DEFAULT_RAY_VERSION
 
 
