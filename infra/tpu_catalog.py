@@ -37,6 +37,9 @@ class Generation:
     accelerator_label: str         # value of the cloud.google.com/gke-tpu-accelerator node label
     ray_accelerator_type: str      # Ray's accelerator_type string for ScalingConfig / node resources
     pod_type_prefix: str           # prefix of the TPU pod type name, e.g. "v6e" in "v6e-16"
+    # TensorCores per chip: TPU pod type names count cores, not chips (v4/v5p/TPU7x have two per chip; Ray's
+    # infer_tpu_pod_type_from_topology and Cloud TPU accelerator types agree, e.g. v4 2x2x2 = "v4-16").
+    cores_per_chip: int
     machine_types: tuple[MachineType, ...]
     multi_host_topologies: tuple[str, ...]
     hbm_gib_per_chip: int
@@ -73,6 +76,7 @@ CATALOG: Mapping[str, Generation] = {
     for g in (
         Generation(
             name="v4",
+            cores_per_chip=2,
             accelerator_label="tpu-v4-podslice",
             ray_accelerator_type="TPU-V4",
             pod_type_prefix="v4",
@@ -84,6 +88,7 @@ CATALOG: Mapping[str, Generation] = {
         ),
         Generation(
             name="v5e",
+            cores_per_chip=1,
             accelerator_label="tpu-v5-lite-podslice",
             ray_accelerator_type="TPU-V5LITEPOD",
             pod_type_prefix="v5litepod",
@@ -99,6 +104,7 @@ CATALOG: Mapping[str, Generation] = {
         ),
         Generation(
             name="v5p",
+            cores_per_chip=2,
             accelerator_label="tpu-v5p-slice",
             ray_accelerator_type="TPU-V5P",
             pod_type_prefix="v5p",
@@ -110,6 +116,7 @@ CATALOG: Mapping[str, Generation] = {
         ),
         Generation(
             name="v6e",
+            cores_per_chip=1,
             accelerator_label="tpu-v6e-slice",
             ray_accelerator_type="TPU-V6E",
             pod_type_prefix="v6e",
@@ -126,9 +133,10 @@ CATALOG: Mapping[str, Generation] = {
         ),
         Generation(
             name="tpu7x",
+            cores_per_chip=2,
             accelerator_label="tpu7x",
             ray_accelerator_type="TPU-V7X",
-            pod_type_prefix="tpu7x",
+            pod_type_prefix="v7x",
             machine_types=(MachineType("tpu7x-standard-4t", 4, 224, 960, ("2x2x1",), multi_host=True),),
             multi_host_topologies=_3D_MULTI_HOST[:7] + ("8x8x16", "8x16x16"),
             hbm_gib_per_chip=192,
@@ -183,8 +191,9 @@ class SliceShape:
 
     @property
     def pod_type(self) -> str:
-        """TPU pod type name as Ray and Cloud TPU spell it, e.g. 'v6e-16'."""
-        return f"{self.generation.pod_type_prefix}-{self.chips}"
+        """TPU pod type name as Ray and Cloud TPU spell it (TensorCores, not chips), e.g. 'v6e-16', 'v4-16'
+        for a 2x2x2 v4 slice."""
+        return f"{self.generation.pod_type_prefix}-{self.chips * self.generation.cores_per_chip}"
 
 
 class CatalogError(ValueError):

@@ -61,3 +61,15 @@ def test_chips_in_rejects_non_topologies():
     for bad in ("4", "4x", "x4", "0x4", "4x4x4x4", "axb"):
         with pytest.raises(ValueError):
             chips_in(bad)
+
+
+@pytest.mark.parametrize("generation,topology,machine", ALL_SHAPES)
+def test_pod_type_and_accelerator_type_are_the_ones_ray_uses(generation, topology, machine):
+    """Ray places multislice workers by `ray.io/tpu-pod-type` and `TPU-<pod type>-head`: names must agree."""
+    from ray._private.accelerators.tpu import infer_tpu_pod_type_from_topology
+    from ray.util import accelerators
+
+    shape = slice_shape(generation, topology, machine)
+    ray_type = shape.generation.ray_accelerator_type
+    assert ray_type in vars(accelerators).values()
+    assert shape.pod_type == infer_tpu_pod_type_from_topology(topology, ray_type)

@@ -133,11 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # Ray raises TrainingFailedError subclasses; report and fail the job
         print(f"trainer: training failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
-    metrics = result.metrics or {}
-    done = metrics.get("final_step", -1) + 1
-    print(f"trainer: finished {done}/{run.steps} steps, loss {metrics.get('loss')}, "
-          f"{metrics.get('workers')} workers", flush=True)
-    return 0 if done >= run.steps else 1
+    if getattr(result, "error", None):
+        print(f"trainer: training failed: {result.error}", file=sys.stderr)
+        return 1
+    # MaxText's train loop only returns once it has run `steps` steps (resumed runs included).
+    print(f"trainer: finished {run.steps} steps of {run.run_name}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
