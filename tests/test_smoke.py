@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -106,21 +107,23 @@ def test_slice_ids_follow_tpu_slice_index_or_process_order():
 
 # ---- the Ray smoke job ----------------------------------------------------------------------------------
 
-def test_ray_smoke_job_runs_on_the_training_cluster_with_the_same_scaling():
+def test_ray_smoke_gates_training_in_the_training_job():
+    """One RayJob: smoke first, training only if it passed (two RayJobs would race for the TPU workers)."""
     config = build(load_stack_config("prod", REPO))
     objects = ray_objects(config, load_bundle())
-    job = objects["smoke-job"]
-    assert job["spec"]["clusterSelector"] == objects["ray-job"]["spec"]["clusterSelector"]
-    assert len(job["metadata"]["name"]) <= 47
-    entry = job["spec"]["entrypoint"]
-    assert entry.startswith("python -m trainer.smoke --ray ")
+    assert [o["kind"] for o in objects.values()].count("RayJob") == 1
+    entry = objects["ray-job"]["spec"]["entrypoint"]
+    command = shlex.split(entry)
+    assert command[:2] == ["bash", "-c"]
+    smoke, train = command[2].split(" && exec ")
+    assert smoke.startswith("python -m trainer.smoke --ray ")
     for fragment in ("--model llama3-8b", "--generation v6e", "--topology 4x4", "--slices 2"):
-        assert fragment in entry
-    assert yaml.safe_load(job["spec"]["runtimeEnvYAML"])["pip"] == [ray_inputs.WORKER_JAX]
-    assert "trainer/smoke.py" in {i["path"] for i in job["spec"]["submitterPodTemplate"]["spec"]["volumes"][0]
-                                  ["configMap"]["items"]}
+        assert fragment in smoke
+    assert shlex.split(train) == ray_inputs.entrypoint(config)
+    assert "trainer/smoke.py" in {i["path"] for i in objects["ray-job"]["spec"]["submitterPodTemplate"]["spec"]
+                                  ["volumes"][0]["configMap"]["items"]}
     off = ray_objects(build({**load_stack_config("prod", REPO), "smokeTest": False}), load_bundle())
-    assert "smoke-job" not in off
+    assert shlex.split(off["ray-job"]["spec"]["entrypoint"]) == ray_inputs.entrypoint(config)
 
 
 def test_ray_smoke_uses_the_trainers_scaling_config():
@@ -136,6 +139,6 @@ def test_ray_stack_exports_the_smoke_result_command():
     from infra.mocks import run_program
 
     out = run_program(MINIMAL).outputs
-    assert out["smokeJobName"].startswith("maxtext-train-smoke-")
+    assert out["smokeJobName"] == out["rayJobName"]
     assert f"kubectl get rayjob -n tpu-training {out['smokeJobName']}" in out["smokeResultCommand"]
     assert f"-l job-name={out['smokeJobName']}" in out["smokeResultCommand"]

@@ -35,8 +35,7 @@ RAY_STACKS = [s for s in COMMITTED_STACKS if load_stack_config(s, REPO).get("wor
 
 
 def training_jobs(objects: list[dict]) -> list[dict]:
-    """The training RayJob(s), not the multislice smoke RayJob that runs next to it."""
-    return [o for o in objects if o["kind"] == "RayJob" and "-smoke-" not in o["metadata"]["name"]]
+    return by_kind(objects, "RayJob")
 
 
 def registered_objects(run) -> list[dict]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 
 from infra import naming
 from infra.config import Capacity, StackConfig
@@ -83,6 +84,26 @@ def entrypoint(config: StackConfig) -> list[str]:
     if plan.elastic:
         command += ["--elastic", f"{plan.min_slices},{plan.slices}"]
     return command
+
+
+def smoke_command(config: StackConfig) -> list[str]:
+    """trainer/smoke.py through a JaxTrainer with the training job's scaling: every slice joined (device count)
+    and an all-reduce crosses the slices (DCN)."""
+    shape = config.tpu.shape
+    return ["python", "-m", "trainer.smoke", "--ray", "--model", config.workload.model,
+            "--generation", shape.generation.name, "--topology", shape.topology,
+            "--slices", str(config.tpu.slices), "--run-name", "multislice-smoke",
+            "--storage-path", f"gs://{config.storage.bucket_name}/ray-results"]
+
+
+def job_command(config: StackConfig) -> list[str]:
+    """What the RayJob runs. With the smoke test on, it runs first and gates training in the same job: two
+    RayJobs on one RayCluster would race for the same TPU workers, and the smoke test is only worth anything
+    before the hours of training it protects."""
+    train = entrypoint(config)
+    if not config.jobset.smoke_test:
+        return train
+    return ["bash", "-c", f"{shlex.join(smoke_command(config))} && exec {shlex.join(train)}"]
 
 
 def runtime_env(config: StackConfig) -> dict:

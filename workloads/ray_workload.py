@@ -21,39 +21,17 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict]:
             spec.dranet_claim_template, spec.namespace, len(config.network.dcn_subnets))
     objects["ray-cluster"] = ray_manifests.ray_cluster(spec, ray_inputs.ray_version(spec.image))
     # The job's name carries a hash of its code and command: any change relaunches it, no change leaves it be.
-    job_inputs = ray_inputs.entrypoint(config), ray_inputs.runtime_env(config)
+    job_inputs = ray_inputs.job_command(config), ray_inputs.runtime_env(config)
     job_digest = _digest(bundle.digest, repr(job_inputs))
     code_name = f"{config.workload.ray_job_name}-code-{bundle.short_digest}"
     objects["trainer-code"] = ray_manifests.code_config_map(code_name, spec.namespace, bundle.files)
     objects["ray-job"] = ray_manifests.ray_job(
         name=f"{config.workload.ray_job_name}-{job_digest}", spec=spec, entrypoint=job_inputs[0],
         runtime_env=job_inputs[1], code_config_map_name=code_name, code_files=list(bundle.files))
-    if config.jobset.smoke_test:
-        objects["smoke-job"] = _smoke_job(config, spec, bundle, code_name)
     if config.workload.dashboard_exposure == "internal-lb":
         objects["dashboard-ilb"] = ray_manifests.dashboard_load_balancer(
             spec, list(config.workload.dashboard_source_ranges))
     return objects
-
-
-SMOKE_PREFIX_MAX = 47 - len("-smoke-") - 8   # RayJob names are at most 47 characters
-
-
-def _smoke_job(config: StackConfig, spec: ray_manifests.RaySpec, bundle: TrainerBundle, code_name: str) -> dict:
-    """trainer/smoke.py on the same RayCluster: a JaxTrainer with the training job's ScalingConfig checks that
-    every slice joined (device count) and that an all-reduce crosses the slices (DCN)."""
-    shape = config.tpu.shape
-    entrypoint = ["python", "-m", "trainer.smoke", "--ray", "--model", config.workload.model,
-                  "--generation", shape.generation.name, "--topology", shape.topology,
-                  "--slices", str(config.tpu.slices), "--run-name", "multislice-smoke",
-                  "--storage-path", f"gs://{config.storage.bucket_name}/ray-results"]
-    # JAX only: the smoke test does not need MaxText.
-    runtime_env = {"pip": [ray_inputs.WORKER_JAX]}
-    digest = _digest(bundle.digest, repr((entrypoint, runtime_env)))
-    prefix = config.workload.ray_job_name[:SMOKE_PREFIX_MAX].rstrip("-")
-    return ray_manifests.ray_job(name=f"{prefix}-smoke-{digest}", spec=spec, entrypoint=entrypoint,
-                                 runtime_env=runtime_env, code_config_map_name=code_name,
-                                 code_files=list(bundle.files))
 
 
 def _digest(*parts: str) -> str:
@@ -74,7 +52,7 @@ class RayWorkload(pulumi.ComponentResource):
         self.resources: dict[str, pulumi.CustomResource] = {}
         for logical_name, obj in objects.items():
             extra = {}
-            if logical_name in ("ray-job", "smoke-job"):
+            if logical_name == "ray-job":
                 # A relaunch must stop the old job before the new one asks for the same TPU hosts.
                 extra = dict(delete_before_replace=True,
                              depends_on=base["depends_on"] + [self.resources["ray-cluster"],
@@ -83,6 +61,7 @@ class RayWorkload(pulumi.ComponentResource):
                 logical_name, obj, child_options(self, **{**base, **extra}))
         cluster_name, namespace_name = config.workload.ray_cluster_name, config.kubernetes.namespace
         self.job_name = objects["ray-job"]["metadata"]["name"]
-        self.smoke_job_name = objects["smoke-job"]["metadata"]["name"] if "smoke-job" in objects else None
+        # The smoke test runs at the start of the training job (see ray_inputs.job_command).
+        self.smoke_job_name = self.job_name if config.jobset.smoke_test else None
         self.head_service = ray_manifests.head_service_name(cluster_name)
         self.register_outputs({"rayCluster": cluster_name, "rayJob": self.job_name, "namespace": namespace_name})
