@@ -7,7 +7,6 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -r requirements.txt
 bash scripts/install_maxtext.sh .venv/bin/python
 # Graphviz renders `python -m infra.plan --graph`; without it the plan writes DOT instead (best effort).
