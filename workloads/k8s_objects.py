@@ -15,7 +15,8 @@ def register(logical_name: str, obj: dict, opts: pulumi.ResourceOptions) -> pulu
         return k8s.core.v1.Service(logical_name, metadata=metadata, spec=obj["spec"], opts=opts)
     if (api_version, kind) == ("resource.k8s.io/v1", "ResourceClaimTemplate"):
         return k8s.resource.v1.ResourceClaimTemplate(logical_name, metadata=metadata, spec=obj["spec"], opts=opts)
-    if "." not in api_version.split("/")[0] or api_version.startswith(("apps/", "batch/")):
-        raise ValueError(f"core kind {api_version} {kind} needs its typed resource here")
+    if "/" not in api_version or "." not in api_version.split("/")[0]:
+        # Built-in groups (v1, apps/v1, batch/v1, ...) have typed resources with their own type tokens.
+        raise ValueError(f"built-in kind {api_version} {kind} needs its typed resource here")
     return k8s.apiextensions.CustomResource(logical_name, api_version=api_version, kind=kind, metadata=metadata,
                                             spec=obj.get("spec"), opts=opts)
