@@ -11,24 +11,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable
 
 from infra import timings
-
-
-class RegistrationLike(Protocol):
-    urn: str
-    type: str
-    name: str
-    custom: bool
-    parent: str
-    inputs: dict
-    dependencies: list[str]
-    property_dependencies: dict[str, list[str]]
-    provider: str
-    protect: bool
-    retain_on_delete: bool
-    deleted_with: str
+from infra.mocks import Registration
 
 
 @dataclass
@@ -80,7 +66,7 @@ class DependencyGraph:
         self.waits_for = waits_for                  # urn → urns it waits for (deploy order)
 
     @classmethod
-    def from_registrations(cls, registrations: Iterable[RegistrationLike]) -> "DependencyGraph":
+    def from_registrations(cls, registrations: Iterable[Registration]) -> "DependencyGraph":
         registrations = list(registrations)
         known = {r.urn for r in registrations}
         nodes, waits_for = [], {}
