@@ -37,7 +37,7 @@ def test_argv_is_stable():
 
 def test_cpu_mode_folds_dcn_into_ici_with_the_same_device_count():
     p = plan(PlanRequest("tiny", "v6e", "2x4", slices=2))
-    keys = _as_dict(maxtext_overrides(p, RunSettings("t", "/tmp/x", 30, 5, hardware="cpu")))
+    keys = _as_dict(maxtext_overrides(p, RunSettings("t", "local-output", 30, 5, hardware="cpu")))
     assert keys["hardware"] == "cpu" and keys["num_slices"] == "1"
     assert (keys["ici_data_parallelism"], keys["ici_fsdp_parallelism"]) == ("2", "8")
     assert (keys["dcn_data_parallelism"], keys["dcn_fsdp_parallelism"]) == ("1", "1")
@@ -47,7 +47,7 @@ def test_cpu_mode_folds_dcn_into_ici_with_the_same_device_count():
 
 def test_cpu_mode_folds_dcn_fsdp_into_ici_fsdp():
     p = plan(PlanRequest("tiny", "v6e", "2x4", slices=2, dcn_fsdp=2))
-    keys = _as_dict(maxtext_overrides(p, RunSettings("t", "/tmp/x", 30, 5, hardware="cpu")))
+    keys = _as_dict(maxtext_overrides(p, RunSettings("t", "local-output", 30, 5, hardware="cpu")))
     assert (keys["ici_data_parallelism"], keys["ici_fsdp_parallelism"]) == ("1", "16")
 
 
