@@ -1,7 +1,6 @@
 """From the validated stack config to the JobSet backend's objects (pure: no Pulumi import)."""
 from __future__ import annotations
 
-import hashlib
 import json
 
 from infra.config import StackConfig
@@ -9,7 +8,7 @@ from trainer.maxtext_args import RunSettings, pre_train_argv
 from workloads import jobset_manifests as jm
 from workloads import ray_inputs
 from workloads.ray_manifests import code_config_map, resource_claim_template
-from workloads.trainer_bundle import TrainerBundle
+from workloads.trainer_bundle import TrainerBundle, short_digest
 
 LOCAL_QUEUE = "tpu-training"
 CLUSTER_QUEUE = "tpu-slices"
@@ -67,15 +66,11 @@ def _requirements(config: StackConfig, with_maxtext: bool) -> dict[str, str]:
     return pins
 
 
-def _digest(obj: dict) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:8]
-
-
 def _named(build, prefix: str) -> dict:
     """Build a JobSet under a name that carries a hash of its content: any change relaunches it (a JobSet's
     pod template is immutable), no change leaves it running."""
     draft = build("name-placeholder")
-    return build(f"{prefix}-{_digest(draft)}")
+    return build(f"{prefix}-{short_digest(json.dumps(draft, sort_keys=True))}")
 
 
 def jobset_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict]:

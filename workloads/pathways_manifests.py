@@ -210,19 +210,25 @@ def _head_job(spec: PathwaysSpec) -> dict:
                 "parallelism": 1,
                 "template": {
                     "metadata": {"labels": _labels()},
-                    "spec": {
-                        "serviceAccountName": spec.service_account,
-                        # As xpk: the Pathways components reach each other on the VMs' own addresses.
-                        "hostNetwork": True,
-                        "dnsPolicy": "ClusterFirstWithHostNet",
-                        "restartPolicy": "Never",
-                        "nodeSelector": dict(spec.head_node_selector),
-                        "initContainers": [_proxy(spec), _resource_manager(spec)],
-                        "containers": [_trainer(spec)],
-                    },
+                    "spec": _host_network_pod(
+                        spec, restart_policy="Never", node_selector=dict(spec.head_node_selector),
+                        initContainers=[_proxy(spec), _resource_manager(spec)], containers=[_trainer(spec)]),
                 },
             },
         },
+    }
+
+
+def _host_network_pod(spec: PathwaysSpec, restart_policy: str, node_selector: dict, **fields) -> dict:
+    """Pod spec shared by the head and the workers. As xpk: the Pathways components reach each other on the
+    VMs' own addresses, so every Pathways pod runs on the host network."""
+    return {
+        "serviceAccountName": spec.service_account,
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "restartPolicy": restart_policy,
+        "nodeSelector": node_selector,
+        **fields,
     }
 
 
@@ -260,18 +266,15 @@ def _worker_job(spec: PathwaysSpec) -> dict:
                 "parallelism": shape.hosts,
                 "template": {
                     "metadata": {"labels": _labels()},
-                    "spec": {
-                        "serviceAccountName": spec.service_account,
-                        "hostNetwork": True,
-                        "dnsPolicy": "ClusterFirstWithHostNet",
-                        # A crashed worker restarts in place and re-registers with the resource manager; that is
-                        # the "slice restart" the elastic run waits for.
-                        "restartPolicy": "OnFailure",
-                        "nodeSelector": {
+                    # A crashed worker restarts in place and re-registers with the resource manager; that is
+                    # the "slice restart" the elastic run waits for.
+                    "spec": _host_network_pod(
+                        spec, restart_policy="OnFailure",
+                        node_selector={
                             "cloud.google.com/gke-tpu-accelerator": shape.generation.accelerator_label,
                             "cloud.google.com/gke-tpu-topology": shape.topology,
                         },
-                        "containers": [{
+                        containers=[{
                             "name": "pathways-worker",
                             "image": spec.server_image,
                             "imagePullPolicy": "IfNotPresent",
@@ -288,9 +291,7 @@ def _worker_job(spec: PathwaysSpec) -> dict:
                         }],
                         # xpk and pathways-utils both give the worker the VM's /tmp; kept for parity (what the
                         # server keeps there is not documented publicly).
-                        "volumes": [{"name": "shared-tmp",
-                                     "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}],
-                    },
+                        volumes=[{"name": "shared-tmp", "hostPath": {"path": "/tmp", "type": "DirectoryOrCreate"}}]),
                 },
             },
         },

@@ -1,15 +1,13 @@
 """The Ray path on the cluster: DRANET claim template, RayCluster, trainer code, RayJob, optional dashboard ILB."""
 from __future__ import annotations
 
-import hashlib
-
 import pulumi
 
 from infra.component import child_options, component_type
 from infra.config import StackConfig
 from workloads import ray_inputs, ray_manifests
 from workloads.k8s_objects import register
-from workloads.trainer_bundle import TrainerBundle
+from workloads.trainer_bundle import TrainerBundle, short_digest
 
 
 def ray_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict]:
@@ -22,7 +20,7 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict]:
     objects["ray-cluster"] = ray_manifests.ray_cluster(spec, ray_inputs.ray_version(spec.image))
     # The job's name carries a hash of its code and command: any change relaunches it, no change leaves it be.
     job_inputs = ray_inputs.job_command(config), ray_inputs.runtime_env(config)
-    job_digest = _digest(bundle.digest, repr(job_inputs))
+    job_digest = short_digest(bundle.digest, repr(job_inputs))
     code_name = f"{config.workload.ray_job_name}-code-{bundle.short_digest}"
     objects["trainer-code"] = ray_manifests.code_config_map(code_name, spec.namespace, bundle.files)
     objects["ray-job"] = ray_manifests.ray_job(
@@ -32,10 +30,6 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict]:
         objects["dashboard-ilb"] = ray_manifests.dashboard_load_balancer(
             spec, list(config.workload.dashboard_source_ranges))
     return objects
-
-
-def _digest(*parts: str) -> str:
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
 
 
 class RayWorkload(pulumi.ComponentResource):

@@ -16,6 +16,11 @@ SHIPPED = ("trainer/*.py", "infra/__init__.py", "infra/tpu_catalog.py")
 NOT_SHIPPED = ("trainer/local.py",)
 
 
+def short_digest(*parts: str) -> str:
+    """8 hex characters naming an object by its content (code + command), so a change relaunches it."""
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
+
+
 @dataclass(frozen=True)
 class TrainerBundle:
     files: dict[str, str]   # repository-relative path → text
