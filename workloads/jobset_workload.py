@@ -14,22 +14,6 @@ from workloads.trainer_bundle import TrainerBundle
 _KUEUE_KINDS = {"ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"}
 
 
-class _KubernetesObject(pulumi.CustomResource):
-    """A custom resource with top-level fields besides `spec` (Kueue's WorkloadPriorityClass has `value` and
-    `description`), which pulumi-kubernetes' Python CustomResource cannot carry. The provider sends the inputs
-    as the object, exactly as for CustomResource (same `kubernetes:<apiVersion>:<kind>` type token)."""
-
-    def __init__(self, logical_name: str, obj: dict, opts: pulumi.ResourceOptions):
-        super().__init__(f"kubernetes:{obj['apiVersion']}:{obj['kind']}", logical_name, dict(obj), opts)
-
-
-def _register(logical_name: str, obj: dict, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
-    custom = "." in obj["apiVersion"].split("/")[0]
-    if custom and set(obj) - {"apiVersion", "kind", "metadata", "spec"}:
-        return _KubernetesObject(logical_name, obj, opts)
-    return register(logical_name, obj, opts)
-
-
 class JobSetWorkload(pulumi.ComponentResource):
     """Registers the JobSet backend's objects through the cluster's Kubernetes provider (`opts.providers`)."""
 
@@ -60,7 +44,7 @@ class JobSetWorkload(pulumi.ComponentResource):
                 depends_on += self.controllers.ready + [
                     resource for key, resource in self.resources.items() if key != "smoke-jobset"]
                 extra = dict(delete_before_replace=True)
-            self.resources[logical_name] = _register(
+            self.resources[logical_name] = register(
                 logical_name, obj, child_options(self, depends_on=depends_on, deleted_with=cluster, **extra))
         self.jobset_name = objects["jobset"]["metadata"]["name"]
         self.smoke_jobset_name = objects["smoke-jobset"]["metadata"]["name"] if "smoke-jobset" in objects else None

@@ -6,6 +6,15 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 
+class _ObjectWithTopLevelFields(pulumi.CustomResource):
+    """A custom resource with top-level fields besides `spec` (e.g. Kueue's WorkloadPriorityClass has `value`
+    and `description`), which pulumi-kubernetes' Python CustomResource cannot carry. The provider receives the
+    inputs as the object, exactly as for CustomResource (same `kubernetes:<apiVersion>:<kind>` type token)."""
+
+    def __init__(self, logical_name: str, obj: dict, opts: pulumi.ResourceOptions):
+        super().__init__(f"kubernetes:{obj['apiVersion']}:{obj['kind']}", logical_name, dict(obj), opts)
+
+
 def register(logical_name: str, obj: dict, opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
     api_version, kind, metadata = obj["apiVersion"], obj["kind"], obj["metadata"]
     if (api_version, kind) == ("v1", "ConfigMap"):
@@ -18,5 +27,7 @@ def register(logical_name: str, obj: dict, opts: pulumi.ResourceOptions) -> pulu
     if "/" not in api_version or "." not in api_version.split("/")[0]:
         # Built-in groups (v1, apps/v1, batch/v1, ...) have typed resources with their own type tokens.
         raise ValueError(f"built-in kind {api_version} {kind} needs its typed resource here")
+    if set(obj) - {"apiVersion", "kind", "metadata", "spec"}:
+        return _ObjectWithTopLevelFields(logical_name, obj, opts)
     return k8s.apiextensions.CustomResource(logical_name, api_version=api_version, kind=kind, metadata=metadata,
                                             spec=obj.get("spec"), opts=opts)
