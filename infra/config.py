@@ -17,6 +17,7 @@ from infra import naming, versions
 from infra.config_schema import DERIVED, KEYS, KEYS_BY_NAME, NAMESPACE, REQUIRED, Key
 from infra.tpu_catalog import CatalogError, SliceShape, slice_shape
 from trainer.errors import PlanError
+from trainer.maxtext_runtime import MIN_MAXTEXT
 from trainer.planner import Plan, PlanRequest, plan
 from trainer.presets import PRESETS
 
@@ -396,7 +397,6 @@ def _check_storage(v: dict[str, Any], region: str | None, problems: list[str]) -
     return bucket, v["bucketLocation"] or (region or "")
 
 
-MIN_MAXTEXT = (0, 2, 2)  # older releases load the wrong model config and train ~1.1B params (FACTS §6)
 RAYJOB_NAME_MAX = 47
 RAYCLUSTER_NAME_MAX = 53
 JOB_HASH_SUFFIX = 9     # "-" + 8 hex characters
