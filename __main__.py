@@ -10,7 +10,7 @@ from infra.services import ProjectServices
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
 from workloads.backends import WorkloadContext, deploy_workload
-from workloads.trainer_bundle import load_bundle
+from workloads.bundle import load_bundle
 
 try:
     config = build(raw_from_pulumi())

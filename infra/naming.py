@@ -28,6 +28,16 @@ SERVICE_ACCOUNT_MAX = 30
 COMPUTE_NAME_MAX = 63
 # GKE node pools: at most 40 characters.
 NODE_POOL_MAX = 40
+# KubeRay: RayCluster names of at most 53 characters, RayJob names of at most 47 (KubeRay v1.7.0
+# ray-operator/controllers/ray/utils/validation.go).
+RAYCLUSTER_NAME_MAX = 53
+RAYJOB_NAME_MAX = 47
+# "-" + 8 hex characters of content hash appended to RayJob and JobSet names.
+HASH_SUFFIX = 9
+# JobSet name prefix: leaves room for "-smoke-" + hash and the pod hostnames (<= 63) JobSet derives.
+JOBSET_PREFIX_MAX = 24
+# MaxText's elastic-training guide: Pathways workload names of at most 28 characters.
+PATHWAYS_NAME_MAX = 28
 
 
 def fit(name: str, limit: int) -> str:

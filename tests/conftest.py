@@ -1,13 +1,17 @@
-"""Shared fixtures: the committed stacks run once each under Pulumi mocks (infra/mocks.py)."""
+"""Shared fixtures: the committed stacks run once each under Pulumi mocks (preview/harness.py), the golden
+manifests, and the CRD bundle beside the repository."""
 from __future__ import annotations
 
 import functools
+import json
+import os
 from pathlib import Path
 
 import pytest
 
-from infra.mocks import ProgramRun, run_program
-from infra.stack_files import load_stack_config
+from preview.harness import ProgramRun, run_program
+from preview.k8s.validation import default_schemas_dir
+from preview.stack_files import load_stack_config
 
 REPO = Path(__file__).resolve().parent.parent
 COMMITTED_STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
@@ -30,3 +34,24 @@ def dev() -> ProgramRun:
 
 # Smallest valid config: what a user must set.
 MINIMAL = {"project": "my-tpu-project", "zone": "us-east5-b"}
+
+
+GOLDEN_DIR = REPO / "tests" / "golden"
+
+
+def assert_matches_golden(name: str, objects: object) -> None:
+    """The objects as sorted JSON against tests/golden/NAME.json; UPDATE_GOLDENS=1 rewrites the file."""
+    text = json.dumps(objects, indent=2, sort_keys=True) + "\n"
+    golden = GOLDEN_DIR / f"{name}.json"
+    if os.environ.get("UPDATE_GOLDENS"):
+        golden.write_text(text)
+    assert golden.read_text() == text, f"{golden.name} differs; review and regenerate with UPDATE_GOLDENS=1"
+
+
+@pytest.fixture(scope="session")
+def schemas_dir() -> Path:
+    """The KubeRay, JobSet and Kueue CRDs beside the repository (../shared/schemas)."""
+    path = default_schemas_dir()
+    if not path.is_dir():
+        pytest.skip(f"CRD bundle {path} not present")
+    return path

@@ -9,11 +9,11 @@ import argparse
 import os
 from typing import Any, Mapping
 
-from trainer.errors import PlanError
-from trainer.maxtext_args import DATASET_TYPES, RunSettings, default_checkpoint_period
-from trainer.memory import REMAT_POLICIES
-from trainer.planner import PlanRequest
-from trainer.presets import PRESETS
+from core.errors import PlanError
+from core.maxtext_args import DATASET_TYPES, RunSettings, default_checkpoint_period
+from core.memory import REMAT_POLICIES
+from core.planner import PlanRequest
+from core.presets import PRESETS
 
 
 def _env(name: str, default: Any) -> Any:
@@ -42,7 +42,7 @@ def parse_elastic(text: str) -> tuple[int, int]:
 
 
 def add_plan_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
-    g = parser.add_argument_group("model and TPU slices (trainer.planner)")
+    g = parser.add_argument_group("model and TPU slices (core.planner)")
     g.add_argument("--model", default=_env("model", defaults["model"]), help=f"one of {', '.join(PRESETS)}")
     g.add_argument("--generation", default=_env("generation", defaults["generation"]), help="TPU generation, e.g. v6e")
     g.add_argument("--topology", default=_env("topology", defaults["topology"]), help="slice topology, e.g. 4x4")

@@ -1,7 +1,7 @@
 """Make the installed MaxText importable on Python 3.11 with jax 0.10 (run by scripts/install_maxtext.sh).
 
 MaxText >= 0.1 declares Requires-Python >= 3.12, but only two things in 0.2.5 actually need more than
-this machine has (FACTS §5, reproduced here):
+this machine has (docs/platform-notes.md §5, reproduced here):
 
 1. Two modules (`kernels/mhc/common.py`, `kernels/mhc/api.py`) use the 3.12-only `type X = ...`
    alias statement. On 3.11 that is a SyntaxError at import time. Rewriting it to the plain

@@ -3,7 +3,7 @@
     python -m trainer.entrypoint --model llama3-8b --topology 4x4 --slices 2 \
         --run-name llama3-8b-1 --base-output-directory gs://BUCKET/runs --steps 1000
 
-Settings are validated and planned (trainer.planner) before Ray is touched; bad input exits 2 with one line.
+Settings are validated and planned (core.planner) before Ray is touched; bad input exits 2 with one line.
 `--local-cpu` is the same program on fake TPU hosts (trainer.local starts them): the scaling config is
 unchanged (use_tpu=True, TPU resources per host), only the workers' JAX runs on CPU devices.
 """
@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.maxtext_facts import PINNED_MAXTEXT
 from trainer import cli, maxtext_runtime
-from trainer.errors import PlanError
-from trainer.maxtext_args import RunSettings
-from trainer.planner import Plan, plan, worker_bounds
+from core.errors import PlanError
+from core.maxtext_args import RunSettings
+from core.planner import Plan, plan, worker_bounds
 from trainer.worker import request_to_dict, run_to_dict, train_loop_per_worker
 
 # The MaxText release this project runs and tests (requirements-trainer.txt, scripts/install_maxtext.sh).
-PINNED_MAXTEXT = "0.2.5"
 ENTRYPOINT_DEFAULTS = {"model": "llama3-8b", "generation": "v6e", "topology": "4x4", "slices": 2, "steps": 1000}
 EXIT_BAD_INPUT = 2
 
@@ -48,7 +48,7 @@ def worker_env(plan_: Plan, local_cpu: bool, maxtext_version: str) -> dict[str, 
     if local_cpu:
         env.update({
             # Ray's TPU backend calls jax.distributed.initialize on whatever platform JAX_PLATFORMS names
-            # (FACTS §5); one CPU device per chip makes the host look like its TPU VM to MaxText's mesh.
+            # (docs/platform-notes.md §5); one CPU device per chip makes the host look like its TPU VM to MaxText's mesh.
             "JAX_PLATFORMS": "cpu",
             "XLA_FLAGS": f"--xla_force_host_platform_device_count={plan_.shape.chips_per_host}",
             # Keep MaxText away from Google Cloud services (no credentials locally).

@@ -2,7 +2,7 @@
 
 Hooks (wrapping MaxText's MetricLogger methods, which train.py looks up on the class at call time):
 - model check: when MaxText has built the parameters, count them and compare with the preset. The seed runs
-  trained MaxText's ~1B default model while believing it was llama3-8b (FACTS §6); this makes that loud.
+  trained MaxText's ~1B default model while believing it was llama3-8b (docs/platform-notes.md §6); this makes that loud.
 - step callback: every logged training step (step, loss, step time) goes to a callback (the progress log).
 MaxText is imported lazily so the planner and CLI work where MaxText is not installed.
 """
@@ -12,9 +12,8 @@ import importlib.metadata
 import importlib.resources
 from typing import Callable
 
-# 0.2.1 and older look for model configs at configs/configs/models/... and silently fall back to the
-# default model (FACTS §6, fixed in maxtext 0.2.2).
-MIN_MAXTEXT = (0, 2, 2)
+from core.maxtext_facts import MIN_MAXTEXT
+
 # Preset parameter formulas are exact for the dense decoders here; the slack only absorbs an unforeseen
 # small tensor (a bias, a norm), never a different model (the default model is ~7x off llama3-8b).
 PARAM_TOLERANCE = 0.01
@@ -56,7 +55,7 @@ def require_version(version: str | None = None) -> str:
 
 
 def base_config_path() -> str:
-    """base.yml from the installed package: model configs are resolved relative to it (FACTS §5, §6)."""
+    """base.yml from the installed package: model configs are resolved relative to it (docs/platform-notes.md §5, §6)."""
     path = importlib.resources.files("maxtext") / "configs" / "base.yml"
     if not path.is_file():
         raise MaxTextVersionError(f"maxtext package has no configs/base.yml at {path}")

@@ -144,7 +144,7 @@ def run_ray(args: argparse.Namespace) -> int:
     from ray.train.v2.jax import JaxTrainer
 
     from trainer.entrypoint import scaling_kwargs
-    from trainer.planner import PlanRequest, plan
+    from core.planner import PlanRequest, plan
 
     full = plan(PlanRequest(model=args.model, generation=args.generation, topology=args.topology,
                             slices=args.slices))

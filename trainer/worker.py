@@ -10,8 +10,8 @@ import os
 import uuid
 
 from trainer import maxtext_runtime, progress
-from trainer.maxtext_args import RunSettings, pre_train_argv
-from trainer.planner import Plan, PlanRequest, plan
+from core.maxtext_args import RunSettings, pre_train_argv
+from core.planner import Plan, PlanRequest, plan
 
 
 def request_to_dict(request: PlanRequest) -> dict:

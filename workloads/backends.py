@@ -12,14 +12,14 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.config import StackConfig
-from workloads.pathways_exports import pathways_exports
-from workloads.pathways_workload import PathwaysWorkload
-from workloads.jobset_exports import jobset_exports
-from workloads.jobset_workload import JobSetWorkload
-from workloads.ray_exports import ray_exports
-from workloads.ray_workload import RayWorkload
+from workloads.pathways.exports import pathways_exports
+from workloads.pathways.component import PathwaysWorkload
+from workloads.jobset.exports import jobset_exports
+from workloads.jobset.component import JobSetWorkload
+from workloads.ray.exports import ray_exports
+from workloads.ray.component import RayWorkload
 from workloads.smoke_exports import ray_smoke_exports
-from workloads.trainer_bundle import TrainerBundle
+from workloads.bundle import TrainerBundle
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Charts are the projects' OCI charts on registry.k8s.io (JobSet's and Kueue's installation docs:
 `helm install jobset oci://registry.k8s.io/jobset/charts/jobset --version 0.12.0 ...` and
 `helm install kueue oci://registry.k8s.io/kueue/charts/kueue --version=0.19.2 ...`; chart versions carry no
-leading "v"). The versions match the CRDs the manifests are validated against (../shared/schemas, FACTS §7).
+leading "v"). The versions match the CRDs the manifests are validated against (../shared/schemas, docs/platform-notes.md §7).
 Any backend that submits JobSets through Kueue (jobset, pathways) waits on `.ready`.
 """
 from __future__ import annotations

@@ -1,0 +1,129 @@
+"""The one MaxText pre-training command line, shared by every launcher (pure).
+
+Ray Train (trainer.entrypoint), JobSet and Pathways manifests all call `maxtext_overrides` / `pre_train_argv`
+so the same plan produces the same MaxText run whichever way it is launched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from core.errors import PlanError
+from core.planner import Plan, check_overrides_free
+
+# `python -m PRE_TRAIN_MODULE <base.yml> key=value ...` is MaxText's pre-training entry point (maxtext 0.2.x).
+PRE_TRAIN_MODULE = "maxtext.trainers.pre_train.train"
+
+# Where each dataset type takes its location (maxtext base.yml: dataset_path, hf_path, grain_train_files).
+_DATASET_LOCATION_KEY = {"tfds": "dataset_path", "hf": "hf_path", "grain": "grain_train_files"}
+DATASET_TYPES = ("synthetic", *_DATASET_LOCATION_KEY)
+HARDWARE = ("tpu", "cpu")
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Per-run settings that are not the planner's business."""
+
+    run_name: str                    # checkpoints live in <base_output_directory>/<run_name>/checkpoints
+    base_output_directory: str       # gs://bucket/path on GKE, a local directory in local mode
+    steps: int                       # total steps; a resumed run continues up to this number
+    checkpoint_period: int           # MaxText's default (10000) means "only step 0" for short runs
+    dataset_type: str = "synthetic"
+    dataset_path: str = ""           # tfds dataset_path / hf_path / grain_train_files, by dataset_type
+    tokenizer_path: str = ""
+    jax_cache_dir: str = ""          # default: <base_output_directory>/jax_cache, shared across restarts
+    hardware: str = "tpu"            # "cpu": local mode, JAX on CPU pretending to be the TPU hosts
+    metrics_file: str = ""
+    extra: Mapping[str, str] = field(default_factory=dict)   # further MaxText keys, never planned ones
+
+    def validate(self) -> None:
+        if not self.run_name or any(c in self.run_name for c in " =/"):
+            raise PlanError(f"run_name={self.run_name!r} must be non-empty without spaces, '=' or '/'")
+        if not self.base_output_directory:
+            raise PlanError("base_output_directory is required (checkpoints and compile cache live there)")
+        if self.steps < 1:
+            raise PlanError(f"steps={self.steps} must be >= 1")
+        if not 1 <= self.checkpoint_period <= self.steps:
+            raise PlanError(f"checkpoint_period={self.checkpoint_period} must be within 1..steps={self.steps}"
+                            " (otherwise no checkpoint after step 0)")
+        if self.dataset_type not in DATASET_TYPES:
+            raise PlanError(f"dataset_type={self.dataset_type!r} unknown; allowed: {', '.join(DATASET_TYPES)}")
+        if self.dataset_type != "synthetic" and not self.dataset_path:
+            raise PlanError(f"dataset_type={self.dataset_type} needs a dataset path")
+        if self.hardware not in HARDWARE:
+            raise PlanError(f"hardware={self.hardware!r} unknown; allowed: {', '.join(HARDWARE)}")
+
+
+def default_checkpoint_period(steps: int) -> int:
+    """At least ten checkpoints per run and never more than 100 steps of work at risk."""
+    return max(1, min(100, steps // 10))
+
+
+def _mesh_for_hardware(plan: Plan, hardware: str) -> dict[str, str]:
+    if hardware == "tpu":
+        return {}
+    # CPU devices carry no `slice_index`, so MaxText's hybrid (ICI x DCN) mesh cannot be built and MaxText
+    # treats CPU as one slice. Folding each DCN axis into the same ICI axis gives the identical device
+    # layout: JAX orders devices by process, Ray Train ranks fill slices in order, so the outer part of each
+    # axis is still the slice.
+    return {
+        "ici_data_parallelism": str(plan.dcn_data),
+        "ici_fsdp_parallelism": str(plan.ici_fsdp * plan.dcn_fsdp),
+        "dcn_data_parallelism": "1",
+        "dcn_fsdp_parallelism": "1",
+        "num_slices": "1",
+        "hardware": "cpu",
+    }
+
+
+def _jax_cache_dir(run: RunSettings) -> str:
+    if run.hardware == "cpu":
+        # Off in local mode: processes that hit the persistent cache race ahead of those that miss it, and
+        # on CPU the first collective between them is a gloo context whose setup times out after a fixed
+        # 30 s (seen as "Gloo context initialization failed: DEADLINE_EXCEEDED" after every resume).
+        return ""
+    # Default next to the checkpoints, so a restarted pod finds it (MaxText's default is pod-local, docs/platform-notes.md §6).
+    return run.jax_cache_dir or f"{run.base_output_directory.rstrip('/')}/jax_cache"
+
+
+def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
+    """MaxText `key=value` overrides for pre-training `plan` with `run` settings.
+
+    Args:
+      plan: from core.planner.plan(); decides model, mesh, batch, remat and weight dtype.
+      run: run name, output directory, steps, checkpoint period, dataset, hardware, extra keys.
+    Returns:
+      The list of "key=value" strings to pass after the base config path. Order is stable (planned keys,
+      then run keys, then `run.extra`), so manifests built from it diff cleanly.
+    Raises:
+      PlanError: invalid run settings, or `run.extra` trying to replace a planned key.
+    """
+    run.validate()
+    planned = plan.overrides()
+    planned.update(_mesh_for_hardware(plan, run.hardware))
+    if plan.model.cpu_only and run.hardware != "cpu":
+        raise PlanError(f"model {plan.model.name} is a CPU test model; it needs hardware=cpu (local mode)")
+    keys = dict(planned)
+    keys.update({
+        "run_name": run.run_name,
+        "base_output_directory": run.base_output_directory,
+        "steps": str(run.steps),
+        "enable_checkpointing": "true",
+        "checkpoint_period": str(run.checkpoint_period),
+        "jax_cache_dir": _jax_cache_dir(run),
+        "dataset_type": run.dataset_type,
+    })
+    if run.dataset_type in _DATASET_LOCATION_KEY:
+        keys[_DATASET_LOCATION_KEY[run.dataset_type]] = run.dataset_path
+    if run.tokenizer_path:
+        keys["tokenizer_path"] = run.tokenizer_path
+    if run.metrics_file:
+        keys["metrics_file"] = run.metrics_file
+    check_overrides_free(keys, run.extra)
+    keys.update(run.extra)
+    return [f"{key}={value}" for key, value in keys.items()]
+
+
+def pre_train_argv(plan: Plan, run: RunSettings, base_config: str) -> list[str]:
+    """argv for MaxText's `main(argv)` (argv[0] is the program name, argv[1] the base config)."""
+    return [PRE_TRAIN_MODULE, base_config, *maxtext_overrides(plan, run)]

@@ -1,0 +1,54 @@
+"""Environment of TPU worker containers: the one documented place for multislice env and libtpu flags.
+
+Pure data, no Pulumi import; every workload backend (RayJob, JobSet, Pathways) takes its TPU env from here.
+"""
+from __future__ import annotations
+
+from core.tpu_catalog import Generation
+
+# Port libtpu's megascale runtime listens on for slice-to-slice traffic. Ray Train's JaxTrainer uses the
+# same default (ray._private.accelerators.tpu.DEFAULT_MEGASCALE_PORT = "8081") and computes
+# MEGASCALE_COORDINATOR_ADDRESS / MEGASCALE_NUM_SLICES / MEGASCALE_SLICE_ID per worker group itself, always
+# overwriting pod values (ray.train.v2.jax.config) — so those three are deliberately not set here.
+MEGASCALE_PORT = "8081"
+
+# Flags that let XLA overlap the data-parallel gradient all-reduce over DCN with compute, as MaxText's
+# multislice runs and its high-performance configs set them (AI-Hypercomputer/maxtext end_to_end scripts and
+# docs on multislice): the all-reduce is split and scheduled asynchronously next to the backward pass.
+_DCN_OVERLAP_FLAGS = (
+    "--xla_tpu_enable_data_parallel_all_reduce_opt=true",
+    "--xla_tpu_data_parallel_opt_different_sized_ops=true",
+    "--xla_tpu_enable_async_collective_fusion=true",
+    "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true",
+    "--xla_tpu_enable_async_collective_fusion_multiple_steps=true",
+    "--xla_tpu_overlap_compute_collective_tc=true",
+    "--xla_enable_async_all_gather=true",
+)
+
+# Per generation: flags beyond the common set. v6e: the tuned Trillium recipes raise the scoped VMEM limit
+# (tpu-recipes trillium Llama3.1 MaxText workloads use 98304 KiB).
+_GENERATION_FLAGS: dict[str, tuple[str, ...]] = {
+    "v4": (),
+    "v5e": (),
+    "v5p": (),
+    "v6e": ("--xla_tpu_scoped_vmem_limit_kib=98304",),
+    "tpu7x": (),
+}
+
+
+def libtpu_init_args(generation: Generation, multislice: bool) -> str:
+    flags = _GENERATION_FLAGS[generation.name] + (_DCN_OVERLAP_FLAGS if multislice else ())
+    return " ".join(flags)
+
+
+def tpu_worker_env(generation: Generation, slices: int) -> list[dict]:
+    """Container env (Kubernetes EnvVar dicts) for a TPU worker."""
+    env = [
+        {"name": "JAX_PLATFORMS", "value": "tpu,cpu"},
+        # libtpu's PJRT plugin API compatibility mode, as the GKE TPU examples set it for JAX.
+        {"name": "ENABLE_PJRT_COMPATIBILITY", "value": "true"},
+        {"name": "LIBTPU_INIT_ARGS", "value": libtpu_init_args(generation, multislice=slices > 1)},
+    ]
+    if slices > 1:
+        env.append({"name": "MEGASCALE_PORT", "value": MEGASCALE_PORT})
+    return env

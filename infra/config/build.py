@@ -1,0 +1,76 @@
+"""Stack config: raw Pulumi config in, one validated, typed, frozen StackConfig out.
+
+Every check happens here, before any resource is registered: step 1 parses and checks each key on its own
+(parse.py, with the checks the schema keeps beside each key), step 2 applies the rules between keys
+(rules.py). All problems are raised together as one ConfigError, one line per mistake.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from infra.config import rules
+from infra.config.model import (Capacity, ClusterMode, ClusterSettings, ConfigError, GcpSettings, JobSetSettings,
+                                KubernetesSettings, NetworkSettings, PathwaysSettings, RaySettings, StackConfig,
+                                StorageSettings, TpuSettings, WorkloadSettings, BackendSettings)
+from infra.config.parse import parse_values
+
+
+def build(raw: Mapping[str, Any]) -> StackConfig:
+    """Validate raw config (key without namespace → value as Pulumi stores it) into a StackConfig."""
+    problems: list[str] = []
+    v = parse_values(raw, problems)
+    region = rules.check_location(v, problems)
+    shape = rules.check_tpu(v, problems)
+    rules.check_networks(v, problems)
+    min_version = rules.check_version(v, shape, problems)
+    rules.check_autopilot(v, raw, problems)
+    bucket, bucket_location = rules.check_storage(v, raw, region, problems)
+    rules.check_workload(v, problems)
+    rules.check_jobset(v, shape, problems)
+    rules.check_pathways(v, shape, problems)
+    workload_plan = rules.plan_workload(v, shape, problems)
+    if problems:
+        raise ConfigError(problems)
+    assert shape is not None and region is not None and workload_plan is not None
+    return StackConfig(
+        gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"]),
+        cluster=ClusterSettings(
+            name=v["clusterName"], mode=ClusterMode(v["clusterMode"]), gke_version=v["gkeVersion"],
+            release_channel=v["releaseChannel"], min_master_version=min_version,
+            deletion_protection=v["deletionProtection"], system_pool_machine_type=v["systemPoolMachineType"],
+            system_pool_nodes=v["systemPoolNodes"]),
+        tpu=TpuSettings(shape=shape, slices=v["slices"], capacity=Capacity(v["capacity"]),
+                        reservation_name=v["reservationName"]),
+        network=NetworkSettings(
+            node_cidr=v["nodeCidr"], pod_cidr=v["podCidr"], service_cidr=v["serviceCidr"], dcn=v["dcn"],
+            dcn_mtu=v["dcnMtu"], dcn_subnets=tuple(v["dcnSubnets"]) if v["dcn"] else (), dranet=v["dranet"]),
+        storage=StorageSettings(bucket_name=bucket, location=bucket_location,
+                                keep_on_destroy=v["keepCheckpointsOnDestroy"], soft_delete_days=v["softDeleteDays"]),
+        kubernetes=KubernetesSettings(namespace=v["namespace"], service_account=v["serviceAccount"]),
+        workload=WorkloadSettings(
+            backend=v["workloadBackend"], plan=workload_plan, train_steps=v["trainSteps"],
+            checkpoint_period=v["checkpointPeriod"], maxtext_version=v["maxtextVersion"],
+            smoke_test=v["smokeTest"]),
+        backend=_backend_settings(v, shape.chips),
+    )
+
+
+def _backend_settings(v: dict[str, Any], chips_per_slice: int) -> BackendSettings:
+    backend = v["workloadBackend"]
+    if backend == "jobset":
+        quota = v["kueueTpuQuota"]
+        return JobSetSettings(image=v["jobsetImage"], name_prefix=v["jobsetName"], max_restarts=v["maxRestarts"],
+                              tpu_quota=quota if quota is not None else v["slices"] * chips_per_slice)
+    if backend == "pathways":
+        return PathwaysSettings(
+            job_name=v["pathwaysJobName"], elastic_slices=v["pathwaysElasticSlices"],
+            max_slice_restarts=v["pathwaysMaxSliceRestarts"], max_restarts=v["maxRestarts"],
+            elastic_max_retries=v["pathwaysElasticMaxRetries"],
+            elastic_timeout_seconds=v["pathwaysElasticTimeoutSeconds"], profiling=v["pathwaysProfiling"],
+            server_image=v["pathwaysServerImage"], proxy_image=v["pathwaysProxyImage"],
+            trainer_image=v["pathwaysTrainerImage"])
+    spot = v["capacity"] == Capacity.SPOT.value
+    return RaySettings(
+        image=v["rayImage"], cluster_name=v["rayClusterName"], job_name=v["rayJobName"],
+        max_failures=v["maxFailures"] if v["maxFailures"] is not None else (-1 if spot else 3),
+        dashboard_exposure=v["dashboardExposure"], dashboard_source_ranges=tuple(v["dashboardSourceRanges"]))

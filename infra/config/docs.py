@@ -1,0 +1,71 @@
+"""Pulumi.yaml's config schema and the README's config table, generated from infra/config/schema.py.
+
+`python -m infra.config.docs` prints the README table; `--write` rewrites both files in place.
+tests/infra/test_config_schema.py fails when either copy is stale.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from infra.config.schema import DERIVED, KEYS, REQUIRED, Key
+
+REPO = Path(__file__).resolve().parents[2]
+README_TABLE_HEADER = "| key | type | default | description |"
+PULUMI_YAML_HEADER = ("# Config schema: types and descriptions only. Defaults live in infra/config/schema.py (one place);\n"
+                      "# regenerate with `.venv/bin/python -m infra.config.docs --write`.\n")
+
+
+def _default(key: Key) -> str:
+    if key.default is REQUIRED:
+        return "**required**"
+    if key.default is DERIVED:
+        return "derived"
+    if isinstance(key.default, bool):
+        return f"`{str(key.default).lower()}`"
+    if isinstance(key.default, tuple):
+        return "`" + ", ".join(key.default) + "`" if key.default else "`[]`"
+    return f"`{key.default}`" if key.default != "" else "(empty)"
+
+
+def markdown_table() -> str:
+    rows = [README_TABLE_HEADER, "| --- | --- | --- | --- |"]
+    for key in KEYS:
+        description = key.description
+        if key.choices:
+            description += " One of: " + ", ".join(f"`{choice}`" for choice in key.choices) + "."
+        rows.append(f"| `{key.name}` | {key.type} | {_default(key)} | {description} |")
+    return "\n".join(rows)
+
+
+def pulumi_config_schema() -> dict:
+    schema = {}
+    for key in KEYS:
+        entry: dict = {"type": key.type, "description": key.description}
+        if key.type == "array":
+            entry["items"] = {"type": "string"}
+        schema[key.name] = entry
+    return schema
+
+
+def write(repo: Path = REPO) -> None:
+    project_file = repo / "Pulumi.yaml"
+    project = yaml.safe_load(project_file.read_text())
+    project["config"] = pulumi_config_schema()
+    project_file.write_text(PULUMI_YAML_HEADER + yaml.safe_dump(project, sort_keys=False, width=120))
+    readme_file = repo / "README.md"
+    readme = readme_file.read_text()
+    start = readme.index(README_TABLE_HEADER)
+    end = readme.find("\n\n", start)
+    readme_file.write_text(readme[:start] + markdown_table() + (readme[end:] if end != -1 else "\n"))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", action="store_true", help="rewrite Pulumi.yaml's config block and README's table")
+    if parser.parse_args().write:
+        write()
+    else:
+        print(markdown_table())

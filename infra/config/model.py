@@ -1,0 +1,202 @@
+"""The typed, validated stack config: frozen settings, one section per concern, one settings type per backend.
+
+Components take the section they need (the network its NetworkSettings, the bucket its StorageSettings); the
+workload backend's own settings are exactly one of RaySettings, JobSetSettings or PathwaysSettings.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Union
+
+from core.planner import Plan
+from core.tpu_catalog import SliceShape
+from infra import naming
+
+
+class ConfigError(ValueError):
+    """Bad stack config; the message lists every problem, one per line."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid stack config:\n  " + "\n  ".join(problems))
+
+
+class ClusterMode(str, enum.Enum):
+    STANDARD = "standard"
+    AUTOPILOT = "autopilot"
+
+
+class Capacity(str, enum.Enum):
+    ON_DEMAND = "on-demand"
+    SPOT = "spot"
+    RESERVATION = "reservation"
+    FLEX_START = "flex-start"
+
+
+@dataclass(frozen=True)
+class GcpSettings:
+    project: str
+    region: str
+    zone: str
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    name: str
+    mode: ClusterMode
+    gke_version: str | None
+    release_channel: str
+    # What the cluster is created with: the user's version, or the highest minimum our features need.
+    min_master_version: str
+    deletion_protection: bool
+    system_pool_machine_type: str
+    system_pool_nodes: int
+
+    @property
+    def autopilot(self) -> bool:
+        return self.mode is ClusterMode.AUTOPILOT
+
+
+@dataclass(frozen=True)
+class TpuSettings:
+    shape: SliceShape
+    slices: int
+    capacity: Capacity
+    reservation_name: str
+
+    @property
+    def total_hosts(self) -> int:
+        return self.slices * self.shape.hosts
+
+    @property
+    def total_chips(self) -> int:
+        return self.slices * self.shape.chips
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    node_cidr: str
+    pod_cidr: str
+    service_cidr: str
+    dcn: bool
+    dcn_mtu: int
+    dcn_subnets: tuple[str, ...]
+    dranet: bool
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    bucket_name: str
+    location: str
+    keep_on_destroy: bool
+    soft_delete_days: int
+
+
+@dataclass(frozen=True)
+class KubernetesSettings:
+    namespace: str
+    service_account: str
+
+
+@dataclass(frozen=True)
+class WorkloadSettings:
+    """What every backend trains: the planner's verdict and the run's length."""
+    backend: str
+    plan: Plan                 # the planner's verdict: mesh, batch, remat, memory per chip
+    train_steps: int
+    checkpoint_period: int
+    maxtext_version: str
+    smoke_test: bool           # run the multislice smoke test before training
+
+    @property
+    def model(self) -> str:
+        return self.plan.model.name
+
+    @property
+    def elastic(self) -> bool:
+        return self.plan.elastic
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """workloadBackend=rayjob: a RayCluster and a RayJob running the trainer entrypoint."""
+    image: str
+    cluster_name: str
+    job_name: str
+    max_failures: int
+    dashboard_exposure: str
+    dashboard_source_ranges: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class JobSetSettings:
+    """workloadBackend=jobset: JobSet + Kueue."""
+    image: str
+    name_prefix: str
+    max_restarts: int
+    tpu_quota: int             # ClusterQueue nominal quota of google.com/tpu chips
+
+
+@dataclass(frozen=True)
+class PathwaysSettings:
+    """workloadBackend=pathways: one Pathways JobSet whose head runs MaxText with elastic_retry."""
+    job_name: str
+    elastic_slices: int        # 0 = not elastic
+    max_slice_restarts: int
+    max_restarts: int          # JobSet failurePolicy.maxRestarts of the Pathways JobSet
+    elastic_max_retries: int
+    elastic_timeout_seconds: int
+    profiling: bool
+    server_image: str
+    proxy_image: str
+    trainer_image: str
+
+    @property
+    def elastic(self) -> bool:
+        return self.elastic_slices > 0
+
+
+BackendSettings = Union[RaySettings, JobSetSettings, PathwaysSettings]
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    gcp: GcpSettings
+    cluster: ClusterSettings
+    tpu: TpuSettings
+    network: NetworkSettings
+    storage: StorageSettings
+    kubernetes: KubernetesSettings
+    workload: WorkloadSettings
+    backend: BackendSettings
+
+    @property
+    def names(self) -> naming.Names:
+        return naming.Names(self.cluster.name)
+
+    def _backend(self, kind: type):
+        if not isinstance(self.backend, kind):
+            raise TypeError(f"workloadBackend={self.workload.backend!r} has no {kind.__name__}")
+        return self.backend
+
+    @property
+    def ray(self) -> RaySettings:
+        return self._backend(RaySettings)
+
+    @property
+    def jobset(self) -> JobSetSettings:
+        return self._backend(JobSetSettings)
+
+    @property
+    def pathways(self) -> PathwaysSettings:
+        return self._backend(PathwaysSettings)
+
+    @property
+    def pods_use_host_network(self) -> bool:
+        """Whether the training pods run on the host network: Pathways always (its sidecars talk over host
+        ports), JobSet when DCN NICs are not handed over by DRANET (xpk's multislice pods). Such pods do not
+        get the Workload Identity metadata server (GKE: "Pods that use the host network" are a Workload
+        Identity Federation limitation), so they reach the bucket as the node service account."""
+        backend = self.workload.backend
+        return backend == "pathways" or (backend == "jobset" and not self.network.dranet)

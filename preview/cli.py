@@ -1,0 +1,181 @@
+"""Offline plan: everything `pulumi up` would create, with no cloud, credentials or Pulumi CLI.
+
+    python -m preview --stack prod [--set slices=8] [--out DIR] [--graph FILE.svg] [--json] [--schemas DIR]
+
+Runs the real program (__main__.py) under the project's mocks, then prints the resource tree, TPU
+capacity and price, the exports, the validation of every Kubernetes object, and the critical paths of
+deploy and destroy.
+Exit codes: 0 plan valid · 1 Kubernetes validation errors · 2 bad config or arguments · 3 the program
+failed under mocks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from infra.config import ConfigError, StackConfig, build
+from preview.overrides import OverrideError, apply_overrides
+from preview.graph import CriticalPath, write_graph
+from preview.k8s.validation import default_schemas_dir
+from preview.model import Plan, PlannedResource
+from preview.stack_files import StackFileError, load_stack_config
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_PROGRAM = 0, 1, 2, 3
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m preview", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config value like `pulumi config set --path` (repeatable), "
+                             "e.g. --set slices=8 --set dcnSubnets[0]=10.70.0.0/16")
+    parser.add_argument("--out", type=Path, help="write Kubernetes objects (YAML) and GCP resources (JSON) here")
+    parser.add_argument("--graph", type=Path, help="write the dependency graph (.svg/.png/.pdf via Graphviz, or .dot)")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument("--schemas", type=Path, help="directory of CRD YAML files (default: ../shared/schemas)")
+    parser.add_argument("--root", type=Path, default=PROJECT_ROOT, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def load_config(stack: str, root: Path, overrides: list[str]) -> tuple[dict[str, Any], StackConfig]:
+    """Raw config and its validated form; raises StackFileError, OverrideError or ConfigError."""
+    raw = apply_overrides(load_stack_config(stack, root), overrides)
+    return raw, build(raw)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Text rendering
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def render_tree(resources: list[PlannedResource], out: TextIO) -> None:
+    children: dict[str | None, list[PlannedResource]] = {}
+    known = {r.urn for r in resources}
+    for resource in resources:
+        parent = resource.parent if resource.parent in known else None
+        children.setdefault(parent, []).append(resource)
+
+    def walk(parent: str | None, prefix: str) -> None:
+        items = sorted(children.get(parent, []), key=lambda r: (r.custom, r.type, r.name))
+        for position, resource in enumerate(items):
+            last = position == len(items) - 1
+            branch, extend = ("└─ ", "   ") if last else ("├─ ", "│  ")
+            kind = resource.type.split(":")[-1] if not resource.custom else resource.type
+            line = f"{prefix}{branch}{resource.name}  [{kind}]"
+            if resource.facts:
+                line += f"  {resource.facts}"
+            if resource.flags:
+                line += "  (" + "; ".join(resource.flags) + ")"
+            out.write(line + "\n")
+            walk(resource.urn, prefix + extend)
+
+    walk(None, "")
+
+
+def render_path(path: CriticalPath, out: TextIO) -> None:
+    out.write(f"Critical path, {path.direction}: {_minutes(path.longest_s)} "
+              f"(sum of all steps one by one: {_minutes(path.sum_of_all_steps_s)})\n")
+    for step in path.steps:
+        guess = "  [guess]" if step.basis.startswith("guess") else ""
+        out.write(f"  {_minutes(step.seconds):>9}  {step.name} ({step.type}){guess}\n")
+    for note in path.notes:
+        out.write(f"  note: {note}\n")
+
+
+def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
+    custom = [r for r in plan.resources if r.custom]
+    out.write(f"Offline plan of stack {plan.stack!r} (program run under Pulumi mocks: nothing was created)\n\n")
+    out.write(f"Resources: {len(custom)} to create, in {len(plan.resources) - len(custom)} components\n")
+    render_tree(plan.resources, out)
+
+    tpu = plan.tpu
+    out.write("\nSummary\n")
+    out.write(f"  TPU: {tpu.slices} slice(s) of {tpu.generation} {tpu.topology} on {tpu.machine_type} "
+              f"(from {tpu.source}); capacity {tpu.capacity}\n")
+    out.write(f"  hosts {tpu.hosts}, chips {tpu.chips}, HBM {tpu.hbm_gib} GiB, "
+              f"peak bf16 {tpu.peak_bf16_pflops} PFLOP/s\n")
+    estimate = tpu.estimate
+
+    def usd(value: float | None) -> str:
+        return f"{value:,.2f} USD/h" if value is not None else "unknown (no public price)"
+
+    out.write(f"  estimated TPU price: on-demand {usd(estimate.on_demand_usd_per_hour)}, "
+              f"spot {usd(estimate.spot_usd_per_hour)}\n")
+    out.write(f"    ({estimate.spot_assumption}; TPU VMs only; source {estimate.source})\n")
+
+    out.write("\nExports\n")
+    for key, value in plan.exports.items():
+        text = value if isinstance(value, str) else json.dumps(value)
+        out.write(f"  {key} = {text}\n")
+
+    report = plan.validation
+    crds = "skipped (no CRD directory)" if report.cr_check_skipped else f"CRDs from {schemas_dir}"
+    out.write(f"\nValidation: {report.checked} Kubernetes object(s) against Kubernetes {report.kubernetes_version} "
+              f"schemas; custom resources: {crds}\n")
+    out.write(f"  {len(report.errors)} error(s), {len(report.warnings)} warning(s)\n")
+    for finding in report.errors:
+        out.write(f"  ERROR {finding}\n")
+    for finding in report.warnings:
+        out.write(f"  WARN  {finding}\n")
+    for note in report.notes + plan.notes:
+        out.write(f"  note: {note}\n")
+
+    out.write("\n")
+    render_path(plan.deploy, out)
+    out.write("\n")
+    render_path(plan.destroy, out)
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        raw, config = load_config(args.stack, args.root, args.overrides)
+    except (StackFileError, OverrideError, ConfigError) as error:
+        print(str(error), file=sys.stderr)
+        return EXIT_CONFIG
+
+    # Imported only now: the mocks pull in the Pulumi runtime, which a config error never needs.
+    from preview.harness import run_program
+    from preview.files import write_plan_files
+    from preview.model import build_plan
+
+    try:
+        run = run_program(raw, stack=args.stack, program=args.root / "__main__.py")
+    except Exception as error:  # noqa: BLE001 (any failure of the user's program is reported, not raised)
+        print(f"the program failed under mocks: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_PROGRAM
+
+    schemas_dir = args.schemas if args.schemas is not None else default_schemas_dir(args.root)
+    plan = build_plan(run, config, args.stack, schemas_dir)
+    messages: list[str] = []
+    if args.out is not None:
+        written = write_plan_files(plan, args.out)
+        messages.append(f"wrote {len(written)} file(s) under {args.out}")
+    if args.graph is not None:
+        path, what = write_graph(plan.graph.to_dot(plan.deploy), args.graph)
+        messages.append(f"graph: {what}: {path}")
+
+    if args.json:
+        document = plan.as_dict()
+        document["files"] = messages
+        json.dump(document, sys.stdout, indent=2, sort_keys=False, default=str)
+        sys.stdout.write("\n")
+    else:
+        render_text(plan, None if plan.validation.cr_check_skipped else schemas_dir, sys.stdout)
+        for message in messages:
+            print(message)
+    return EXIT_OK if plan.validation.ok else EXIT_INVALID
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""Run the real program (__main__.py) under Pulumi mocks and record everything it registers.
+
+No Pulumi CLI, provider plugin or cloud credential is involved (docs/platform-notes.md §2). Used by the tests and by the
+offline plan. Every run gets a fresh event loop, config, monitor and root stack, so runs do not leak into
+each other.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from google.protobuf import struct_pb2
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.config import set_all_config
+from pulumi.runtime.stack import run_in_stack
+
+from infra.config.schema import NAMESPACE
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+FAKE_PROJECT_NUMBER = "123456789012"
+
+
+class UnexpectedInvoke(AssertionError):
+    pass
+
+
+class GcpMocks(pulumi.runtime.Mocks):
+    """Fills the outputs a real provider would compute, by type token; refuses unknown invokes."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict]:
+        state = dict(args.inputs)
+        name = state.get("name") or args.name
+        state.setdefault("name", name)
+        token = args.typ
+        if token == "gcp:container/cluster:Cluster":
+            state["endpoint"] = "203.0.113.10"
+            state["masterAuth"] = {"clusterCaCertificate": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t"}
+        elif token == "gcp:storage/bucket:Bucket":
+            state["url"] = f"gs://{name}"
+        elif token == "gcp:serviceaccount/account:Account":
+            state["email"] = f"{state['accountId']}@{state['project']}.iam.gserviceaccount.com"
+        elif token.startswith("gcp:compute/"):
+            state["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{state.get('project')}/{name}"
+        resource_id = f"{name}-id" if token.startswith("kubernetes:") else name
+        if token.startswith("gcp:compute/") or token.startswith("gcp:container/"):
+            resource_id = f"projects/{state.get('project')}/{token.split('/')[1].split(':')[0]}s/{name}"
+        return resource_id, state
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
+        if args.token == "gcp:organizations/getProject:getProject":
+            return {"number": FAKE_PROJECT_NUMBER, "projectId": args.args.get("projectId")}
+        raise UnexpectedInvoke(f"unmocked invoke {args.token} {args.args}")
+
+
+@dataclass
+class Registration:
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: str
+    inputs: dict
+    dependencies: list[str]
+    property_dependencies: dict[str, list[str]]
+    provider: str
+    protect: bool
+    retain_on_delete: bool
+    deleted_with: str
+    ignore_changes: list[str]
+    delete_before_replace: bool = False
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """Keeps the graph facts the stock monitor drops: parent, dependencies, provider, options."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks):
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+        self.stack_outputs: dict[str, Any] = {}
+        self.secret_stack_outputs: set[str] = set()
+
+    def RegisterResourceOutputs(self, request):  # noqa: N802 (gRPC method name)
+        # Only the root stack's outputs are the program's exports.
+        if "::pulumi:pulumi:Stack::" in request.urn:
+            for key in request.outputs.fields:
+                value, secret = rpc.deserialize_properties_unwrap_secrets(
+                    struct_pb2.Struct(fields={"v": request.outputs.fields[key]}))
+                self.stack_outputs[key] = value["v"]
+                if secret:
+                    self.secret_stack_outputs.add(key)
+        return super().RegisterResourceOutputs(request)
+
+    def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type != "pulumi:pulumi:Stack":
+            self.registrations.append(Registration(
+                urn=response.urn,
+                type=request.type,
+                name=request.name,
+                custom=bool(request.custom),
+                parent=request.parent,
+                inputs=rpc.deserialize_properties(request.object),
+                dependencies=list(request.dependencies),
+                property_dependencies={key: list(value.urns) for key, value in request.propertyDependencies.items()},
+                provider=request.provider,
+                protect=bool(request.protect),
+                retain_on_delete=bool(request.retainOnDelete),
+                deleted_with=request.deletedWith,
+                ignore_changes=list(request.ignoreChanges),
+                delete_before_replace=bool(request.deleteBeforeReplace),
+            ))
+        return response
+
+
+@dataclass
+class ProgramRun:
+    resources: list[Registration]
+    outputs: dict[str, Any]
+    secret_outputs: set[str] = field(default_factory=set)
+
+    def of_type(self, token: str) -> list[Registration]:
+        return [r for r in self.resources if r.type == token]
+
+    def one(self, token: str, name: str | None = None) -> Registration:
+        matches = [r for r in self.of_type(token) if name is None or r.name == name]
+        if len(matches) != 1:
+            raise LookupError(f"expected one {token} {name or ''}, found {[r.name for r in matches]}")
+        return matches[0]
+
+    def by_urn(self, urn: str) -> Registration:
+        return next(r for r in self.resources if r.urn == urn)
+
+
+def to_pulumi_config(raw: dict[str, Any]) -> dict[str, str]:
+    """Config values as the engine hands them to a program: strings, structured values as JSON."""
+    def text(value: Any) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (list, dict)):
+            return json.dumps(value)
+        return str(value)
+    return {f"{NAMESPACE}:{key}": text(value) for key, value in raw.items()}
+
+
+def run_program(raw_config: dict[str, Any], stack: str = "test",
+                program: Path = PROJECT_ROOT / "__main__.py", monitor: RecordingMonitor | None = None) -> ProgramRun:
+    """Run the program once under mocks. Raises what the program raises (e.g. pulumi.RunError); pass
+    your own `monitor` to inspect what was registered before a failure."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        settings.ROOT.set(None)
+        set_all_config(to_pulumi_config(raw_config))
+        monitor = monitor or RecordingMonitor(GcpMocks())
+        pulumi.runtime.set_mocks(monitor.mocks, project=NAMESPACE, stack=stack, preview=False, monitor=monitor)
+        settings.ROOT.set(None)  # set_mocks made a throw-away root; run_in_stack makes the real one
+        loop.run_until_complete(run_in_stack(lambda: runpy.run_path(str(program), run_name="__main__")))
+        return ProgramRun(resources=monitor.registrations, outputs=monitor.stack_outputs,
+                          secret_outputs=monitor.secret_stack_outputs)
+    finally:
+        settings.ROOT.set(None)
+        asyncio.set_event_loop(None)
+        loop.close()
+

@@ -1,0 +1,1 @@
+"""Independent validation of the Kubernetes objects the stack would apply: schemas, CRDs and webhook rules."""

@@ -1,0 +1,312 @@
+"""What the offline plan knows about a stack, computed from one run of the program under mocks.
+
+No printing here (infra/plan.py renders); no Pulumi engine either: only the registrations, outputs and
+the validated config.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pulumi.runtime import rpc
+
+from preview import prices as tpu_prices
+from preview.k8s import manifests as k8s_manifests
+from infra.config import StackConfig
+from preview.graph import CriticalPath, DependencyGraph, provider_urn
+from preview.k8s.validation import TpuPool, ValidationReport, validate_objects
+from preview.harness import ProgramRun, Registration
+from core.tpu_catalog import CATALOG, Generation, MachineType
+
+SECRET = "[secret]"
+CLUSTER_TYPE = "gcp:container/cluster:Cluster"
+NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
+RESOURCE_POLICY_TYPE = "gcp:compute/resourcePolicy:ResourcePolicy"
+
+
+def _is_secret(value: Any) -> bool:
+    # How Pulumi marks a secret inside deserialized properties (a dict carrying its signature key).
+    return isinstance(value, dict) and value.get(rpc._special_sig_key) == rpc._special_secret_sig
+
+
+def mask_secrets(value: Any) -> Any:
+    if _is_secret(value):
+        return SECRET
+    if isinstance(value, dict):
+        return {key: mask_secrets(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [mask_secrets(item) for item in value]
+    return value
+
+
+def unwrap_secrets(value: Any) -> Any:
+    """The plain values, for validation only (never printed)."""
+    if _is_secret(value):
+        return unwrap_secrets(value.get("value"))
+    if isinstance(value, dict):
+        return {key: unwrap_secrets(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [unwrap_secrets(item) for item in value]
+    return value
+
+
+def _machine(name: str) -> tuple[Generation, MachineType] | None:
+    for generation in CATALOG.values():
+        for machine in generation.machine_types:
+            if machine.name == name:
+                return generation, machine
+    return None
+
+
+def _number(value: Any) -> int:
+    return int(value) if isinstance(value, (int, float)) else 0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resources
+
+
+@dataclass
+class PlannedResource:
+    urn: str
+    type: str
+    name: str
+    custom: bool
+    parent: str | None
+    depends_on: list[str]
+    inputs: dict[str, Any]
+    facts: str
+    flags: list[str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"urn": self.urn, "type": self.type, "name": self.name, "custom": self.custom,
+                "parent": self.parent, "depends_on": self.depends_on, "inputs": self.inputs,
+                "facts": self.facts, "flags": self.flags}
+
+
+def _facts_node_pool(inputs: dict) -> str:
+    node, placement = inputs.get("nodeConfig") or {}, inputs.get("placementPolicy") or {}
+    parts = [node.get("machineType", "?")]
+    if placement.get("tpuTopology"):
+        parts.append(f"topology {placement['tpuTopology']}")
+    if placement.get("policyName"):
+        parts.append(f"workload policy {placement['policyName']}")
+    if "nodeCount" in inputs:
+        parts.append(f"{_number(inputs['nodeCount'])} nodes")
+    autoscaling = inputs.get("autoscaling") or {}
+    if autoscaling:
+        parts.append(f"autoscaling {_number(autoscaling.get('totalMinNodeCount'))}-"
+                     f"{_number(autoscaling.get('totalMaxNodeCount'))} nodes")
+    if node.get("spot"):
+        parts.append("spot")
+    if node.get("flexStart"):
+        parts.append("flex-start")
+    if (node.get("reservationAffinity") or {}).get("consumeReservationType") == "SPECIFIC_RESERVATION":
+        parts.append("reservation " + ",".join(node["reservationAffinity"].get("values") or []))
+    extra_networks = (inputs.get("networkConfig") or {}).get("additionalNodeNetworkConfigs") or []
+    if extra_networks:
+        parts.append(f"+{len(extra_networks)} NICs")
+    return ", ".join(parts)
+
+
+def _facts_cluster(inputs: dict) -> str:
+    parts = [inputs.get("location", "?"), f"min version {inputs.get('minMasterVersion', '?')}",
+             "autopilot" if inputs.get("enableAutopilot") else "standard",
+             f"channel {(inputs.get('releaseChannel') or {}).get('channel', '?')}"]
+    if inputs.get("deletionProtection"):
+        parts.append("deletion protection")
+    return ", ".join(parts)
+
+
+DESCRIBE_BY_TYPE: dict[str, Callable[[dict], str]] = {
+    NODE_POOL_TYPE: _facts_node_pool,
+    CLUSTER_TYPE: _facts_cluster,
+    "gcp:projects/service:Service": lambda i: str(i.get("service", "")),
+    "gcp:compute/network:Network": lambda i: f"{i.get('name')}"
+    + (f", MTU {_number(i['mtu'])}" if i.get("mtu") else ""),
+    "gcp:compute/subnetwork:Subnetwork": lambda i: f"{i.get('name')}, {i.get('ipCidrRange')}" + "".join(
+        f", {r.get('rangeName')} {r.get('ipCidrRange')}" for r in i.get("secondaryIpRanges") or []),
+    "gcp:compute/firewall:Firewall": lambda i: f"{i.get('direction')} from {','.join(i.get('sourceRanges') or [])}",
+    "gcp:compute/routerNat:RouterNat": lambda i: str(i.get("name")),
+    "gcp:compute/router:Router": lambda i: str(i.get("name")),
+    "gcp:compute/resourcePolicy:ResourcePolicy": lambda i: "workload topology " + str(
+        (i.get("workloadPolicy") or {}).get("acceleratorTopology")),
+    "gcp:storage/bucket:Bucket": lambda i: f"gs://{i.get('name')}, {i.get('location')}"
+    + (", hierarchical namespace" if (i.get("hierarchicalNamespace") or {}).get("enabled") else "")
+    + (", force destroy" if i.get("forceDestroy") else ""),
+    "gcp:serviceaccount/account:Account": lambda i: str(i.get("accountId")),
+    "gcp:projects/iAMMember:IAMMember": lambda i: f"{i.get('role')} → {i.get('member')}",
+    "gcp:storage/bucketIAMMember:BucketIAMMember": lambda i: f"{i.get('role')} → {i.get('member')}",
+}
+
+
+def resource_facts(reg: Registration, inputs: dict) -> str:
+    if k8s_manifests.is_kubernetes_type(reg.type):
+        obj = k8s_manifests.object_from_inputs(inputs, reg.name)
+        return k8s_manifests.object_ref(obj)
+    describe = DESCRIBE_BY_TYPE.get(reg.type)
+    if describe is not None:
+        return describe(inputs)
+    return str(inputs.get("name", "")) if reg.custom else ""
+
+
+def _flags(reg: Registration, names: dict[str, str]) -> list[str]:
+    flags = []
+    if reg.protect:
+        flags.append("protect")
+    if reg.retain_on_delete:
+        flags.append("retain on delete")
+    if reg.deleted_with:
+        flags.append(f"deleted with {names.get(reg.deleted_with, reg.deleted_with)}")
+    if reg.ignore_changes:
+        flags.append("ignore changes: " + ", ".join(reg.ignore_changes))
+    return flags
+
+
+# ---------------------------------------------------------------------------------------------------
+# TPU capacity and cost
+
+
+@dataclass
+class TpuSummary:
+    source: str                  # "node pools" or "config (Autopilot creates nodes on demand)"
+    generation: str
+    topology: str
+    machine_type: str
+    slices: int
+    hosts: int
+    chips: int
+    hbm_gib: int
+    peak_bf16_pflops: float
+    capacity: str
+    estimate: tpu_prices.HourlyEstimate
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "generation": self.generation, "topology": self.topology,
+                "machine_type": self.machine_type, "slices": self.slices, "hosts": self.hosts, "chips": self.chips,
+                "hbm_gib": self.hbm_gib, "peak_bf16_pflops": self.peak_bf16_pflops, "capacity": self.capacity,
+                "usd_per_hour": {"on_demand": self.estimate.on_demand_usd_per_hour,
+                                 "spot": self.estimate.spot_usd_per_hour},
+                "price_source": self.estimate.source, "spot_assumption": self.estimate.spot_assumption}
+
+
+def tpu_pools(registrations: list[Registration]) -> list[TpuPool]:
+    """The TPU node pools the stack creates, with the facts pods are matched against."""
+    topology_of_policy = {
+        str(r.inputs.get("name")): str((r.inputs.get("workloadPolicy") or {}).get("acceleratorTopology"))
+        for r in registrations if r.type == RESOURCE_POLICY_TYPE}
+    pools = []
+    for r in registrations:
+        if r.type != NODE_POOL_TYPE:
+            continue
+        node, placement = r.inputs.get("nodeConfig") or {}, r.inputs.get("placementPolicy") or {}
+        found = _machine(str(node.get("machineType", "")))
+        if found is None:
+            continue
+        generation, machine = found
+        topology = placement.get("tpuTopology") or topology_of_policy.get(str(placement.get("policyName")), "")
+        nodes = _number(r.inputs.get("nodeCount")) or _number((r.inputs.get("autoscaling") or {}).get(
+            "totalMaxNodeCount")) or _number(r.inputs.get("initialNodeCount"))
+        pools.append(TpuPool(name=str(r.inputs.get("name", r.name)), accelerator_label=generation.accelerator_label,
+                             machine_type=machine.name, chips_per_vm=machine.chips_per_vm, topology=topology,
+                             nodes=nodes))
+    return pools
+
+
+def tpu_summary(pools: list[TpuPool], config: StackConfig) -> TpuSummary:
+    shape = config.tpu.shape
+    capacity = config.tpu.capacity.value
+    if pools:
+        first = pools[0]
+        generation, _ = _machine(first.machine_type)
+        hosts = sum(p.nodes for p in pools)
+        chips = sum(p.nodes * p.chips_per_vm for p in pools)
+        topologies = sorted({p.topology for p in pools})
+        source = "node pools"
+        machine_type, topology, slices = first.machine_type, ",".join(topologies), len(pools)
+    else:
+        generation, hosts, chips = shape.generation, config.tpu.total_hosts, config.tpu.total_chips
+        source = "config (Autopilot creates TPU nodes when workloads ask)"
+        machine_type, topology, slices = shape.machine.name, shape.topology, config.tpu.slices
+    return TpuSummary(
+        source=source, generation=generation.name, topology=topology, machine_type=machine_type, slices=slices,
+        hosts=hosts, chips=chips, hbm_gib=chips * generation.hbm_gib_per_chip,
+        peak_bf16_pflops=round(chips * generation.peak_bf16_tflops_per_chip / 1000, 2), capacity=capacity,
+        estimate=tpu_prices.hourly_estimate(generation.name, chips))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The plan
+
+
+@dataclass
+class ManifestEntry:
+    resource_name: str
+    obj: dict[str, Any]
+
+
+@dataclass
+class Plan:
+    stack: str
+    resources: list[PlannedResource]
+    manifests: list[ManifestEntry]
+    gcp_resources: list[PlannedResource]
+    exports: dict[str, Any]
+    tpu: TpuSummary
+    validation: ValidationReport
+    deploy: CriticalPath
+    destroy: CriticalPath
+    graph: DependencyGraph
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "stack": self.stack,
+            "resources": [r.as_dict() for r in self.resources],
+            "manifests": [m.obj for m in self.manifests],
+            "exports": self.exports,
+            "validation": self.validation.as_dict(),
+            "cost": self.tpu.as_dict(),
+            "critical_path": {"deploy": self.deploy.as_dict(), "destroy": self.destroy.as_dict()},
+            "notes": self.notes,
+        }
+
+
+def cluster_version(run: ProgramRun, config: StackConfig) -> str:
+    clusters = run.of_type(CLUSTER_TYPE)
+    if clusters and clusters[0].inputs.get("minMasterVersion"):
+        return str(clusters[0].inputs["minMasterVersion"])
+    return config.cluster.min_master_version
+
+
+def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Path | None) -> Plan:
+    names = {r.urn: r.name for r in run.resources}
+    resources, manifests, notes = [], [], []
+    for reg in run.resources:
+        # Mocked numbers come back as floats (docs/platform-notes.md §2): 4.0 nodes are shown and written as 4.
+        inputs = k8s_manifests.integral_floats_to_ints(mask_secrets(reg.inputs))
+        depends_on = sorted(set(reg.dependencies) | {u for urns in reg.property_dependencies.values() for u in urns}
+                            | ({provider_urn(reg.provider)} if reg.provider else set()))
+        resources.append(PlannedResource(
+            urn=reg.urn, type=reg.type, name=reg.name, custom=reg.custom, parent=reg.parent or None,
+            depends_on=depends_on, inputs=inputs, facts=resource_facts(reg, inputs), flags=_flags(reg, names)))
+        if k8s_manifests.is_kubernetes_type(reg.type):
+            if not (reg.inputs.get("metadata") or {}).get("name"):
+                notes.append(f"{reg.type} {reg.name!r} has no metadata.name: Pulumi will auto-name it "
+                             f"({reg.name}-<random suffix>); the plan uses {reg.name!r}")
+            manifests.append(ManifestEntry(reg.name, k8s_manifests.object_from_inputs(inputs, reg.name)))
+    manifests.sort(key=lambda m: k8s_manifests.apply_rank(m.obj))
+    pools = tpu_pools(run.resources)
+    plain_objects = [k8s_manifests.object_from_inputs(unwrap_secrets(r.inputs), r.name)
+                     for r in run.resources if k8s_manifests.is_kubernetes_type(r.type)]
+    validation = validate_objects(plain_objects, schemas_dir, kubernetes_version=cluster_version(run, config),
+                                  tpu_pools=None if config.cluster.autopilot else pools)
+    graph = DependencyGraph.from_registrations(run.resources)
+    exports = {key: SECRET if key in run.secret_outputs else k8s_manifests.integral_floats_to_ints(mask_secrets(value))
+               for key, value in sorted(run.outputs.items())}
+    return Plan(
+        stack=stack, resources=resources, manifests=manifests,
+        gcp_resources=[r for r in resources if r.custom and r.type.startswith("gcp:")],
+        exports=exports, tpu=tpu_summary(pools, config), validation=validation,
+        deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph, notes=notes)

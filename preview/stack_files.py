@@ -1,0 +1,25 @@
+"""Read a stack's config the way the Pulumi CLI would hand it to the program, without the CLI."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from infra.config.schema import NAMESPACE
+
+
+class StackFileError(ValueError):
+    pass
+
+
+def load_stack_config(stack: str, root: Path) -> dict[str, Any]:
+    """Pulumi.<stack>.yaml → {key without namespace: value}. Keys of other namespaces are ignored."""
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in root.glob("Pulumi.*.yaml"))
+        raise StackFileError(f"no stack {stack!r}: {path.name} not found; stacks here: {', '.join(known)}")
+    document = yaml.safe_load(path.read_text()) or {}
+    config = document.get("config") or {}
+    prefix = f"{NAMESPACE}:"
+    return {key[len(prefix):]: value for key, value in config.items() if key.startswith(prefix)}

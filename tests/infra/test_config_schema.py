@@ -1,0 +1,36 @@
+"""Pulumi.yaml's config schema, the code's key table and the README's config table say the same thing."""
+from pathlib import Path
+
+import yaml
+
+from infra.config.docs import markdown_table, pulumi_config_schema
+from infra.config.schema import KEYS, NAMESPACE
+from preview.stack_files import load_stack_config
+from infra.config import build
+from tests.conftest import COMMITTED_STACKS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_pulumi_yaml_declares_every_key_with_type_and_description_and_no_defaults():
+    project = yaml.safe_load((REPO / "Pulumi.yaml").read_text())
+    assert project["name"] == NAMESPACE
+    declared = project["config"]
+    assert declared == pulumi_config_schema(), "regenerate with: .venv/bin/python -m infra.config.docs --write"
+    assert list(declared) == [key.name for key in KEYS]
+    for key in KEYS:
+        entry = declared[key.name]
+        assert entry["type"] == key.type, key.name
+        assert entry["description"] == key.description, key.name
+        assert "default" not in entry, f"{key.name}: defaults live in infra/config_schema.py only"
+
+
+def test_readme_config_table_is_current():
+    readme = (REPO / "README.md").read_text()
+    assert markdown_table() in readme, "regenerate with: .venv/bin/python -m infra.config.docs --write"
+
+
+def test_every_committed_stack_config_is_valid():
+    assert {"dev", "prod"} <= set(COMMITTED_STACKS)
+    for stack in COMMITTED_STACKS:
+        build(load_stack_config(stack, REPO))

@@ -1,0 +1,64 @@
+"""Bad input: one line naming the values, exit 2, and no Ray process started."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer import entrypoint
+from trainer.local import run as local
+from trainer.local.cluster import LocalTpuCluster
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def no_ray(monkeypatch):
+    """Fail the test if anything tries to start the local cluster or a Ray driver."""
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a Ray process was started for bad input")
+    monkeypatch.setattr(LocalTpuCluster, "start", refuse)
+    monkeypatch.setattr(entrypoint, "fit", refuse)
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--model", "gpt-5"], ["gpt-5"]),
+    (["--topology", "3x3"], ["3x3"]),
+    (["--ici-fsdp", "4", "--ici-tensor", "4"], ["ici_fsdp_parallelism=4", "8"]),
+    (["--elastic", "1,3"], ["--slices 2", "1,3"]),
+    (["--elastic", "2,1"], ["2,1"]),
+    (["--elastic", "1.5,2"], ["1.5,2"]),
+    (["--per-device-batch-size", "0.25"], ["0.25"]),
+    (["--model", "qwen3-0.6b", "--per-device-batch-size", "64", "--max-target-length", "8192"], ["does not fit", "GiB"]),
+    (["--checkpoint-period", "50"], ["checkpoint_period=50", "steps=30"]),
+    (["--fail-at", "30"], ["--fail-at 30", "1..29"]),
+    (["--kill-slice-at", "5", "--slices", "1"], ["--kill-slice-at", "1"]),
+])
+def test_local_refuses_before_starting_ray(argv, names, no_ray, capsys):
+    if argv[:2] == ["--elastic", "1,3"]:
+        argv = argv + ["--slices", "2"]
+    assert local.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    for name in names:
+        assert name in err
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--model", "llama3-70b", "--slices", "1"], ["llama3-70b", "1 x v6e-16", "GiB per chip"]),
+    (["--model", "llama3-70b", "--elastic", "1,2"], ["elastic minimum of 1..2"]),
+    (["--model", "tiny"], ["CPU test model"]),
+    (["--maxtext-version", "0.2.1", "--base-output-directory", "gs://b"], ["0.2.1", "0.2.2"]),
+])
+def test_entrypoint_refuses_before_starting_ray(argv, names, no_ray, capsys):
+    assert entrypoint.main(["--base-output-directory", "gs://b", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    for name in names:
+        assert name in err
+
+
+def test_entrypoint_help_runs_as_a_module():
+    out = subprocess.run([sys.executable, "-m", "trainer.entrypoint", "--help"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "--elastic" in out.stdout and "--local-cpu" in out.stdout

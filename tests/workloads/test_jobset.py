@@ -1,0 +1,341 @@
+"""The JobSet + Kueue backend: every object valid against JobSet v0.12.0 / Kueue v0.19.2 / Kubernetes schemas,
+queue references and quotas, slice shape against the node pools, controllers first, goldens, bad input."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from infra.config import ConfigError, build
+from preview.k8s.manifests import is_kubernetes_type, object_from_inputs
+from preview.k8s.validation import default_schemas_dir, validate_objects
+from preview.harness import GcpMocks, RecordingMonitor, run_program
+from preview.stack_files import load_stack_config
+from core.tpu_catalog import chips_in
+from tests.conftest import MINIMAL, REPO, assert_matches_golden, committed_stack_run
+from core.maxtext_args import RunSettings, pre_train_argv
+from workloads import common
+from workloads.jobset import manifests as jobset_manifests
+from workloads.jobset import spec as jobset_inputs
+from workloads.controllers import JOBSET_CHART, KUEUE_CHART
+from workloads.bundle import TrainerBundle
+
+FIXED_BUNDLE = TrainerBundle({"trainer/__init__.py": "", "trainer/smoke.py": "# stand-in\n"})
+RELEASE = "kubernetes:helm.sh/v3:Release"
+JOBSET = "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
+NODE_POOL = "gcp:container/nodePool:NodePool"
+# The jobset stack without DRANET/DCN: the host-network variant.
+NO_DRANET = {**MINIMAL, "workloadBackend": "jobset"}
+
+
+@pytest.fixture(scope="module")
+def run():
+    return committed_stack_run("jobset")
+
+
+@pytest.fixture(scope="module")
+def config():
+    return build(load_stack_config("jobset", REPO))
+
+
+def objects_of(run_) -> list[dict]:
+    return [object_from_inputs(r.inputs, r.name) for r in run_.resources if is_kubernetes_type(r.type)]
+
+
+def by_kind(objects: list[dict], kind: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def named(objects: list[dict], kind: str, name: str) -> dict:
+    [obj] = [o for o in by_kind(objects, kind) if o["metadata"]["name"] == name]
+    return obj
+
+
+def quantity(value: str) -> float:
+    """cpu in cores, memory in GiB, chips as counted."""
+    units = {"Gi": 1.0, "Mi": 1 / 1024, "m": 1 / 1000}
+    for suffix, factor in units.items():
+        if str(value).endswith(suffix):
+            return float(str(value)[: -len(suffix)]) * factor
+    return float(value)
+
+
+def jobset_requests(jobset: dict) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for replicated in jobset["spec"]["replicatedJobs"]:
+        job = replicated["template"]["spec"]
+        pods = replicated["replicas"] * job["parallelism"]
+        for container in job["template"]["spec"]["containers"]:
+            for name, value in container["resources"]["requests"].items():
+                totals[name] = totals.get(name, 0.0) + pods * quantity(value)
+    return totals
+
+
+# ---- schemas -------------------------------------------------------------------------------------------
+
+def test_every_object_validates_against_the_crds_and_core_schemas(run, config):
+    objects = objects_of(run)
+    report = validate_objects(objects, default_schemas_dir(), config.cluster.min_master_version)
+    assert not report.cr_check_skipped
+    assert report.errors == [], report.errors
+    kinds = {o["kind"] for o in objects}
+    assert {"JobSet", "ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass",
+            "ResourceClaimTemplate", "ServiceAccount", "Namespace"} <= kinds
+    assert not kinds & {"RayCluster", "RayJob"}, "the jobset backend replaces the Ray objects"
+    kueue_versions = {o["apiVersion"] for o in objects if o["kind"] in ("ClusterQueue", "LocalQueue")}
+    assert kueue_versions == {"kueue.x-k8s.io/v1beta2"}
+
+
+def test_a_broken_jobset_is_caught_by_the_crd_schema(config):
+    objects = jobset_inputs.jobset_objects(config, FIXED_BUNDLE)
+    objects["jobset"]["spec"]["failurePolicy"]["maxRestarts"] = "three"
+    report = validate_objects(list(objects.values()), default_schemas_dir())
+    assert "spec.failurePolicy.maxRestarts" in {f.field_path for f in report.errors}
+
+
+# ---- cross-object rules --------------------------------------------------------------------------------
+
+def test_queue_chain_local_to_cluster_queue_to_flavor(run, config):
+    objects = objects_of(run)
+    for jobset in by_kind(objects, "JobSet"):
+        labels = jobset["metadata"]["labels"]
+        local = named(objects, "LocalQueue", labels["kueue.x-k8s.io/queue-name"])
+        assert local["metadata"]["namespace"] == jobset["metadata"]["namespace"]
+        cluster_queue = named(objects, "ClusterQueue", local["spec"]["clusterQueue"])
+        [group] = cluster_queue["spec"]["resourceGroups"]
+        [flavor_ref] = group["flavors"]
+        flavor = named(objects, "ResourceFlavor", flavor_ref["name"])
+        pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        for key, value in flavor["spec"]["nodeLabels"].items():
+            assert pod["nodeSelector"][key] == value
+        named(objects, "WorkloadPriorityClass", labels["kueue.x-k8s.io/priority-class"])
+        selector = cluster_queue["spec"]["namespaceSelector"]["matchLabels"]
+        assert selector == {"kubernetes.io/metadata.name": config.kubernetes.namespace}
+
+
+def test_quota_covers_everything_each_jobset_requests(run, config):
+    objects = objects_of(run)
+    [cluster_queue] = by_kind(objects, "ClusterQueue")
+    [group] = cluster_queue["spec"]["resourceGroups"]
+    quota = {r["name"]: quantity(r["nominalQuota"]) for r in group["flavors"][0]["resources"]}
+    assert set(group["coveredResources"]) == set(quota) == {"google.com/tpu", "cpu", "memory"}
+    for jobset in by_kind(objects, "JobSet"):
+        requests = jobset_requests(jobset)
+        assert set(requests) <= set(group["coveredResources"]), "Kueue never admits uncovered resources"
+        for name, amount in requests.items():
+            assert amount <= quota[name], (jobset["metadata"]["name"], name, amount, quota[name])
+    assert quota["google.com/tpu"] == config.tpu.slices * config.tpu.shape.chips == 32
+
+
+def test_one_child_job_per_slice_fills_a_node_pool(run, config):
+    pools = [r for r in run.of_type(NODE_POOL) if r.name.startswith("slice-")]
+    for jobset in by_kind(objects_of(run), "JobSet"):
+        assert jobset["metadata"]["annotations"] == {
+            "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"}
+        [replicated] = jobset["spec"]["replicatedJobs"]
+        job = replicated["template"]["spec"]
+        pod = job["template"]["spec"]
+        [container] = pod["containers"]
+        chips = int(container["resources"]["limits"]["google.com/tpu"])
+        topology = pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"]
+        assert replicated["replicas"] == len(pools) == config.tpu.slices == 2
+        assert job["parallelism"] == job["completions"] == config.tpu.shape.hosts == 4
+        assert job["parallelism"] * chips == chips_in(topology)
+        assert chips == config.tpu.shape.chips_per_host == 4
+        assert job["parallelism"] == pools[0].inputs["nodeCount"]
+        assert topology == pools[0].inputs["placementPolicy"]["tpuTopology"]
+        assert container["resources"]["requests"] == container["resources"]["limits"]
+        assert pod["serviceAccountName"] == config.kubernetes.service_account
+
+
+def test_multislice_env_points_every_slice_at_pod_0_of_job_0(run, config):
+    for jobset in by_kind(objects_of(run), "JobSet"):
+        name = jobset["metadata"]["name"]
+        container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e for e in container["env"]}
+        # JobSet pod hostnames: <jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain = jobset name>.
+        assert env["MEGASCALE_COORDINATOR_ADDRESS"]["value"] == f"{name}-slice-0-0.{name}"
+        assert env["MEGASCALE_NUM_SLICES"]["value"] == str(config.tpu.slices)
+        assert env["MEGASCALE_SLICE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == \
+            "metadata.annotations['jobset.sigs.k8s.io/job-index']"
+        assert env["MEGASCALE_PORT"]["value"] == "8081"
+        assert "--xla_tpu_enable_data_parallel_all_reduce_opt=true" in env["LIBTPU_INIT_ARGS"]["value"]
+        assert jobset["spec"]["network"]["enableDNSHostnames"] is True
+
+
+def test_dranet_claim_replaces_host_network(run):
+    objects = objects_of(run)
+    [template] = by_kind(objects, "ResourceClaimTemplate")
+    for jobset in by_kind(objects, "JobSet"):
+        pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        assert pod["resourceClaims"] == [{"name": "dcn-nics",
+                                          "resourceClaimTemplateName": template["metadata"]["name"]}]
+        assert pod["containers"][0]["resources"]["claims"] == [{"name": "dcn-nics"}]
+        assert "hostNetwork" not in pod, "DRANET NICs move into the pod's own network namespace"
+
+
+def test_without_dranet_pods_use_the_host_network():
+    objects = jobset_inputs.jobset_objects(build(NO_DRANET), FIXED_BUNDLE)
+    assert "dcn-netdevs" not in objects
+    pod = objects["jobset"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert "resourceClaims" not in pod
+
+
+# ---- the containers ------------------------------------------------------------------------------------
+
+def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, config):
+    [jobset] = [j for j in by_kind(objects_of(run), "JobSet") if "smoke" not in j["metadata"]["name"]]
+    container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    # The Ray trainer's builder, called here with the settings the Ray path uses (run name aside).
+    run_settings = RunSettings(run_name="maxtext-llama3-8b", base_output_directory=common.output_directory(config),
+                               steps=config.workload.train_steps, checkpoint_period=config.workload.checkpoint_period)
+    argv = pre_train_argv(config.workload.plan, run_settings, "$BASE_CONFIG")
+    assert argv[0] == "maxtext.trainers.pre_train.train"
+    assert container["args"] == argv[2:]
+    script = container["command"][2]
+    assert container["command"][:2] == ["bash", "-c"]
+    assert 'exec python -m maxtext.trainers.pre_train.train "$BASE_CONFIG" "$@"' in script
+    assert "maxtext==0.2.5" in script and "'jax[tpu]==0.10.2'" in script
+    args = dict(a.split("=", 1) for a in container["args"])
+    assert args["base_output_directory"] == "gs://my-tpu-project-tpu-multislice-jobset-ckpt/maxtext"
+    assert args["checkpoint_period"] == str(config.workload.checkpoint_period) == "50"
+    assert args["steps"] == "200" and args["dcn_data_parallelism"] == "2"
+    assert jobset["spec"]["failurePolicy"] == {"maxRestarts": 3}
+    assert re.fullmatch(r"[\w./-]+:[\w.-]+", container["image"]) and "latest" not in container["image"]
+
+
+def test_smoke_jobset_runs_the_shipped_smoke_program_first(run, config):
+    objects = objects_of(run)
+    [smoke] = [j for j in by_kind(objects, "JobSet") if "-smoke-" in j["metadata"]["name"]]
+    pod = smoke["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"] == ["--distributed", "--expect-devices", "32", "--expect-slices", "2"]
+    assert 'exec python -m trainer.smoke "$@"' in container["command"][2]
+    [code] = by_kind(objects, "ConfigMap")
+    volume = next(v for v in pod["volumes"] if v["name"] == "trainer-code")
+    assert volume["configMap"]["name"] == code["metadata"]["name"]
+    assert "trainer__smoke.py" in code["data"]
+    assert smoke["spec"]["failurePolicy"] == {"maxRestarts": 0}
+    priorities = {o["metadata"]["name"]: o["value"] for o in by_kind(objects, "WorkloadPriorityClass")}
+    training_priority = next(j for j in by_kind(objects, "JobSet") if j is not smoke)["metadata"]["labels"]
+    assert priorities[smoke["metadata"]["labels"]["kueue.x-k8s.io/priority-class"]] > \
+        priorities[training_priority["kueue.x-k8s.io/priority-class"]]
+
+
+def test_smoke_can_be_switched_off():
+    objects = jobset_inputs.jobset_objects(build({**NO_DRANET, "smokeTest": False}), FIXED_BUNDLE)
+    assert [o["kind"] for o in objects.values()].count("JobSet") == 1
+    assert "trainer-code" not in objects and "priority-smoke" not in objects
+
+
+# ---- graph ---------------------------------------------------------------------------------------------
+
+def test_controllers_are_pinned_helm_releases_installed_jobset_first(run):
+    releases = {r.name: r for r in run.of_type(RELEASE)}
+    assert set(releases) == {"jobset", "kueue"}
+    for chart in (JOBSET_CHART, KUEUE_CHART):
+        inputs = releases[chart.release].inputs
+        assert (inputs["chart"], inputs["version"], inputs["namespace"]) == (chart.chart, chart.version,
+                                                                            chart.namespace)
+    assert JOBSET_CHART.chart == "oci://registry.k8s.io/jobset/charts/jobset" and JOBSET_CHART.version == "0.12.0"
+    assert KUEUE_CHART.chart == "oci://registry.k8s.io/kueue/charts/kueue" and KUEUE_CHART.version == "0.19.2"
+    assert releases["jobset"].urn in releases["kueue"].dependencies
+
+
+def test_workload_objects_wait_for_the_controllers_and_go_with_the_cluster(run):
+    releases = {r.name: r.urn for r in run.of_type(RELEASE)}
+    cluster_urn = run.one("gcp:container/cluster:Cluster").urn
+    provider_urn = run.one("pulumi:providers:kubernetes").urn
+    for resource in run.resources:
+        if resource.type.startswith("kubernetes:kueue.x-k8s.io/"):
+            assert releases["kueue"] in resource.dependencies, resource.name
+        if resource.type == JOBSET:
+            assert {releases["jobset"], releases["kueue"]} <= set(resource.dependencies), resource.name
+            assert run.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue").urn in resource.dependencies
+            assert resource.delete_before_replace is True
+        if resource.type.startswith("kubernetes:"):
+            assert resource.deleted_with == cluster_urn, resource.name
+            assert resource.provider.startswith(provider_urn), resource.name
+
+
+def test_exports_say_how_to_read_the_smoke_result(run):
+    out = run.outputs
+    assert out["smokeJobName"].startswith("maxtext-smoke-")
+    assert f"kubectl get jobset -n tpu-training {out['smokeJobName']}" in out["smokeResultCommand"]
+    assert "SMOKE (PASSED|FAILED)" in out["smokeResultCommand"]
+    assert out["jobsetStatusCommand"] == f"kubectl get jobset -n tpu-training {out['jobsetName']}"
+    assert "rayJobName" not in out
+
+
+# ---- bad input -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides,fragment", [
+    ({"kueueTpuQuota": 31}, "kueueTpuQuota=31 cannot admit the workload"),
+    ({"kueueTpuQuota": 0}, "allowed: at least 32"),
+    ({"maxRestarts": -1}, "maxRestarts=-1"),
+    ({"workloadBackend": "slurm"}, "workloadBackend='slurm' is not allowed; allowed: rayjob, jobset"),
+    ({"jobsetName": "j" * 25}, "at most 24 characters"),
+    ({"jobsetName": "Train"}, "jobsetName='Train'"),
+    ({"jobsetImage": "python:latest"}, "jobsetImage='python:latest'"),
+])
+def test_bad_jobset_config_is_refused_before_registration(overrides, fragment):
+    raw = {**load_stack_config("jobset", REPO), **overrides}
+    with pytest.raises(ConfigError) as error:
+        build(raw)
+    assert any(fragment in line for line in error.value.problems), error.value.problems
+
+
+@pytest.mark.parametrize("path,value,fragment", [
+    (("parallelism",), 3, "parallelism=3 but topology 4x4 has 4 hosts"),
+    (("completions",), 8, "completions=8"),
+    (("replicas",), 3, "replicas=3 but the stack has slices=2"),
+    (("topology",), "4x8", "node selector topology '4x8'"),
+    (("chips",), "8", "8 google.com/tpu per pod"),
+])
+def test_topology_and_parallelism_mismatches_are_found(config, path, value, fragment):
+    objects = jobset_inputs.jobset_objects(config, FIXED_BUNDLE)
+    jobset = copy.deepcopy(objects["jobset"])
+    replicated = jobset["spec"]["replicatedJobs"][0]
+    pod = replicated["template"]["spec"]["template"]["spec"]
+    if path == ("replicas",):
+        replicated["replicas"] = value
+    elif path == ("topology",):
+        pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] = value
+    elif path == ("chips",):
+        pod["containers"][0]["resources"]["limits"]["google.com/tpu"] = value
+    else:
+        replicated["template"]["spec"][path[0]] = value
+    problems = jobset_inputs.shape_problems(config, {"jobset": jobset})
+    assert any(fragment in p for p in problems), problems
+    assert jobset_inputs.shape_problems(config, objects) == []
+
+
+@pytest.mark.parametrize("overrides", [{}, {"slices": "4"}, {"dranet": "false"}, {"smokeTest": "false"},
+                                       {"kueueTpuQuota": "64"}])
+def test_the_builder_fills_the_slices_and_fits_the_quota(overrides):
+    """A builder invariant, asserted here and not at deploy time: every JobSet the builder makes fills exactly the
+    slices' node pools and fits the queue's quota."""
+    config = build({**load_stack_config("jobset", REPO), **overrides})
+    objects = jobset_inputs.jobset_objects(config, FIXED_BUNDLE)
+    assert jobset_inputs.shape_problems(config, objects) == []
+    objects["jobset"]["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] = 2
+    assert any("parallelism=2" in p for p in jobset_inputs.shape_problems(config, objects))
+
+
+def test_quota_smaller_than_one_workload_is_also_caught_on_the_manifest(config):
+    objects = jobset_inputs.jobset_objects(config, FIXED_BUNDLE)
+    problems = jobset_manifests.shape_problems(objects["jobset"], config.tpu.shape, config.tpu.slices, quota=16)
+    assert any("Kueue could never admit it" in p for p in problems)
+
+
+# ---- goldens -------------------------------------------------------------------------------------------
+
+def test_manifests_match_golden(config):
+    """Regenerate with UPDATE_GOLDENS=1 .venv/bin/python -m pytest tests/workloads/test_jobset.py"""
+    objects = jobset_inputs.jobset_objects(config, FIXED_BUNDLE)
+    assert_matches_golden("jobset-jobset", objects)

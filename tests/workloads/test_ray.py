@@ -1,0 +1,294 @@
+"""The Ray path: manifests valid against KubeRay v1.7.0 / Kubernetes schemas, cross-object rules, goldens,
+relaunch-on-change, exposure, and the graph on the cluster."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.config import ConfigError, build
+from preview.k8s.manifests import is_kubernetes_type, object_from_inputs
+from preview.k8s.validation import default_schemas_dir, validate_objects
+from preview.harness import FAKE_PROJECT_NUMBER, run_program
+from preview.stack_files import load_stack_config
+from core.tpu_catalog import chips_in
+from tests.conftest import assert_matches_golden, COMMITTED_STACKS, MINIMAL, REPO, committed_stack_run
+from workloads import common
+from workloads.ray import spec as ray_inputs
+from workloads.ray.component import ray_objects
+from workloads.bundle import TrainerBundle, load_bundle
+
+# Goldens use a fixed stand-in for the trainer code so they change only when the manifests' shape does.
+FIXED_BUNDLE = TrainerBundle({"trainer/__init__.py": "", "trainer/entrypoint.py": "# stand-in\n"})
+
+
+def stack_config(stack: str):
+    return build(load_stack_config(stack, REPO))
+
+
+# Stacks whose workload runs on Ray (the jobset/pathways stacks have no RayCluster/RayJob).
+RAY_STACKS = [s for s in COMMITTED_STACKS if load_stack_config(s, REPO).get("workloadBackend", "rayjob") == "rayjob"]
+
+
+def training_jobs(objects: list[dict]) -> list[dict]:
+    return by_kind(objects, "RayJob")
+
+
+def registered_objects(run) -> list[dict]:
+    return [object_from_inputs(r.inputs, r.name) for r in run.resources if is_kubernetes_type(r.type)]
+
+
+def by_kind(objects: list[dict], kind: str) -> list[dict]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+# ---- schema validation -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", RAY_STACKS)
+def test_every_object_of_every_stack_validates(stack):
+    schemas = default_schemas_dir()
+    assert schemas.is_dir(), "CI runs with ../shared beside the repository"
+    run = committed_stack_run(stack)
+    objects = registered_objects(run)
+    report = validate_objects(objects, schemas, stack_config(stack).cluster.min_master_version)
+    assert not report.cr_check_skipped
+    assert report.errors == [], report.errors
+    assert {"RayCluster", "RayJob", "ConfigMap", "ServiceAccount", "Namespace"} <= {o["kind"] for o in objects}
+
+
+def test_a_broken_worker_group_is_caught_with_its_field_path():
+    objects = ray_objects(stack_config("prod"), FIXED_BUNDLE)
+    cluster = objects["ray-cluster"]
+    cluster["spec"]["workerGroupSpecs"][0]["numOfHosts"] = 3
+    cluster["spec"]["workerGroupSpecs"][0]["replicas"] = "two"
+    report = validate_objects(list(objects.values()), default_schemas_dir())
+    paths = {finding.field_path for finding in report.errors}
+    assert "spec.workerGroupSpecs[0].replicas" in paths
+    assert any("numOfHosts" in finding.field_path or "numOfHosts" in finding.message for finding in report.errors)
+
+
+# ---- cross-object rules ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", ["prod", "dev"])
+def test_worker_group_matches_node_pools_and_topology(stack):
+    run, config = committed_stack_run(stack), stack_config(stack)
+    objects = registered_objects(run)
+    [cluster] = by_kind(objects, "RayCluster")
+    [group] = cluster["spec"]["workerGroupSpecs"]
+    pools = [r for r in run.resources if r.type == "gcp:container/nodePool:NodePool" and r.name.startswith("slice-")]
+    assert group["replicas"] == len(pools) == config.tpu.slices
+    assert group["maxReplicas"] == config.tpu.slices
+    pod = group["template"]["spec"]
+    [container] = pod["containers"]
+    chips_per_pod = int(container["resources"]["limits"]["google.com/tpu"])
+    assert container["resources"]["requests"]["google.com/tpu"] == container["resources"]["limits"]["google.com/tpu"]
+    topology = pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"]
+    # The GKE KubeRay TPU webhook's rule (docs/platform-notes.md §4).
+    assert group["numOfHosts"] * chips_per_pod == chips_in(topology)
+    assert group["numOfHosts"] == pools[0].inputs["nodeCount"]
+    assert topology == pools[0].inputs["placementPolicy"]["tpuTopology"]
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
+    assert chips_per_pod == config.tpu.shape.chips_per_host == 4  # ct6e-standard-4t
+
+
+def test_pods_run_as_the_service_account_bound_in_iam(prod):
+    objects = registered_objects(prod)
+    [ksa] = by_kind(objects, "ServiceAccount")
+    binding = prod.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs["member"]
+    assert binding.endswith(f"/subject/ns/{ksa['metadata']['namespace']}/sa/{ksa['metadata']['name']}")
+    [cluster] = by_kind(objects, "RayCluster")
+    [job] = training_jobs(objects)
+    specs = [cluster["spec"]["headGroupSpec"]["template"]["spec"],
+             cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"],
+             job["spec"]["submitterPodTemplate"]["spec"]]
+    assert {s["serviceAccountName"] for s in specs} == {ksa["metadata"]["name"]}
+    assert {o["metadata"]["namespace"] for o in objects if o["kind"] != "Namespace"} == {ksa["metadata"]["namespace"]}
+    assert FAKE_PROJECT_NUMBER in binding
+
+
+def test_dranet_claim_is_referenced_by_name_and_asks_one_nic_per_dcn_network(prod):
+    objects = registered_objects(prod)
+    [template] = by_kind(objects, "ResourceClaimTemplate")
+    [request] = template["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"] == {"deviceClassName": "netdev.google.com", "allocationMode": "ExactCount", "count": 2}
+    pod = by_kind(objects, "RayCluster")[0]["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    [claim] = pod["resourceClaims"]
+    assert claim["resourceClaimTemplateName"] == template["metadata"]["name"]
+    assert pod["containers"][0]["resources"]["claims"] == [{"name": claim["name"]}]
+
+
+def test_dev_has_no_dranet_and_is_elastic(dev):
+    objects = registered_objects(dev)
+    assert not by_kind(objects, "ResourceClaimTemplate")
+    group = by_kind(objects, "RayCluster")[0]["spec"]["workerGroupSpecs"][0]
+    assert "resourceClaims" not in group["template"]["spec"]
+    assert (group["minReplicas"], group["replicas"]) == (1, 2)
+    [job] = training_jobs(objects)
+    assert "--elastic 1,2" in job["spec"]["entrypoint"]
+    assert "--max-failures -1" in job["spec"]["entrypoint"]  # spot: retry forever
+
+
+def test_tpu_env_and_image_are_pinned_and_unprivileged(prod):
+    cluster = by_kind(registered_objects(prod), "RayCluster")[0]
+    worker = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    for container in (worker, head):
+        assert re.fullmatch(r"rayproject/ray:\d+\.\d+\.\d+-py312", container["image"])
+        assert container["imagePullPolicy"] == "IfNotPresent"
+        assert "securityContext" not in container
+    env = {e["name"]: e["value"] for e in worker["env"]}
+    assert env["JAX_PLATFORMS"] == "tpu,cpu" and env["ENABLE_PJRT_COMPATIBILITY"] == "true"
+    assert env["MEGASCALE_PORT"] == "8081"
+    assert "--xla_tpu_enable_data_parallel_all_reduce_opt=true" in env["LIBTPU_INIT_ARGS"]
+    assert cluster["spec"]["rayVersion"] == "2.60.0"
+
+
+def test_head_mounts_the_bucket_and_shm_on_the_system_pool(prod):
+    head = by_kind(registered_objects(prod), "RayCluster")[0]["spec"]["headGroupSpec"]["template"]
+    assert head["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
+    volumes = {v["name"]: v for v in head["spec"]["volumes"]}
+    assert volumes["checkpoints"]["csi"]["volumeAttributes"]["bucketName"] == "my-tpu-project-tpu-multislice-prod-ckpt"
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert head["spec"]["nodeSelector"] == {"tpu-multislice/pool": "system"}
+    ports = {p["name"]: p["containerPort"] for p in head["spec"]["containers"][0]["ports"]}
+    assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001, "metrics": 8080}
+
+
+# ---- the job ------------------------------------------------------------------------------------------
+
+def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
+    objects = registered_objects(prod)
+    [job] = training_jobs(objects)
+    [code] = by_kind(objects, "ConfigMap")
+    spec = job["spec"]
+    assert spec["clusterSelector"] == {"ray.io/cluster": by_kind(objects, "RayCluster")[0]["metadata"]["name"]}
+    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
+    assert runtime_env["pip"] == ["maxtext==0.2.5", ray_inputs.WORKER_JAX]
+    volume = spec["submitterPodTemplate"]["spec"]["volumes"][0]["configMap"]
+    assert volume["name"] == code["metadata"]["name"] and code["immutable"] is True
+    mount = spec["submitterPodTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
+    assert runtime_env["working_dir"] == mount
+    shipped = {item["path"] for item in volume["items"]}
+    assert set(load_bundle().files) == shipped
+    assert {item["key"] for item in volume["items"]} == set(code["data"])
+    assert code["data"]["core__planner.py"] == (REPO / "core" / "planner.py").read_text()
+    assert not any(path.startswith(("trainer/local/", "infra/", "workloads/", "preview/")) for path in shipped)
+    entry = spec["entrypoint"]
+    for fragment in ("python -m trainer.entrypoint", "--model llama3-8b", "--slices 2", "--steps 200",
+                     "--checkpoint-period 50",
+                     "--base-output-directory gs://my-tpu-project-tpu-multislice-prod-ckpt/maxtext"):
+        assert fragment in entry
+    assert len(job["metadata"]["name"]) <= 47 and len(by_kind(objects, "RayCluster")[0]["metadata"]["name"]) <= 53
+
+
+def test_worker_jax_matches_the_tested_pin():
+    pins = (REPO / "requirements-trainer.txt").read_text()
+    version = ray_inputs.WORKER_JAX.split("==")[1]
+    assert re.search(rf"^jax==({re.escape(version)})\s*$", pins, re.M), "workers must install the tested JAX"
+
+
+def test_same_inputs_same_names_and_changes_relaunch_the_job():
+    config = stack_config("prod")
+    first = ray_objects(config, load_bundle())
+    again = ray_objects(config, load_bundle())
+    assert first == again
+    edited = TrainerBundle({**load_bundle().files, "trainer/presets.py": "# edited\n"})
+    changed_code = ray_objects(config, edited)
+    assert changed_code["ray-job"]["metadata"]["name"] != first["ray-job"]["metadata"]["name"]
+    assert changed_code["trainer-code"]["metadata"]["name"] != first["trainer-code"]["metadata"]["name"]
+    assert changed_code["ray-cluster"] == first["ray-cluster"]
+    more_steps = ray_objects(build({**load_stack_config("prod", REPO), "trainSteps": 400}), load_bundle())
+    assert more_steps["ray-job"]["metadata"]["name"] != first["ray-job"]["metadata"]["name"]
+    assert more_steps["ray-cluster"] == first["ray-cluster"]
+
+
+def test_job_waits_for_its_cluster_and_code_and_is_replaced_stop_first(prod):
+    job = prod.one("kubernetes:ray.io/v1:RayJob", "ray-job")
+    for token in ("kubernetes:ray.io/v1:RayCluster", "kubernetes:core/v1:ConfigMap",
+                  "kubernetes:core/v1:ServiceAccount"):
+        assert prod.one(token).urn in job.dependencies, token
+    assert job.delete_before_replace is True
+    cluster_urn = prod.one("gcp:container/cluster:Cluster").urn
+    for resource in prod.resources:
+        if is_kubernetes_type(resource.type):
+            assert resource.deleted_with == cluster_urn, resource.name
+
+
+# ---- exposure and exports -----------------------------------------------------------------------------
+
+def test_dashboard_is_not_exposed_by_default(prod):
+    assert not [o for o in registered_objects(prod) if o["kind"] == "Service"]
+    out = prod.outputs
+    assert out["rayDashboardPortForward"] == "kubectl port-forward -n tpu-training svc/maxtext-head-svc 8265:8265"
+    assert out["rayDashboardInClusterUrl"] == "http://maxtext-head-svc.tpu-training.svc.cluster.local:8265"
+    assert out["rayDashboardLocalUrl"] == "http://localhost:8265"
+    assert out["rayJobSubmit"].startswith("ray job submit --address http://localhost:8265 ")
+    assert out["tensorboardLogDir"].startswith("gs://my-tpu-project-tpu-multislice-prod-ckpt/")
+    assert out["tensorboardCommand"] == f"tensorboard --logdir {out['tensorboardLogDir']}"
+    assert "project=my-tpu-project" in out["consoleWorkloadsUrl"] and "project=my-tpu-project" in out["consoleLogsUrl"]
+
+
+def test_internal_load_balancer_is_opt_in_and_source_limited():
+    run = run_program({**MINIMAL, "dashboardExposure": "internal-lb", "dashboardSourceRanges": ["10.10.0.0/16"]})
+    [service] = by_kind(registered_objects(run), "Service")
+    assert service["metadata"]["annotations"] == {"networking.gke.io/load-balancer-type": "Internal"}
+    assert service["spec"]["loadBalancerSourceRanges"] == ["10.10.0.0/16"]
+    assert [p["port"] for p in service["spec"]["ports"]] == [8265]
+
+
+@pytest.mark.parametrize("overrides,fragment", [
+    ({"dashboardExposure": "internal-lb"}, "dashboardSourceRanges"),
+    ({"dashboardExposure": "public"}, "dashboardExposure='public'"),
+    ({"rayClusterName": "r" * 54}, "rayClusterName='" + "r" * 54),
+    ({"rayJobName": "j" * 39}, "at most 38 characters"),
+    ({"rayJobName": "Train"}, "rayJobName='Train'"),
+    ({"maxtextVersion": "0.2.1"}, "maxtextVersion='0.2.1'"),
+    ({"rayImage": "rayproject/ray:nightly-py312-tpu"}, "rayImage='rayproject/ray:nightly-py312-tpu'"),
+    ({"rayImage": "rayproject/ray"}, "pinned tag or digest"),
+    ({"model": "llama3-70b", "elasticMinSlices": 1}, "llama3-70b does not fit on 1 x v6e-16"),
+    ({"elasticMinSlices": 3}, "elasticMinSlices=3"),
+    ({"model": "gpt-5"}, "model='gpt-5'"),
+    ({"model": "tiny"}, "model='tiny'"),
+    ({"perDeviceBatchSize": "0.3"}, "per_device_batch_size"),
+    ({"checkpointPeriod": 500}, "only step 0 would be saved"),
+    ({"maxFailures": -2}, "maxFailures=-2"),
+])
+def test_bad_workload_config_is_refused_before_registration(overrides, fragment):
+    with pytest.raises(ConfigError) as error:
+        build({**MINIMAL, **overrides})
+    assert any(fragment in line for line in error.value.problems), error.value.problems
+
+
+# ---- goldens ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", ["prod", "dev"])
+def test_manifests_match_goldens(stack):
+    """Regenerate with UPDATE_GOLDENS=1 .venv/bin/python -m pytest tests/workloads/test_ray.py"""
+    objects = ray_objects(stack_config(stack), FIXED_BUNDLE)
+    assert_matches_golden(f"ray-{stack}", objects)
+
+
+@pytest.mark.parametrize("stack", RAY_STACKS)
+def test_job_command_is_accepted_by_the_trainer_and_gives_the_stacks_plan(stack):
+    """The RayJob's command line, parsed by the trainer itself, must plan exactly what the stack planned."""
+    from trainer import cli
+    from trainer.entrypoint import build_parser
+    from core.planner import plan
+
+    config = stack_config(stack)
+    command = ray_inputs.entrypoint(config)
+    assert command[:3] == ["python", "-m", "trainer.entrypoint"]
+    args = build_parser().parse_args(command[3:])
+    trainer_plan = plan(cli.plan_request(args, default_slices=1))
+    assert trainer_plan.overrides() == config.workload.plan.overrides()
+    assert (trainer_plan.slices, trainer_plan.min_slices) == (config.workload.plan.slices,
+                                                              config.workload.plan.min_slices)
+    run = cli.run_settings(args, "tpu")
+    assert (run.steps, run.checkpoint_period) == (config.workload.train_steps, config.workload.checkpoint_period)
+    assert run.base_output_directory == common.output_directory(config)
+    assert args.max_failures == config.ray.max_failures
+    assert args.maxtext_version == config.workload.maxtext_version

@@ -1,0 +1,215 @@
+"""A Ray cluster on this machine whose nodes impersonate the hosts of TPU slices (docs/platform-notes.md §5).
+
+One `ray start --head` (driver and Ray Train controller only, no TPU) plus one `ray start` per TPU host with
+what a GKE TPU node would report: `TPU` chips, `accelerator_type:TPU-V6E`, the slice-head resource
+`TPU-<pod type>-head` on worker 0 of each slice, the ray.io/tpu-* labels and the TPU_* environment.
+
+Every `ray start --block` runs in a new session; the raylet, its workers and their children stay in it
+(workers get their own process group, not their own session). So stopping a node = signalling the members
+of its session: nothing else on the machine is touched (no `ray stop`, which kills every Ray process of the
+user). Everything binds to 127.0.0.1, so Ray's token auth is disabled: nothing off this machine can connect.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.tpu_catalog import SliceShape
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOOPBACK = "127.0.0.1"
+# Training data is synthetic and checkpoints go to disk: the object store only carries small control
+# messages. Ray's default (30% of RAM per node) would reserve /dev/shm five times over.
+OBJECT_STORE_BYTES = 256 * 1024**2
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((LOOPBACK, 0))
+        return sock.getsockname()[1]
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids whose session id is `sid` (Linux /proc), leader last so children are signalled first."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid:      # fields after "(comm)": state ppid pgrp session ...
+            members.append(int(entry.name))
+    return sorted(members, key=lambda pid: pid == sid)
+
+
+@dataclass
+class Node:
+    name: str
+    process: subprocess.Popen
+    slice_index: int | None = None   # None for the head
+    log: Path | None = None
+    log_offset: int = 0
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        # Ray puts each worker in its own process group, but all stay in the session `ray start` opened.
+        for pid in session_members(self.process.pid):
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@dataclass
+class LocalTpuCluster:
+    shape: SliceShape
+    slices: int
+    workdir: Path
+    ray_temp: Path                      # short path: Ray's unix sockets live below it
+    base_env: dict[str, str] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+    address: str = ""
+
+    def node_env(self) -> dict[str, str]:
+        """Environment for the Ray nodes of this cluster (inherited by their workers)."""
+        env = dict(os.environ)
+        env.update(self.base_env)
+        env["RAY_AUTH_MODE"] = "disabled"
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        return env
+
+    def driver_env(self) -> dict[str, str]:
+        """Environment for a driver (ray.init) of this cluster: Ray's single-machine mode keeps it on
+        loopback (nodes get the same from trainer.local.ray_loopback; the flag would stop a node from joining)."""
+        return {**self.node_env(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+
+    def _ray_start(self, name: str, args: list[str], env: dict[str, str], slice_index: int | None) -> Node:
+        log = self.workdir / "nodes" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log_offset = log.stat().st_size if log.exists() else 0
+        with open(log, "ab") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "trainer.local.ray_loopback", "start", "--block", "--disable-usage-stats",
+                 f"--object-store-memory={OBJECT_STORE_BYTES}",
+                 f"--temp-dir={self.ray_temp / name}", *args],
+                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=REPO_ROOT)
+        node = Node(name, process, slice_index, log)
+        node.log_offset = log_offset
+        self.nodes.append(node)
+        return node
+
+    @staticmethod
+    def _wait_started(node: Node, log_offset: int, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not node.alive:
+                raise RuntimeError(f"ray node {node.name} exited during start; see {node.log}")
+            with open(node.log, "rb") as handle:
+                handle.seek(log_offset)
+                if b"Ray runtime started" in handle.read():
+                    return
+            time.sleep(0.2)
+        raise RuntimeError(f"ray node {node.name} did not start in {timeout_s:.0f}s; see {node.log}")
+
+    def start(self, timeout_s: float = 120.0) -> str:
+        port = _free_port()
+        self.address = f"{LOOPBACK}:{port}"
+        # The head holds the driver and the Ray Train controller: one CPU, no TPU, no training workers.
+        # Fixed default ports of a head (client server 10001, dashboard 8265) would clash with any other
+        # local cluster on this machine: take free ones.
+        head = self._ray_start("head", ["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
+                                        f"--ray-client-server-port={_free_port()}", f"--dashboard-port={_free_port()}"],
+                               self.node_env(), None)
+        self._wait_started(head, head.log_offset, timeout_s)
+        for index in range(self.slices):
+            self.add_slice(index, wait=False)
+        for node in self.nodes:
+            self._wait_started(node, node.log_offset, timeout_s)
+        self._wait_for_nodes(1 + self.slices * self.shape.hosts, timeout_s)
+        return self.address
+
+    def slice_name(self, index: int) -> str:
+        return f"local-{self.shape.pod_type}-{index}"
+
+    def add_slice(self, index: int, wait: bool = True, timeout_s: float = 120.0) -> None:
+        shape, gen = self.shape, self.shape.generation
+        for worker_id in range(shape.hosts):
+            resources = {"TPU": shape.chips_per_host, f"accelerator_type:{gen.ray_accelerator_type}": 1}
+            if worker_id == 0:
+                resources[f"TPU-{shape.pod_type}-head"] = 1
+            labels = {
+                "ray.io/tpu-slice-name": self.slice_name(index),
+                "ray.io/tpu-worker-id": str(worker_id),
+                "ray.io/tpu-pod-type": shape.pod_type,
+                "ray.io/tpu-topology": shape.topology,
+                "ray.io/accelerator-type": gen.ray_accelerator_type,
+            }
+            env = self.node_env()
+            env.update({"TPU_NAME": self.slice_name(index), "TPU_WORKER_ID": str(worker_id),
+                        "TPU_ACCELERATOR_TYPE": shape.pod_type, "TPU_TOPOLOGY": shape.topology})
+            self._ray_start(
+                f"slice{index}-host{worker_id}",
+                [f"--address={self.address}", "--num-cpus=1", f"--resources={json.dumps(resources)}",
+                 "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items())],
+                env, index)
+        # Every node has its own --temp-dir: nodes sharing one pick socket names by "first free index" and
+        # two starting together collide ("bind: Address already in use"). With that, they can start at once.
+        for node in self.nodes:
+            if wait and node.slice_index == index:
+                self._wait_started(node, node.log_offset, timeout_s)
+
+    def _alive_node_count(self) -> int:
+        probe = ("import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+                 "print(sum(1 for n in ray.nodes() if n['Alive']))")
+        out = subprocess.run([sys.executable, "-c", probe, self.address], env=self.driver_env(),
+                             capture_output=True, text=True, timeout=60)
+        try:
+            return int(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return 0
+
+    def _wait_for_nodes(self, count: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            dead = [n.name for n in self.nodes if not n.alive]
+            if dead:
+                raise RuntimeError(f"ray node(s) {', '.join(dead)} exited; see {self.workdir / 'nodes'}")
+            if self._alive_node_count() >= count:
+                return
+            time.sleep(1.0)
+        raise RuntimeError(f"local Ray cluster did not reach {count} nodes in {timeout_s:.0f}s")
+
+    def kill_slice(self, index: int) -> None:
+        """Lose a whole slice at once, as a preempted TPU slice does: SIGKILL its hosts' process groups."""
+        for node in self.nodes:
+            if node.slice_index == index:
+                node.kill(signal.SIGKILL)
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Kill every process this object started. SIGKILL at once: nothing here needs a graceful exit
+        (checkpoints are committed by Orbax before they count), and a worker busy in XLA ignores SIGTERM."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not any(session_members(node.process.pid) for node in self.nodes):
+                break
+            for node in self.nodes:
+                node.kill(signal.SIGKILL)
+            time.sleep(0.2)
+        for node in self.nodes:
+            try:
+                node.process.wait(1)
+            except subprocess.TimeoutExpired:
+                pass

@@ -1,0 +1,320 @@
+"""Run the real job on this machine: fake TPU slices, real Ray Train, real MaxText (tiny model, on CPU).
+
+    python -m trainer.local                       # 2 x v6e 2x4 slices, 30 steps, checkpoint every 5
+    python -m trainer.local --fail-at 12 --json out.json
+    python -m trainer.local --elastic 1,2 --kill-slice-at 12
+
+It starts a local Ray cluster whose nodes impersonate the TPU hosts (trainer.local.cluster), then runs
+`python -m trainer.entrypoint --local-cpu` against it: the same entrypoint, the same use_tpu=True scaling
+config. Failures are injected from outside, as they happen on GKE:
+Steps are numbered as MaxText logs them (0 .. steps-1); a failure at STEP happens once step STEP is done.
+  --fail-at STEP        SIGKILL one host's training worker; Ray Train restarts the worker group in place.
+  --kill-slice-at STEP  SIGKILL every process of one slice's hosts. Elastic runs continue on fewer slices;
+                        fixed-size runs get the slice back at once (as a replacement node pool would be).
+  --recovery cold       at --fail-at, kill the driver and the whole cluster, start both again; MaxText resumes
+                        from its last checkpoint (a job resubmitted after losing its cluster).
+Everything it starts (Ray nodes, the driver) is killed on exit, Ctrl-C included; nothing else is touched.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer import cli, maxtext_runtime, progress
+from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
+from core.errors import PlanError
+from trainer.local.cluster import LocalTpuCluster, session_members
+from core.planner import Plan
+
+LOCAL_DEFAULTS = {"model": "tiny", "generation": "v6e", "topology": "2x4", "slices": 2, "steps": 30,
+                  "checkpoint_period": 5}
+# Plan flags forwarded verbatim to the entrypoint (dest name -> flag).
+_PLAN_FLAGS = ("model", "generation", "topology", "slices", "elastic", "ici_fsdp", "ici_tensor", "dcn_data",
+               "dcn_fsdp", "per_device_batch_size", "max_target_length", "remat_policy", "remat_offload",
+               "weight_dtype", "attention")
+POLL_S = 0.25
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m trainer.local", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    cli.add_plan_arguments(parser, LOCAL_DEFAULTS)
+    cli.add_run_arguments(parser, {**LOCAL_DEFAULTS, "run_name": "local"})
+    g = parser.add_argument_group("local run")
+    g.add_argument("--fail-at", type=int, metavar="STEP", help="kill one host's training worker at this step")
+    g.add_argument("--kill-slice-at", type=int, metavar="STEP", help="kill a whole slice at this step")
+    g.add_argument("--recovery", choices=("retry", "cold"), default="retry",
+                   help="how --fail-at recovers: Ray Train in-place retry, or a new cluster and driver")
+    g.add_argument("--max-failures", type=int, default=3)
+    g.add_argument("--resize-interval", type=float, default=5.0, help="elastic: seconds between resize checks")
+    g.add_argument("--workdir", help="keep everything here (default: a fresh temporary directory, removed)")
+    g.add_argument("--json", dest="json_path", help="write the outcome as JSON here")
+    g.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
+    return parser
+
+
+def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progress_dir: Path, run_name: str,
+                    checkpoint_period: int) -> list[str]:
+    argv = ["--local-cpu", "--ray-address", address, "--run-name", run_name,
+            "--base-output-directory", str(output), "--storage-path", str(output / "ray"),
+            "--steps", str(args.steps), "--checkpoint-period", str(checkpoint_period),
+            "--progress-dir", str(progress_dir), "--max-failures", str(args.max_failures),
+            "--resize-interval", str(args.resize_interval)]
+    for dest in _PLAN_FLAGS:
+        value = getattr(args, dest)
+        if value is not None:
+            argv += [f"--{dest.replace('_', '-')}", str(value)]
+    for item in args.extra:
+        argv += ["--set", item]
+    return argv
+
+
+def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
+    for flag, step in (("--fail-at", args.fail_at), ("--kill-slice-at", args.kill_slice_at)):
+        if step is not None and not 1 <= step < args.steps:
+            raise PlanError(f"{flag} {step} must be within 1..{args.steps - 1} (steps={args.steps})")
+    if args.fail_at is not None and args.kill_slice_at is not None:
+        raise PlanError("use one of --fail-at and --kill-slice-at per run")
+    if args.kill_slice_at is not None and plan_.slices < 2:
+        raise PlanError(f"--kill-slice-at needs at least 2 slices, got {plan_.slices}")
+    if args.recovery == "cold" and args.fail_at is None:
+        raise PlanError("--recovery cold applies to --fail-at")
+
+
+@dataclass
+class LocalRun:
+    args: argparse.Namespace
+    plan: Plan
+    workdir: Path
+    ray_temp: Path
+    driver_argv: list[str]
+    cluster: LocalTpuCluster | None = None
+    driver: subprocess.Popen | None = None
+    injected: bool = False
+    printed: set = field(default_factory=set)
+
+    @property
+    def progress_dir(self) -> Path:
+        return self.workdir / "progress"
+
+    def start_cluster(self) -> None:
+        env = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}   # react to failures in 0.2 s, not 2 s (docs/platform-notes.md §5)
+        self.cluster = LocalTpuCluster(self.plan.shape, self.plan.slices, self.workdir, self.ray_temp, env)
+        t0 = time.time()
+        self.cluster.start()
+        print(f"local: Ray cluster up in {time.time() - t0:.0f}s: head + {self.plan.slices} x "
+              f"{self.plan.shape.pod_type} ({self.plan.shape.hosts} hosts x {self.plan.shape.chips_per_host} "
+              f"chips each)", flush=True)
+
+    def start_driver(self) -> None:
+        assert self.cluster is not None
+        argv = [sys.executable, "-m", "trainer.entrypoint",
+                *[a.replace("@ADDRESS@", self.cluster.address) for a in self.driver_argv]]
+        log = open(self.workdir / "driver.log", "ab")
+        self.driver = subprocess.Popen(argv, env=self.cluster.driver_env(), stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True,
+                                       cwd=Path(__file__).resolve().parents[2])
+        log.close()
+
+    def kill_driver(self) -> None:
+        if self.driver is None:
+            return
+        for _ in range(50):
+            members = session_members(self.driver.pid)
+            if not members:
+                break
+            for pid in members:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        self.driver.wait()
+
+    def shutdown(self) -> None:
+        self.kill_driver()
+        if self.cluster is not None:
+            self.cluster.stop()
+
+    def report_progress(self, records: list[dict]) -> dict | None:
+        last = None
+        for rec in records:
+            if rec.get("event") == "step":
+                last = rec
+                key = (rec["attempt"], rec["step"])
+                if key not in self.printed:
+                    self.printed.add(key)
+                    print(f"local: step {rec['step']:>4} of {self.args.steps}  loss {rec['loss']:.4f}  "
+                          f"{rec['step_time_s']:.2f}s/step  workers {rec['workers']}", flush=True)
+            elif rec.get("event") in ("attempt", "model", "failure"):
+                key = (rec["event"], rec["t"])
+                if key not in self.printed:
+                    self.printed.add(key)
+                    print(f"local: {_describe_event(rec)}", flush=True)
+        return last
+
+    def maybe_inject(self, last: dict | None) -> None:
+        if self.injected or last is None:
+            return
+        args = self.args
+        trigger = args.fail_at if args.fail_at is not None else args.kill_slice_at
+        if trigger is None or last["step"] < trigger:
+            return
+        if args.kill_slice_at is not None:
+            self._record_failure("slice-lost", last["step"])
+            victim = self.plan.slices - 1
+            self.cluster.kill_slice(victim)
+            if not self.plan.elastic:
+                self.cluster.add_slice(victim)        # the replacement slice arrives
+        elif args.recovery == "cold":
+            self._record_failure("cold-restart", last["step"])
+            self.shutdown()
+            self.start_cluster()
+            self.start_driver()
+        else:
+            # Every rank writes its pid before MaxText starts, and a step only completes with all ranks
+            # running, so at this point the file belongs to the attempt that is training now.
+            info = progress.read_worker(self.progress_dir, self.plan.workers - 1)
+            if not info:
+                return
+            self._record_failure("worker-killed", last["step"])
+            try:
+                os.kill(info["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.injected = True
+
+    def _record_failure(self, kind: str, step: int) -> None:
+        progress.append(self.progress_dir, {"event": "failure", "kind": kind, "at_step": step})
+
+    def run(self) -> int:
+        started = time.time()
+        self.start_cluster()
+        self.start_driver()
+        deadline = started + self.args.timeout
+        while True:
+            last = self.report_progress(progress.read(self.progress_dir))
+            self.maybe_inject(last)
+            if self.driver.poll() is not None:
+                self.report_progress(progress.read(self.progress_dir))
+                return self.driver.returncode
+            if time.time() > deadline:
+                print(f"local: timed out after {self.args.timeout:.0f}s", file=sys.stderr, flush=True)
+                return 1
+            time.sleep(POLL_S)
+
+
+def _describe_event(rec: dict) -> str:
+    if rec["event"] == "attempt":
+        return f"attempt {rec['attempt']}: {rec['workers']} workers ({rec['slices']} slices), maxtext {rec['maxtext_version']}"
+    if rec["event"] == "model":
+        return f"model check: MaxText built {rec['params']:,} parameters (preset: {rec['expected']:,})"
+    return f"injected failure: {rec['kind']} after step {rec['at_step']}"
+
+
+def outcome(args: argparse.Namespace, plan_: Plan, records: list[dict], wall_s: float, rc: int) -> dict:
+    summary = progress.summarize(records, args.steps)
+    scaling = scaling_kwargs(plan_)
+    workers = scaling["num_workers"]
+    return {
+        "target_steps": args.steps,
+        "steps_completed": summary.steps_completed,
+        "reached_target": summary.reached_target,
+        "final_loss": summary.final_loss,
+        "maxtext_version": summary.maxtext_version or maxtext_runtime.installed_version(),
+        "model": plan_.model.name,
+        "scaling": {"use_tpu": scaling["use_tpu"], "workers": list(workers) if isinstance(workers, tuple) else workers,
+                    "topology": scaling["topology"], "accelerator_type": scaling["accelerator_type"],
+                    "resources_per_worker": scaling["resources_per_worker"], "slices": plan_.slices,
+                    "min_slices": plan_.min_slices, "workers_final": summary.workers_final},
+        "failures": summary.failures_as_dicts(),
+        "attempts": summary.attempts,
+        "wall_s": round(wall_s, 2),
+        "productive_s": round(summary.productive_s, 2),
+        "goodput": round(summary.productive_s / wall_s, 4) if wall_s > 0 else 0.0,
+        "driver_exit_code": rc,
+    }
+
+
+def print_table(result: dict) -> None:
+    rows = [("steps", f"{result['steps_completed']}/{result['target_steps']}"),
+            ("final loss", f"{result['final_loss']:.4f}" if result["final_loss"] is not None else "-"),
+            ("workers (end)", f"{result['scaling']['workers_final']} of {result['scaling']['workers']}"),
+            ("attempts", str(result["attempts"])),
+            ("wall", f"{result['wall_s']:.1f}s"),
+            ("goodput", f"{result['goodput']:.1%}")]
+    for f in result["failures"]:
+        rec = "never resumed" if f["recovery_s"] is None else (
+            f"recovered in {f['recovery_s']:.1f}s, {f['steps_redone']} steps redone, on {f['workers_after']} workers")
+        rows.append((f["kind"], f"after step {f['at_step']}: {rec}"))
+    width = max(len(k) for k, _ in rows)
+    print("\n".join(f"  {k:<{width}}  {v}" for k, v in rows), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        # Validate exactly what the entrypoint will validate, before any process starts.
+        checkpoint_period = args.checkpoint_period or LOCAL_DEFAULTS["checkpoint_period"]
+        probe = entrypoint_argv(args, "@ADDRESS@", Path("/nonexistent"), Path("/nonexistent"), args.run_name,
+                                checkpoint_period)
+        _, plan_, _ = prepare(probe)
+        validate_injections(args, plan_)
+    except (PlanError, maxtext_runtime.MaxTextVersionError) as err:
+        print(f"trainer.local: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    workdir = Path(args.workdir).resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="tpu-local-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    # Ray's unix sockets must stay under ~100 characters: a short fresh directory, never a fixed path.
+    ray_temp = Path(tempfile.mkdtemp(prefix="r"))
+    driver_argv = entrypoint_argv(args, "@ADDRESS@", workdir / "output", workdir / "progress", args.run_name,
+                                  checkpoint_period)
+    run = LocalRun(args, plan_, workdir, ray_temp, driver_argv)
+    print(f"local: {plan_.describe()}", flush=True)
+    print(f"local: work directory {workdir} (driver log: driver.log)", flush=True)
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    started = time.time()
+    rc = 1
+    try:
+        rc = run.run()
+    except KeyboardInterrupt:
+        print("local: interrupted; stopping everything this run started", file=sys.stderr, flush=True)
+        rc = 130
+    finally:
+        run.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    wall_s = time.time() - started
+    result = outcome(args, plan_, progress.read(run.progress_dir), wall_s, rc)
+    print_table(result)
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    shutil.rmtree(ray_temp, ignore_errors=True)
+    if not args.workdir and result["reached_target"] and rc == 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+    elif not args.workdir:
+        print(f"local: kept {workdir} for inspection", flush=True)
+    if rc == 130:
+        return rc
+    ok = rc == 0 and result["reached_target"] and result["final_loss"] is not None and math.isfinite(result["final_loss"])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The JobSet backend on the cluster: controllers, DRANET claim, Kueue queues, smoke JobSet, training JobSet."""
+from __future__ import annotations
+
+import pulumi
+
+from infra.component import child_options, component_type
+from infra.config import StackConfig
+from workloads.jobset import spec as jobset_inputs
+from workloads.controllers import WorkloadControllers
+from workloads.k8s_objects import register
+from workloads.bundle import TrainerBundle
+
+# Kinds that only exist once the Kueue chart has installed its CRDs (and JobSet's, for JobSet).
+_KUEUE_KINDS = {"ResourceFlavor", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass"}
+
+
+class JobSetWorkload(pulumi.ComponentResource):
+    """Registers the JobSet backend's objects through the cluster's Kubernetes provider (`opts.providers`)."""
+
+    def __init__(self, name: str, config: StackConfig, bundle: TrainerBundle, namespace: pulumi.Resource,
+                 service_account: pulumi.Resource, cluster: pulumi.Resource,
+                 opts: pulumi.ResourceOptions | None = None):
+        objects = jobset_inputs.jobset_objects(config, bundle)
+        super().__init__(component_type("workloads", "JobSetWorkload"), name, None, opts)
+        self.controllers = WorkloadControllers(
+            "controllers", config, opts=child_options(self, deleted_with=cluster))
+        # Everything goes away with the cluster, so destroy never waits on finalizers of a cluster being deleted.
+        base = [namespace, service_account]
+        self.resources: dict[str, pulumi.CustomResource] = {}
+        for logical_name, obj in objects.items():
+            kind = obj["kind"]
+            depends_on = list(base)
+            extra: dict = {}
+            if kind in _KUEUE_KINDS:
+                depends_on += self.controllers.ready
+            if kind == "JobSet":
+                # Queued through the LocalQueue at the priority it names; the pods need the claim template,
+                # the code and the controllers' webhooks. A changed JobSet (new name) stops the old one first:
+                # both would ask for the same TPU hosts.
+                depends_on += self.controllers.ready + [
+                    resource for key, resource in self.resources.items() if key != "smoke-jobset"]
+                extra = dict(delete_before_replace=True)
+            self.resources[logical_name] = register(
+                logical_name, obj, child_options(self, depends_on=depends_on, deleted_with=cluster, **extra))
+        self.jobset_name = objects["jobset"]["metadata"]["name"]
+        self.smoke_jobset_name = objects["smoke-jobset"]["metadata"]["name"] if "smoke-jobset" in objects else None
+        self.register_outputs({"jobset": self.jobset_name, "smokeJobSet": self.smoke_jobset_name or "",
+                               "namespace": config.kubernetes.namespace})

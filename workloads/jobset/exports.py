@@ -1,0 +1,30 @@
+"""Where to watch the JobSet backend and read the smoke test: the stack's exports (pure strings)."""
+from __future__ import annotations
+
+from infra.config import StackConfig
+from workloads import common
+from workloads.jobset import spec as jobset_inputs
+from workloads.smoke_exports import smoke_result_command
+
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+def jobset_exports(config: StackConfig, jobset_name: str, smoke_jobset_name: str | None) -> dict[str, str]:
+    ns = config.kubernetes.namespace
+    tensorboard = common.tensorboard_directory(config, jobset_inputs.run_name(config))
+    exports = {
+        "jobsetName": jobset_name,
+        "jobsetStatusCommand": f"kubectl get jobset -n {ns} {jobset_name}",
+        "jobsetLogsCommand": f"kubectl logs -n {ns} -l {JOBSET_NAME_LABEL}={jobset_name} --tail=100 --prefix",
+        # Kueue's view: whether each JobSet is admitted, and why not.
+        "kueueWorkloadsCommand": f"kubectl get workloads.kueue.x-k8s.io -n {ns}",
+        "kueueQueueCommand": f"kubectl describe clusterqueue {jobset_inputs.CLUSTER_QUEUE}",
+        "tensorboardLogDir": tensorboard,
+        "tensorboardCommand": f"tensorboard --logdir {tensorboard}",
+    }
+    if smoke_jobset_name:
+        exports["smokeJobName"] = smoke_jobset_name
+        exports["smokeResultCommand"] = smoke_result_command(
+            ns, f"{JOBSET_NAME_LABEL}={smoke_jobset_name}",
+            f"kubectl get jobset -n {ns} {smoke_jobset_name} -o jsonpath='{{.status.terminalState}}{{\"\\n\"}}'")
+    return exports

@@ -1,0 +1,292 @@
+"""Pure builders of the JobSet backend's objects (plain dicts, camelCase, no Pulumi import).
+
+JobSet v0.12.0 (jobset.x-k8s.io/v1alpha2) and Kueue v0.19.2 (kueue.x-k8s.io/v1beta2), the CRDs in
+../shared/schemas. Shape rules (docs/platform-notes.md §4): one child Job per slice, `replicas` = slices, `parallelism` =
+`completions` = hosts per slice, `google.com/tpu` per pod = chips per VM.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape, chips_in
+from core.tpu_env import MEGASCALE_PORT, tpu_worker_env
+from workloads.common import (CODE_MOUNT, labels, code_mount, tpu_node_selector, tpu_pod_cpu,
+                              tpu_pod_memory_gib, tpu_pod_requests)
+
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# JobSet's exclusive placement: every child Job (= slice) gets a node pool of its own (1 job : 1 pool), so a
+# slice's hosts never straddle two pools (their ICI links only exist inside one pool).
+EXCLUSIVE_TOPOLOGY = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"}
+# JobSet labels/annotates every pod with the index of its child Job: that index is the slice id.
+JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
+REPLICATED_JOB = "slice"
+DRANET_CLAIM = "dcn-nics"
+# libtpu's TPU runtime port (also what xpk opens on TPU workload containers).
+TPU_RUNTIME_PORT = 8471
+
+
+@dataclass(frozen=True)
+class JobSetSpec:
+    """Everything the JobSet objects depend on, as plain values."""
+
+    namespace: str
+    service_account: str
+    image: str
+    shape: SliceShape
+    slices: int
+    local_queue: str
+    cluster_queue: str
+    flavor: str
+    tpu_quota: int
+    dranet_claim_template: str | None          # ResourceClaimTemplate name when DRANET is on
+    tpu_node_selector_extra: dict[str, str]    # Autopilot capacity selectors
+
+
+# ---- quotas: what the pods of one workload request ------------------------------------------------------
+
+def workload_requests(shape: SliceShape, slices: int) -> dict[str, int]:
+    """What Kueue must admit at once for one JobSet: all pods of all slices (cpu in cores, memory in GiB)."""
+    pods = slices * shape.hosts
+    return {
+        TPU_RESOURCE: pods * shape.chips_per_host,
+        "cpu": pods * tpu_pod_cpu(shape),
+        "memory": pods * tpu_pod_memory_gib(shape),
+    }
+
+
+# ---- Kueue ----------------------------------------------------------------------------------------------
+
+def resource_flavor(name: str, shape: SliceShape) -> dict:
+    """The TPU slice flavor: Kueue adds these node labels to admitted pods, so they land on the right pools."""
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name, "labels": labels()},
+        "spec": {"nodeLabels": {ACCELERATOR_SELECTOR: shape.generation.accelerator_label,
+                                TOPOLOGY_SELECTOR: shape.topology}},
+    }
+
+
+def cluster_queue(spec: JobSetSpec) -> dict:
+    """Quota for everything the pods request (the seed's queue covered only TPUs, so nothing that also asks
+    for cpu/memory could ever be admitted). TPU quota defaults to exactly one workload: the smoke and
+    training JobSets are then admitted one after the other, never fighting over hosts."""
+    needs = workload_requests(spec.shape, spec.slices)
+    # cpu and memory scale with the TPU quota (the same pods bring them), rounded up to whole workloads.
+    workloads = -(-spec.tpu_quota // needs[TPU_RESOURCE])
+    quotas = {TPU_RESOURCE: str(spec.tpu_quota), "cpu": str(needs["cpu"] * workloads),
+              "memory": f"{needs['memory'] * workloads}Gi"}
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": {"name": spec.cluster_queue, "labels": labels()},
+        "spec": {
+            # Only the training namespace may use these TPUs.
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": spec.namespace}},
+            "queueingStrategy": "BestEffortFIFO",
+            # A running training job is never evicted by a later, higher-priority workload.
+            "preemption": {"withinClusterQueue": "Never"},
+            "resourceGroups": [{
+                "coveredResources": [TPU_RESOURCE, "cpu", "memory"],
+                "flavors": [{"name": spec.flavor, "resources": [
+                    {"name": name, "nominalQuota": quota} for name, quota in quotas.items()]}],
+            }],
+        },
+    }
+
+
+def local_queue(spec: JobSetSpec) -> dict:
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "LocalQueue",
+        "metadata": {"name": spec.local_queue, "namespace": spec.namespace, "labels": labels()},
+        "spec": {"clusterQueue": spec.cluster_queue},
+    }
+
+
+def workload_priority_class(name: str, value: int, description: str) -> dict:
+    return {"apiVersion": KUEUE_API, "kind": "WorkloadPriorityClass",
+            "metadata": {"name": name, "labels": labels()}, "value": value, "description": description}
+
+
+# ---- JobSet ---------------------------------------------------------------------------------------------
+
+def coordinator_host(jobset_name: str) -> str:
+    """Pod 0 of child Job 0 through the JobSet's headless service (`<jobset>-<rjob>-<job>-<pod>.<subdomain>`;
+    the subdomain defaults to the JobSet name). JAX uses this host for process 0 of a multislice job
+    (jax._src.clusters.cloud_tpu_cluster: 'the Megascale coordinator address is set as the host with process
+    id = 0'), and xpk points MEGASCALE_COORDINATOR_ADDRESS at the same pod."""
+    return f"{jobset_name}-{REPLICATED_JOB}-0-0.{jobset_name}"
+
+
+def multislice_env(jobset_name: str, slices: int) -> list[dict]:
+    """MEGASCALE_* that libtpu and JAX read to join slices over DCN; nothing when there is one slice."""
+    if slices < 2:
+        return []
+    return [
+        {"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": coordinator_host(jobset_name)},
+        {"name": "MEGASCALE_NUM_SLICES", "value": str(slices)},
+        {"name": "MEGASCALE_SLICE_ID",
+         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{JOB_INDEX_KEY}']"}}},
+    ]
+
+
+def _container(spec: JobSetSpec, jobset_name: str, name: str, command: list[str], args: list[str],
+               mounts: list[dict]) -> dict:
+    requests = tpu_pod_requests(spec.shape)
+    ports = [{"name": "tpu-runtime", "containerPort": TPU_RUNTIME_PORT}]
+    if spec.slices > 1:
+        ports.append({"name": "megascale", "containerPort": int(MEGASCALE_PORT)})
+    container: dict = {
+        "name": name,
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "args": args,
+        "env": tpu_worker_env(spec.shape.generation, spec.slices) + multislice_env(jobset_name, spec.slices),
+        "ports": ports,
+        # No `privileged`: the device plugin exposes the chips and DRANET hands NICs over through the claim.
+        "resources": {"requests": dict(requests), "limits": dict(requests)},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts],
+    }
+    if spec.dranet_claim_template:
+        container["resources"]["claims"] = [{"name": DRANET_CLAIM}]
+    return container
+
+
+def _pod_spec(spec: JobSetSpec, container: dict, volumes: list[dict]) -> dict:
+    pod: dict = {
+        "serviceAccountName": spec.service_account,
+        # Any pod failure fails its Job and so the JobSet, which restarts all slices together (failurePolicy):
+        # a multislice JAX program cannot continue with one host gone.
+        "restartPolicy": "Never",
+        "nodeSelector": tpu_node_selector(spec.shape, spec.tpu_node_selector_extra),
+        "containers": [container],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, *volumes],
+    }
+    if spec.dranet_claim_template:
+        # DRANET moves the DCN NICs into the pod's own network namespace, so the pod must NOT use the host
+        # network (a hostNetwork pod has no namespace of its own to receive them).
+        pod["resourceClaims"] = [{"name": DRANET_CLAIM, "resourceClaimTemplateName": spec.dranet_claim_template}]
+    else:
+        # Without DRANET, megascale traffic must leave through the VM's own NICs (including any extra DCN
+        # networks attached to the node), as in GKE's multislice JobSet examples and xpk's TPU JobSets;
+        # ClusterFirstWithHostNet keeps the JobSet headless-service names resolvable.
+        pod["hostNetwork"] = True
+        pod["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return pod
+
+
+def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: int, container: dict,
+           volumes: list[dict] | None = None) -> dict:
+    hosts = spec.shape.hosts
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": {
+            "name": name,
+            "namespace": spec.namespace,
+            # Kueue admits the whole JobSet at once (all slices) through the LocalQueue.
+            "labels": labels({QUEUE_LABEL: spec.local_queue, PRIORITY_LABEL: priority_class}),
+            "annotations": dict(EXCLUSIVE_TOPOLOGY),
+        },
+        "spec": {
+            "failurePolicy": {"maxRestarts": max_restarts},
+            # Stable pod hostnames through a headless service: the coordinator address depends on them.
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            "replicatedJobs": [{
+                "name": REPLICATED_JOB,
+                "replicas": spec.slices,                 # one child Job per slice = per node pool
+                "template": {"spec": {
+                    "parallelism": hosts,                # one pod per TPU VM of the slice
+                    "completions": hosts,
+                    "completionMode": "Indexed",
+                    "backoffLimit": 0,
+                    "template": {
+                        "metadata": {"labels": labels()},
+                        "spec": _pod_spec(spec, container, volumes or []),
+                    },
+                }},
+            }],
+        },
+    }
+
+
+# ---- containers -----------------------------------------------------------------------------------------
+
+def install_pinned(requirements: dict[str, str]) -> str:
+    """Shell: pip-install the pinned packages. pip leaves already-satisfied pins alone without contacting the
+    index, so an image that ships these versions (a prebuilt MaxText/JAX image) starts at once and a plain
+    Python image installs them, like the Ray workers' runtime_env."""
+    pins = [f"{package}=={version}" for package, version in sorted(requirements.items())]
+    return "pip install --no-cache-dir --root-user-action=ignore " + shlex.join(pins)
+
+
+def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], base_config_placeholder: str,
+                        requirements: dict[str, str]) -> dict:
+    """MaxText's pre_train run directly: `python -m <module> <base.yml of the installed package> key=value...`.
+
+    `argv` is core.maxtext_args.pre_train_argv(...) built with `base_config_placeholder`; base.yml is
+    resolved inside the container from the installed package (docs/platform-notes.md §5), and the overrides travel as the
+    container's args verbatim ("$@"), so no override is ever re-quoted."""
+    module, base_config, *overrides = argv
+    if base_config != base_config_placeholder:
+        raise ValueError("argv must be built with the base-config placeholder")
+    script = "\n".join([
+        "set -euo pipefail",
+        install_pinned(requirements),
+        "BASE_CONFIG=$(python -c \"import importlib.resources as r; "
+        "print(r.files('maxtext') / 'configs' / 'base.yml')\")",
+        f'exec python -m {shlex.quote(module)} "$BASE_CONFIG" "$@"',
+    ])
+    return _container(spec, jobset_name, "maxtext", ["bash", "-c", script, "pre_train"], list(overrides), [])
+
+
+def smoke_container(spec: JobSetSpec, jobset_name: str, requirements: dict[str, str]) -> dict:
+    """trainer/smoke.py (shipped in the code ConfigMap) on every host of every slice."""
+    script = "\n".join([
+        "set -euo pipefail",
+        install_pinned(requirements),
+        f"cd {shlex.quote(CODE_MOUNT)}",
+        'exec python -m trainer.smoke "$@"',
+    ])
+    args = ["--distributed", "--expect-devices", str(spec.slices * spec.shape.chips),
+            "--expect-slices", str(spec.slices)]
+    mounts = [code_mount()]
+    return _container(spec, jobset_name, "smoke", ["bash", "-c", script, "smoke"], args, mounts)
+
+
+# ---- shape check (before anything is registered) --------------------------------------------------------
+
+def shape_problems(obj: dict, shape: SliceShape, slices: int, quota: int) -> list[str]:
+    """Mismatches between a JobSet and the slices it must fill; empty when it fits exactly."""
+    name = obj["metadata"]["name"]
+    problems = []
+    for replicated in obj["spec"]["replicatedJobs"]:
+        job = replicated["template"]["spec"]
+        pod = job["template"]["spec"]
+        selector = pod.get("nodeSelector", {})
+        chips = sum(int(c["resources"]["limits"].get(TPU_RESOURCE, 0)) for c in pod["containers"])
+        where = f"JobSet {name} replicatedJob {replicated['name']}"
+        if replicated["replicas"] != slices:
+            problems.append(f"{where}: replicas={replicated['replicas']} but the stack has slices={slices} node pools")
+        if selector.get(TOPOLOGY_SELECTOR) != shape.topology:
+            problems.append(f"{where}: node selector topology {selector.get(TOPOLOGY_SELECTOR)!r} but the slices "
+                            f"are {shape.topology!r}")
+        if chips != shape.chips_per_host:
+            problems.append(f"{where}: {chips} {TPU_RESOURCE} per pod but a {shape.machine.name} VM has "
+                            f"{shape.chips_per_host}")
+        hosts = chips_in(shape.topology) // shape.chips_per_host
+        for key in ("parallelism", "completions"):
+            if job.get(key) != hosts:
+                problems.append(f"{where}: {key}={job.get(key)} but topology {shape.topology} has {hosts} hosts "
+                                f"of {shape.chips_per_host} chips")
+        needed = replicated["replicas"] * job.get("parallelism", 1) * chips
+        if needed > quota:
+            problems.append(f"{where}: requests {needed} {TPU_RESOURCE} but the ClusterQueue quota is {quota}; "
+                            "Kueue could never admit it")
+    return problems

@@ -1,0 +1,109 @@
+"""From the validated stack config to the JobSet backend's objects (pure: no Pulumi import)."""
+from __future__ import annotations
+
+import json
+
+from core.maxtext_args import RunSettings, pre_train_argv
+from infra.config import StackConfig
+from workloads import common
+from workloads.bundle import TrainerBundle, short_digest
+from workloads.jobset import manifests as jm
+
+LOCAL_QUEUE = "tpu-training"
+CLUSTER_QUEUE = "tpu-slices"
+TRAINING_PRIORITY = ("tpu-training", 100, "Multislice MaxText training (JobSet backend).")
+# Higher than training: created together, the smoke JobSet is admitted first and training follows when it
+# finishes (the default quota fits one workload). Preemption is off, so it never evicts a running job.
+SMOKE_PRIORITY = ("tpu-smoke", 1000, "Multislice smoke test: device count and a cross-slice all-reduce.")
+BASE_CONFIG_PLACEHOLDER = "$BASE_CONFIG"
+# The smoke job needs JAX only; training needs MaxText too (same pins as the Ray workers' runtime_env).
+SMOKE_JAX = ("jax[tpu]", "0.10.2")
+
+
+def flavor_name(config: StackConfig) -> str:
+    shape = config.tpu.shape
+    return f"{shape.generation.accelerator_label}-{shape.topology}"
+
+
+def jobset_spec(config: StackConfig) -> jm.JobSetSpec:
+    return jm.JobSetSpec(
+        namespace=config.kubernetes.namespace,
+        service_account=config.kubernetes.service_account,
+        image=config.jobset.image,
+        shape=config.tpu.shape,
+        slices=config.tpu.slices,
+        local_queue=LOCAL_QUEUE,
+        cluster_queue=CLUSTER_QUEUE,
+        flavor=flavor_name(config),
+        tpu_quota=config.jobset.tpu_quota,
+        dranet_claim_template=common.dranet_claim_template_name(config),
+        # Same Autopilot capacity selectors as the Ray workers.
+        tpu_node_selector_extra=common.capacity_selectors(config),
+    )
+
+
+def run_name(config: StackConfig) -> str:
+    """Stable across relaunches of the same model, so a relaunched JobSet resumes from its checkpoints."""
+    return f"{config.jobset.name_prefix}-{config.workload.model}"
+
+
+def run_settings(config: StackConfig) -> RunSettings:
+    return RunSettings(run_name=run_name(config), base_output_directory=common.output_directory(config),
+                       steps=config.workload.train_steps, checkpoint_period=config.workload.checkpoint_period)
+
+
+def training_argv(config: StackConfig) -> list[str]:
+    """The Ray trainer's argv builder, with the full (fixed-size) plan: a JobSet always runs on every slice."""
+    return pre_train_argv(config.workload.plan, run_settings(config), BASE_CONFIG_PLACEHOLDER)
+
+
+def _requirements(config: StackConfig, with_maxtext: bool) -> dict[str, str]:
+    jax_package, jax_version = SMOKE_JAX
+    pins = {jax_package: jax_version}
+    if with_maxtext:
+        pins["maxtext"] = config.workload.maxtext_version
+    return pins
+
+
+def _named(build, prefix: str) -> dict:
+    """Build a JobSet under a name that carries a hash of its content: any change relaunches it (a JobSet's
+    pod template is immutable), no change leaves it running."""
+    draft = build("name-placeholder")
+    return build(f"{prefix}-{short_digest(json.dumps(draft, sort_keys=True))}")
+
+
+def jobset_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict]:
+    """Logical name → manifest, in registration order (pure; tests and the offline plan use it)."""
+    spec = jobset_spec(config)
+    prefix = config.jobset.name_prefix
+    objects: dict[str, dict] = {}
+    if spec.dranet_claim_template:
+        objects["dcn-netdevs"] = common.resource_claim_template(spec.dranet_claim_template, spec.namespace,
+                                                         len(config.network.dcn_subnets))
+    objects["resource-flavor"] = jm.resource_flavor(spec.flavor, spec.shape)
+    objects["cluster-queue"] = jm.cluster_queue(spec)
+    objects["local-queue"] = jm.local_queue(spec)
+    objects["priority-training"] = jm.workload_priority_class(*TRAINING_PRIORITY)
+    if config.workload.smoke_test:
+        objects["priority-smoke"] = jm.workload_priority_class(*SMOKE_PRIORITY)
+        code_name = f"{prefix}-code-{bundle.short_digest}"
+        objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
+        volumes = [common.code_volume(code_name, list(bundle.files))]
+        objects["smoke-jobset"] = _named(lambda name: jm.jobset(
+            name=name, spec=spec, priority_class=SMOKE_PRIORITY[0],
+            # A smoke test that fails must say so, not retry until it passes by luck.
+            max_restarts=0,
+            container=jm.smoke_container(spec, name, _requirements(config, with_maxtext=False)),
+            volumes=volumes), f"{prefix}-smoke")
+    argv = training_argv(config)
+    objects["jobset"] = _named(lambda name: jm.jobset(
+        name=name, spec=spec, priority_class=TRAINING_PRIORITY[0], max_restarts=config.jobset.max_restarts,
+        container=jm.pre_train_container(spec, name, argv, BASE_CONFIG_PLACEHOLDER,
+                                         _requirements(config, with_maxtext=True))), prefix)
+    return objects
+
+
+def shape_problems(config: StackConfig, objects: dict[str, dict]) -> list[str]:
+    """Every JobSet against the slices and the queue quota (refused before anything is registered)."""
+    return [problem for obj in objects.values() if obj["kind"] == "JobSet"
+            for problem in jm.shape_problems(obj, config.tpu.shape, config.tpu.slices, config.jobset.tpu_quota)]

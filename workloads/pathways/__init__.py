@@ -1,0 +1,1 @@
+"""The pathways backend: spec.py (config → inputs), manifests.py (pure builders), component.py, exports.py."""

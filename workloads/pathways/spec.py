@@ -1,0 +1,87 @@
+"""From the validated stack config to the Pathways JobSet's inputs (pure: no Pulumi import).
+
+MaxText's command line comes from the shared argv builder (core.maxtext_args), so the Pathways run trains
+the same plan as the Ray and JobSet paths; only the single-controller and elastic keys are added here.
+"""
+from __future__ import annotations
+
+from core.maxtext_args import RunSettings, pre_train_argv
+from infra.config import PathwaysSettings, StackConfig
+from workloads import common
+from workloads.pathways.manifests import PathwaysSpec
+
+# Where base.yml sits in MaxText's pre-training image, relative to its working directory: the path MaxText's
+# elastic-training guide passes to `python3 -m maxtext.trainers.pre_train.train`.
+IMAGE_BASE_CONFIG = "src/maxtext/configs/base.yml"
+
+
+def settings(config: StackConfig) -> PathwaysSettings:
+    return config.pathways
+
+
+def run_name(config: StackConfig) -> str:
+    """Stable across relaunches of the same model, so a recreated JobSet resumes from its checkpoints."""
+    return f"{settings(config).job_name}-{config.workload.model}"
+
+
+def scratch_location(config: StackConfig) -> str:
+    """GCS directory the resource manager, proxy and workers share (xpk --pathways-gcs-location)."""
+    return f"gs://{config.storage.bucket_name}/pathways"
+
+
+def maxtext_extra(config: StackConfig) -> dict[str, str]:
+    """MaxText keys the Pathways path adds to the shared overrides (names from maxtext/configs/base.yml)."""
+    pathways = settings(config)
+    # MaxText runs as the Pathways client: one process drives every slice through the proxy.
+    extra = {"enable_single_controller": "True"}
+    if pathways.elastic:
+        extra.update({
+            "elastic_enabled": "true",
+            # 'checkpoint': recover by restoring the last committed Orbax checkpoint. MaxText 0.2.4/0.2.5 default
+            # to 'snapshot' but only newer releases branch on it, and there elastic_retry wraps training only
+            # with 'checkpoint' — set it so the recovery path does not depend on the image's release.
+            "elastic_backup_kind": "checkpoint",
+            "elastic_timeout_seconds": str(pathways.elastic_timeout_seconds),
+            "elastic_max_retries": str(pathways.elastic_max_retries),
+        })
+    if pathways.profiling:
+        # The config refuses profiling with elastic; without this key MaxText's default (no profiler) applies.
+        extra["profiler"] = "xplane"
+    return extra
+
+
+def run_settings(config: StackConfig) -> RunSettings:
+    workload = config.workload
+    return RunSettings(
+        run_name=run_name(config),
+        # gs:// rather than a FUSE mount: Orbax writes commit_success markers there, which elastic recovery
+        # relies on to discard a checkpoint cut off by the failure (docs/platform-notes.md §6).
+        base_output_directory=common.output_directory(config),
+        steps=workload.train_steps,
+        checkpoint_period=workload.checkpoint_period,
+        extra=maxtext_extra(config),
+    )
+
+
+def trainer_command(config: StackConfig) -> list[str]:
+    return ["python3", "-m", *pre_train_argv(config.workload.plan, run_settings(config), IMAGE_BASE_CONFIG)]
+
+
+def pathways_spec(config: StackConfig) -> PathwaysSpec:
+    pathways = settings(config)
+    return PathwaysSpec(
+        name=pathways.job_name,
+        namespace=config.kubernetes.namespace,
+        service_account=config.kubernetes.service_account,
+        shape=config.tpu.shape,
+        slices=config.tpu.slices,
+        elastic_slices=pathways.elastic_slices,
+        max_slice_restarts=pathways.max_slice_restarts,
+        max_restarts=pathways.max_restarts,
+        server_image=pathways.server_image,
+        proxy_image=pathways.proxy_image,
+        trainer_image=pathways.trainer_image,
+        scratch_location=scratch_location(config),
+        trainer_command=tuple(trainer_command(config)),
+        head_node_selector=dict(common.SYSTEM_POOL_SELECTOR),
+    )

@@ -1,0 +1,1 @@
+"""The ray backend: spec.py (config → inputs), manifests.py (pure builders), component.py, exports.py."""

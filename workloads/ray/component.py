@@ -1,0 +1,63 @@
+"""The Ray path on the cluster: DRANET claim template, RayCluster, trainer code, RayJob, optional dashboard ILB."""
+from __future__ import annotations
+
+import pulumi
+
+from infra.component import child_options, component_type
+from infra.config import StackConfig
+from workloads import common
+from workloads.ray import manifests as ray_manifests
+from workloads.ray import spec as ray_inputs
+from workloads.k8s_objects import register
+from workloads.bundle import TrainerBundle, short_digest
+
+
+def ray_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict]:
+    """Logical name → manifest, in the order they are registered (pure; the plan and tests use it too)."""
+    spec = ray_inputs.ray_spec(config)
+    objects: dict[str, dict] = {}
+    if spec.dranet_claim_template:
+        objects["dcn-netdevs"] = common.resource_claim_template(
+            spec.dranet_claim_template, spec.namespace, len(config.network.dcn_subnets))
+    objects["ray-cluster"] = ray_manifests.ray_cluster(spec, ray_inputs.ray_version(spec.image))
+    # The job's name carries a hash of its code and command: any change relaunches it, no change leaves it be.
+    job_inputs = ray_inputs.job_command(config), ray_inputs.runtime_env(config)
+    job_digest = short_digest(bundle.digest, repr(job_inputs))
+    code_name = f"{config.ray.job_name}-code-{bundle.short_digest}"
+    objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
+    objects["ray-job"] = ray_manifests.ray_job(
+        name=f"{config.ray.job_name}-{job_digest}", spec=spec, entrypoint=job_inputs[0],
+        runtime_env=job_inputs[1], code_config_map_name=code_name, code_files=list(bundle.files))
+    if config.ray.dashboard_exposure == "internal-lb":
+        objects["dashboard-ilb"] = ray_manifests.dashboard_load_balancer(
+            spec, list(config.ray.dashboard_source_ranges))
+    return objects
+
+
+class RayWorkload(pulumi.ComponentResource):
+    """Registers the Ray objects through the cluster's Kubernetes provider (passed in `opts.providers`)."""
+
+    def __init__(self, name: str, config: StackConfig, bundle: TrainerBundle, namespace: pulumi.Resource,
+                 service_account: pulumi.Resource, cluster: pulumi.Resource,
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__(component_type("workloads", "RayWorkload"), name, None, opts)
+        objects = ray_objects(config, bundle)
+        # Everything lives in the namespace and runs as the Workload Identity service account; all of it goes
+        # away with the cluster, so destroy never waits on KubeRay finalizers of a cluster being deleted.
+        base = dict(depends_on=[namespace, service_account], deleted_with=cluster)
+        self.resources: dict[str, pulumi.CustomResource] = {}
+        for logical_name, obj in objects.items():
+            extra = {}
+            if logical_name == "ray-job":
+                # A relaunch must stop the old job before the new one asks for the same TPU hosts.
+                extra = dict(delete_before_replace=True,
+                             depends_on=base["depends_on"] + [self.resources["ray-cluster"],
+                                                              self.resources["trainer-code"]])
+            self.resources[logical_name] = register(
+                logical_name, obj, child_options(self, **{**base, **extra}))
+        cluster_name, namespace_name = config.ray.cluster_name, config.kubernetes.namespace
+        self.job_name = objects["ray-job"]["metadata"]["name"]
+        # The smoke test runs at the start of the training job (see ray_inputs.job_command).
+        self.smoke_job_name = self.job_name if config.workload.smoke_test else None
+        self.head_service = ray_manifests.head_service_name(cluster_name)
+        self.register_outputs({"rayCluster": cluster_name, "rayJob": self.job_name, "namespace": namespace_name})

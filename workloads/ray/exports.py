@@ -1,0 +1,27 @@
+"""Where to watch the Ray job: the stack's exports for the Ray path (pure strings)."""
+from __future__ import annotations
+
+import shlex
+
+from infra.config import StackConfig
+from workloads import common
+from workloads.ray import spec as ray_inputs
+from workloads.ray.manifests import DASHBOARD_PORT, head_service_name
+
+def ray_exports(config: StackConfig, cluster_location: str, job_name: str) -> dict[str, str]:
+    ns, ray_cluster = config.kubernetes.namespace, config.ray.cluster_name
+    head = head_service_name(ray_cluster)
+    logs_query = common.container_logs_query(config, f'labels."k8s-pod/ray_io/cluster"="{ray_cluster}"')
+    tensorboard = common.tensorboard_directory(config, ray_inputs.run_name(config))
+    return {
+        "rayDashboardInClusterUrl": f"http://{head}.{ns}.svc.cluster.local:{DASHBOARD_PORT}",
+        "rayDashboardPortForward": f"kubectl port-forward -n {ns} svc/{head} {DASHBOARD_PORT}:{DASHBOARD_PORT}",
+        "rayDashboardLocalUrl": f"http://localhost:{DASHBOARD_PORT}",
+        "rayJobName": job_name,
+        "rayJobSubmit": (f"ray job submit --address http://localhost:{DASHBOARD_PORT} --working-dir . -- "
+                         + shlex.join(ray_inputs.entrypoint(config))),
+        "rayJobStatusCommand": f"kubectl get rayjob -n {ns} {job_name}",
+        "tensorboardLogDir": tensorboard,
+        "tensorboardCommand": f"tensorboard --logdir {tensorboard}",
+        **common.console_urls(config, cluster_location, logs_query),
+    }

@@ -1,0 +1,199 @@
+"""Pure builders of the Ray path's Kubernetes objects (plain dicts, camelCase, no Pulumi import).
+
+RayCluster and RayJob follow KubeRay v1.7.0 (ray.io/v1); ResourceClaimTemplate is resource.k8s.io/v1.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+import yaml
+
+from core.tpu_catalog import SliceShape
+from core.tpu_env import tpu_worker_env
+from workloads.common import (CODE_MOUNT, code_mount, code_volume, labels, tpu_node_selector,
+                              tpu_pod_requests)
+
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+DASHBOARD_PORT = 8265
+GCS_PORT = 6379
+CLIENT_PORT = 10001
+METRICS_PORT = 8080
+CHECKPOINT_MOUNT = "/data/checkpoints"
+# Seed head sizing: 8 CPU, 16 GiB (the tutorial's head group).
+HEAD_CPU = "8"
+HEAD_MEMORY = "16Gi"
+
+
+@dataclass(frozen=True)
+class RaySpec:
+    """Everything the Ray manifests depend on, as plain values."""
+
+    namespace: str
+    service_account: str
+    cluster_name: str           # RayCluster name
+    image: str
+    shape: SliceShape
+    slices: int
+    min_slices: int             # == slices when not elastic
+    bucket: str
+    dranet_claim_template: str | None   # ResourceClaimTemplate name when DRANET is on
+    system_pool_selector: dict[str, str] | None   # head nodeSelector (Standard); None on Autopilot
+    tpu_node_selector_extra: dict[str, str]       # e.g. Autopilot spot / reservation selectors
+
+
+def _head_group(spec: RaySpec) -> dict:
+    pod_spec: dict = {
+        "serviceAccountName": spec.service_account,
+        "containers": [{
+            "name": "ray-head",
+            "image": spec.image,
+            "imagePullPolicy": "IfNotPresent",
+            "ports": [
+                {"name": "gcs-server", "containerPort": GCS_PORT},
+                {"name": "dashboard", "containerPort": DASHBOARD_PORT},
+                {"name": "client", "containerPort": CLIENT_PORT},
+                {"name": "metrics", "containerPort": METRICS_PORT},
+            ],
+            "resources": {"requests": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY},
+                          "limits": {"cpu": HEAD_CPU, "memory": HEAD_MEMORY}},
+            "volumeMounts": [
+                {"name": "dshm", "mountPath": "/dev/shm"},
+                {"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT},
+            ],
+        }],
+        "volumes": [
+            # Ray's object store lives in /dev/shm; the container default (64 MiB) is far too small.
+            {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            # The bucket through GCS FUSE, for browsing checkpoints and TensorBoard logs from the head.
+            {"name": "checkpoints", "csi": {"driver": GCSFUSE_DRIVER,
+                                            "volumeAttributes": {"bucketName": spec.bucket,
+                                                                 "mountOptions": "implicit-dirs"}}},
+        ],
+    }
+    if spec.system_pool_selector:
+        pod_spec["nodeSelector"] = dict(spec.system_pool_selector)
+    return {
+        "rayStartParams": {"dashboard-host": "0.0.0.0"},
+        "template": {
+            # The GCS FUSE CSI driver injects its sidecar only into pods that ask for it.
+            "metadata": {"labels": labels(), "annotations": {"gke-gcsfuse/volumes": "true"}},
+            "spec": pod_spec,
+        },
+    }
+
+
+def _tpu_worker_group(spec: RaySpec) -> dict:
+    shape = spec.shape
+    requests = tpu_pod_requests(shape)
+    container: dict = {
+        "name": "ray-worker",
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        # No `privileged`: GKE's TPU samples mark it "required for GKE versions earlier than 1.28 to access
+        # TPUs"; this stack needs >= 1.30 (Ray add-on), the google.com/tpu device plugin exposes the chips and
+        # DRANET hands NICs over through the claim, so the container runs unprivileged.
+        "resources": {
+            "requests": dict(requests),
+            "limits": dict(requests),
+        },
+        "env": tpu_worker_env(shape.generation, spec.slices),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    pod_spec: dict = {
+        "serviceAccountName": spec.service_account,
+        "nodeSelector": tpu_node_selector(shape, spec.tpu_node_selector_extra),
+        "containers": [container],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+    if spec.dranet_claim_template:
+        pod_spec["resourceClaims"] = [{"name": "dcn-nics", "resourceClaimTemplateName": spec.dranet_claim_template}]
+        container["resources"]["claims"] = [{"name": "dcn-nics"}]
+    return {
+        "groupName": "tpu-slices",
+        # One replica is one slice: KubeRay creates numOfHosts pods per replica, one per TPU VM.
+        "replicas": spec.slices,
+        "minReplicas": spec.min_slices,
+        "maxReplicas": spec.slices,
+        "numOfHosts": shape.hosts,
+        "rayStartParams": {},
+        "template": {"metadata": {"labels": labels()}, "spec": pod_spec},
+    }
+
+
+def ray_cluster(spec: RaySpec, ray_version: str) -> dict:
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": spec.cluster_name, "namespace": spec.namespace, "labels": labels()},
+        "spec": {
+            "rayVersion": ray_version,
+            # Ray >= 2.52 can require a token for the dashboard and job API; KubeRay creates and wires it.
+            "authOptions": {"mode": "token"},
+            "headGroupSpec": _head_group(spec),
+            "workerGroupSpecs": [_tpu_worker_group(spec)],
+        },
+    }
+
+
+def ray_job(*, name: str, spec: RaySpec, entrypoint: list[str], runtime_env: dict, code_config_map_name: str,
+            code_files: list[str]) -> dict:
+    """RayJob submitted to the existing RayCluster (clusterSelector), code shipped from the ConfigMap.
+
+    The submitter pod mounts the ConfigMap at CODE_MOUNT and `ray job submit` uploads that directory as the
+    job's working_dir, so the driver and every worker run this repository's trainer/ as committed.
+    """
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": spec.namespace, "labels": labels()},
+        "spec": {
+            "entrypoint": shlex.join(entrypoint),
+            "clusterSelector": {"ray.io/cluster": spec.cluster_name},
+            "runtimeEnvYAML": yaml.safe_dump({**runtime_env, "working_dir": CODE_MOUNT}, sort_keys=True),
+            "submissionMode": "K8sJobMode",
+            "submitterPodTemplate": {
+                "metadata": {"labels": labels()},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "serviceAccountName": spec.service_account,
+                    "containers": [{
+                        "name": "ray-job-submitter",
+                        "image": spec.image,
+                        "imagePullPolicy": "IfNotPresent",
+                        # KubeRay's own default submitter size.
+                        "resources": {"requests": {"cpu": "500m", "memory": "200Mi"},
+                                      "limits": {"cpu": "1", "memory": "1Gi"}},
+                        "volumeMounts": [code_mount()],
+                    }],
+                    "volumes": [code_volume(code_config_map_name, code_files)],
+                },
+            },
+        },
+    }
+
+
+def head_service_name(cluster_name: str) -> str:
+    """Service KubeRay creates for the head (`<cluster>-head-svc`)."""
+    return f"{cluster_name}-head-svc"
+
+
+def dashboard_load_balancer(spec: RaySpec, source_ranges: list[str]) -> dict:
+    """Opt-in internal passthrough load balancer for the dashboard / job API, limited to `source_ranges`."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"{spec.cluster_name}-dashboard-ilb",
+            "namespace": spec.namespace,
+            "labels": labels(),
+            "annotations": {"networking.gke.io/load-balancer-type": "Internal"},
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerSourceRanges": list(source_ranges),
+            "selector": {"ray.io/cluster": spec.cluster_name, "ray.io/node-type": "head"},
+            "ports": [{"name": "dashboard", "port": DASHBOARD_PORT, "targetPort": DASHBOARD_PORT,
+                       "protocol": "TCP"}],
+        },
+    }

@@ -1,0 +1,92 @@
+"""From the validated stack config to the Ray manifests' inputs (pure: no Pulumi import)."""
+from __future__ import annotations
+
+import re
+import shlex
+
+from infra import naming
+from infra.config import StackConfig
+from workloads import common
+from workloads.ray.manifests import RaySpec
+
+# JAX the TPU workers install next to MaxText: the version the trainer is tested with
+# (requirements-trainer.txt pins the same; tests/test_workloads_ray.py checks they agree).
+WORKER_JAX = "jax[tpu]==0.10.2"
+# Ray version assumed when the image tag does not start with one (e.g. a custom image).
+DEFAULT_RAY_VERSION = "2.60.0"
+
+
+def ray_version(image: str) -> str:
+    match = re.match(r"^(\d+\.\d+\.\d+)", naming.image_tag(image))
+    return match.group(1) if match else DEFAULT_RAY_VERSION
+
+
+def ray_spec(config: StackConfig) -> RaySpec:
+    tpu, ray = config.tpu, config.ray
+    return RaySpec(
+        namespace=config.kubernetes.namespace,
+        service_account=config.kubernetes.service_account,
+        cluster_name=ray.cluster_name,
+        image=ray.image,
+        shape=tpu.shape,
+        slices=tpu.slices,
+        min_slices=config.workload.plan.min_slices,
+        bucket=config.storage.bucket_name,
+        dranet_claim_template=common.dranet_claim_template_name(config),
+        system_pool_selector=common.system_pool_selector(config),
+        tpu_node_selector_extra=common.capacity_selectors(config),
+    )
+
+
+def run_name(config: StackConfig) -> str:
+    """Stable across relaunches of the same model, so a relaunched job resumes from its checkpoints."""
+    return f"{config.ray.job_name}-{config.workload.model}"
+
+
+def entrypoint(config: StackConfig) -> list[str]:
+    """The command the RayJob runs on the head: the trainer entrypoint with the stack's plan."""
+    workload, plan = config.workload, config.workload.plan
+    command = [
+        "python", "-m", "trainer.entrypoint",
+        "--model", workload.model,
+        "--generation", config.tpu.shape.generation.name,
+        "--topology", config.tpu.shape.topology,
+        "--slices", str(config.tpu.slices),
+        "--steps", str(workload.train_steps),
+        "--checkpoint-period", str(workload.checkpoint_period),
+        "--per-device-batch-size", str(plan.per_device_batch_size),
+        "--max-failures", str(config.ray.max_failures),
+        "--run-name", run_name(config),
+        "--base-output-directory", common.output_directory(config),
+        "--storage-path", f"gs://{config.storage.bucket_name}/ray-results",
+        "--maxtext-version", workload.maxtext_version,
+    ]
+    if plan.elastic:
+        command += ["--elastic", f"{plan.min_slices},{plan.slices}"]
+    return command
+
+
+def smoke_command(config: StackConfig) -> list[str]:
+    """trainer/smoke.py through a JaxTrainer with the training job's scaling: every slice joined (device count)
+    and an all-reduce crosses the slices (DCN)."""
+    shape = config.tpu.shape
+    return ["python", "-m", "trainer.smoke", "--ray", "--model", config.workload.model,
+            "--generation", shape.generation.name, "--topology", shape.topology,
+            "--slices", str(config.tpu.slices), "--run-name", "multislice-smoke",
+            "--storage-path", f"gs://{config.storage.bucket_name}/ray-results"]
+
+
+def job_command(config: StackConfig) -> list[str]:
+    """What the RayJob runs. With the smoke test on, it runs first and gates training in the same job: two
+    RayJobs on one RayCluster would race for the same TPU workers, and the smoke test is only worth anything
+    before the hours of training it protects."""
+    train = entrypoint(config)
+    if not config.workload.smoke_test:
+        return train
+    return ["bash", "-c", f"{shlex.join(smoke_command(config))} && exec {shlex.join(train)}"]
+
+
+def runtime_env(config: StackConfig) -> dict:
+    """Packages every Ray worker installs before the job starts: MaxText pinned (>= 0.2.2, docs/platform-notes.md §6) and the
+    JAX the trainer is tested with."""
+    return {"pip": [f"maxtext=={config.workload.maxtext_version}", WORKER_JAX]}
