@@ -14,7 +14,7 @@ class CheckpointBucket(pulumi.ComponentResource):
     """Checkpoints and TensorBoard logs.
 
     Hierarchical namespace gives atomic directory renames, which Orbax relies on when it writes through
-    GCS FUSE (FACTS §6). With keep_on_destroy the bucket is retained by `pulumi destroy` (the stack
+    GCS FUSE (docs/platform-notes.md §6). With keep_on_destroy the bucket is retained by `pulumi destroy` (the stack
     forgets it; the data stays) and never force-destroyed.
     """
 

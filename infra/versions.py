@@ -11,11 +11,11 @@ import re
 _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+)(?:-gke\.(\d+))?)?$")
 
 # Minimums, each with where it comes from.
-RAY_OPERATOR_ADDON = "1.30.0-gke.1747000"        # GKE Ray operator add-on (FACTS §3)
+RAY_OPERATOR_ADDON = "1.30.0-gke.1747000"        # GKE Ray operator add-on (docs/platform-notes.md §3)
 MULTISLICE_STANDARD = "1.27.4-gke.900"          # GKE "Deploy TPU Multislice" availability
 MULTISLICE_AUTOPILOT = "1.29.2-gke.1521000"     # same page, Autopilot
-DRANET_STANDARD = "1.34.1-gke.1829001"          # managed DRANET, GKE Standard (FACTS §4)
-DRANET_AUTOPILOT = "1.35.2-gke.1842000"         # managed DRANET, Autopilot (FACTS §4)
+DRANET_STANDARD = "1.34.1-gke.1829001"          # managed DRANET, GKE Standard (docs/platform-notes.md §4)
+DRANET_AUTOPILOT = "1.35.2-gke.1842000"         # managed DRANET, Autopilot (docs/platform-notes.md §4)
 
 
 def parse(version: str) -> tuple[int, ...]:
