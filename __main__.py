@@ -4,12 +4,14 @@ import pulumi_kubernetes as k8s
 
 from infra.cluster import GkeCluster
 from infra.config import ConfigError, build, raw_from_pulumi
+from infra.gke_versions import check_offered, fetch_offered
 from infra.identity import NodeServiceAccount, WorkloadIdentity
+from infra.monitoring import TrainingDashboard, dashboard_inputs
 from infra.network import ClusterNetwork
 from infra.services import ProjectServices
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
-from workloads.backends import WorkloadContext, deploy_workload
+from workloads.backends import WorkloadContext, deploy_workload, run_name
 from workloads.bundle import load_bundle
 
 try:
@@ -17,6 +19,12 @@ try:
 except ConfigError as error:
     # RunError ends the program with the message only: no traceback, and nothing has been registered.
     raise pulumi.RunError(str(error)) from None
+# Autopilot clusters are regional; Standard TPU clusters are zonal so every slice pool sits in the TPU zone.
+cluster_location = config.gcp.region if config.cluster.autopilot else config.gcp.zone
+version_problems = check_offered(config.cluster, cluster_location,
+                                 fetch_offered(config.gcp.project, cluster_location))
+if version_problems:
+    raise pulumi.RunError(str(ConfigError(version_problems)))
 
 services = ProjectServices("apis", config.gcp.project)
 network = ClusterNetwork("network", config, depends_on=services.ready)
@@ -33,6 +41,9 @@ identity = WorkloadIdentity("workload-identity", config, bucket.bucket, cluster.
 workload_exports = deploy_workload(config, WorkloadContext(
     bundle=load_bundle(), namespace=identity.namespace, service_account=identity.service_account,
     cluster=cluster.cluster, cluster_location=cluster.location, k8s_provider=k8s_provider))
+# Charts this stack's slices and the launched run's goodput (its workload_id is the backend's run_name).
+dashboard = TrainingDashboard("dashboard", dashboard_inputs(config, cluster.location, run_name(config)),
+                              depends_on=services.ready)
 
 pulumi.export("clusterName", cluster.name)
 pulumi.export("location", cluster.location)
@@ -50,5 +61,6 @@ pulumi.export("hostsPerSlice", config.tpu.shape.hosts)
 pulumi.export("totalHosts", config.tpu.total_hosts)
 pulumi.export("totalChips", config.tpu.total_chips)
 pulumi.export("plan", config.workload.plan.describe())
+pulumi.export("dashboardUrl", dashboard.url)
 for key, value in workload_exports.items():
     pulumi.export(key, value)

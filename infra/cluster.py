@@ -64,7 +64,9 @@ class GkeCluster(pulumi.ComponentResource):
                 cluster_secondary_range_name=names.pods_range,
                 services_secondary_range_name=names.services_range),
             release_channel=gcp.container.ClusterReleaseChannelArgs(channel=settings.release_channel),
-            min_master_version=settings.min_master_version,
+            # Unset: GKE creates the cluster at the release channel's default (the provider sends it as the
+            # initial version; a floor would ask for an old patch GKE no longer offers).
+            min_master_version=settings.gke_version,
             deletion_protection=settings.deletion_protection,
             # Nodes get no public IP; the control-plane endpoint stays reachable (authenticated) for
             # `pulumi up` and kubectl.

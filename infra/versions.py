@@ -16,6 +16,9 @@ MULTISLICE_STANDARD = "1.27.4-gke.900"          # GKE "Deploy TPU Multislice" av
 MULTISLICE_AUTOPILOT = "1.29.2-gke.1521000"     # same page, Autopilot
 DRANET_STANDARD = "1.34.1-gke.1829001"          # managed DRANET, GKE Standard (docs/platform-notes.md §4)
 DRANET_AUTOPILOT = "1.35.2-gke.1842000"         # managed DRANET, Autopilot (docs/platform-notes.md §4)
+# Flex-start for TPUs: "use GKE version 1.33.0-gke.1712000 or later" (GKE "About flex-start provisioning mode",
+# https://cloud.google.com/kubernetes-engine/docs/concepts/provisioning-model).
+FLEX_START_TPU = "1.33.0-gke.1712000"
 
 
 def parse(version: str) -> tuple[int, ...]:

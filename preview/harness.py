@@ -24,6 +24,9 @@ from infra.config.schema import NAMESPACE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FAKE_PROJECT_NUMBER = "123456789012"
+# Cloud Monitoring gives a dashboard a generated id; the provider's resource id is its resource name
+# projects/<project number>/dashboards/<id> (what infra.monitoring derives the console URL from).
+FAKE_DASHBOARD_ID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
 
 
 class UnexpectedInvoke(AssertionError):
@@ -50,12 +53,32 @@ class GcpMocks(pulumi.runtime.Mocks):
         resource_id = f"{name}-id" if token.startswith("kubernetes:") else name
         if token.startswith("gcp:compute/") or token.startswith("gcp:container/"):
             resource_id = f"projects/{state.get('project')}/{token.split('/')[1].split(':')[0]}s/{name}"
+        if token == "gcp:monitoring/dashboard:Dashboard":
+            resource_id = f"projects/{FAKE_PROJECT_NUMBER}/dashboards/{FAKE_DASHBOARD_ID}"
         return resource_id, state
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
         if args.token == "gcp:organizations/getProject:getProject":
             return {"number": FAKE_PROJECT_NUMBER, "projectId": args.args.get("projectId")}
+        if args.token == ENGINE_VERSIONS_TOKEN:
+            return {**OFFERED_GKE_VERSIONS, "location": args.args.get("location"),
+                    "project": args.args.get("project")}
         raise UnexpectedInvoke(f"unmocked invoke {args.token} {args.args}")
+
+
+ENGINE_VERSIONS_TOKEN = "gcp:container/getEngineVersions:getEngineVersions"
+# What `get_engine_versions` answers under mocks (wire keys, camelCase). An assumption, not a fact about any
+# location today: the per-channel defaults of GKE's release notes ("Default patch version for cluster creation",
+# https://cloud.google.com/kubernetes-engine/docs/release-notes) as last seen in a public copy of that page.
+# A real `pulumi up` asks GKE and refuses what the location does not offer.
+OFFERED_GKE_VERSIONS = {
+    "defaultClusterVersion": "1.35.5-gke.1163012",
+    "releaseChannelDefaultVersion": {"RAPID": "1.36.0-gke.3302004", "REGULAR": "1.35.5-gke.1163012",
+                                     "STABLE": "1.34.8-gke.1000000", "EXTENDED": "1.35.5-gke.1163012"},
+    "validMasterVersions": ["1.36.0-gke.3302004", "1.35.5-gke.1163012", "1.35.2-gke.1842000",
+                            "1.34.8-gke.1000000", "1.34.1-gke.1829001", "1.33.5-gke.2228001"],
+    "latestMasterVersion": "1.36.0-gke.3302004",
+}
 
 
 @dataclass

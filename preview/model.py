@@ -277,7 +277,7 @@ def cluster_version(run: ProgramRun, config: StackConfig) -> str:
     clusters = run.of_type(CLUSTER_TYPE)
     if clusters and clusters[0].inputs.get("minMasterVersion"):
         return str(clusters[0].inputs["minMasterVersion"])
-    return config.cluster.min_master_version
+    return config.cluster.minimum_version
 
 
 def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Path | None) -> Plan:

@@ -22,7 +22,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     region = rules.check_location(v, problems)
     shape = rules.check_tpu(v, problems)
     rules.check_networks(v, problems)
-    min_version = rules.check_version(v, shape, problems)
+    floors = rules.check_version(v, shape, problems)
     rules.check_autopilot(v, raw, problems)
     bucket, bucket_location = rules.check_storage(v, raw, region, problems)
     rules.check_workload(v, problems)
@@ -36,7 +36,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
         gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"]),
         cluster=ClusterSettings(
             name=v["clusterName"], mode=ClusterMode(v["clusterMode"]), gke_version=v["gkeVersion"],
-            release_channel=v["releaseChannel"], min_master_version=min_version,
+            release_channel=v["releaseChannel"], version_floors=tuple(floors.items()),
             deletion_protection=v["deletionProtection"], system_pool_machine_type=v["systemPoolMachineType"],
             system_pool_nodes=v["systemPoolNodes"]),
         tpu=TpuSettings(shape=shape, slices=v["slices"], capacity=Capacity(v["capacity"]),

@@ -11,7 +11,7 @@ from typing import Union
 
 from core.planner import Plan
 from core.tpu_catalog import SliceShape
-from infra import naming
+from infra import naming, versions
 
 
 class ConfigError(ValueError):
@@ -45,10 +45,11 @@ class GcpSettings:
 class ClusterSettings:
     name: str
     mode: ClusterMode
-    gke_version: str | None
+    gke_version: str | None      # the user's gkeVersion; None: GKE creates at the release channel's default
     release_channel: str
-    # What the cluster is created with: the user's version, or the highest minimum our features need.
-    min_master_version: str
+    # Why each minimum GKE version applies → that minimum. Floors are checked, never created with: GKE refuses
+    # to create versions it no longer offers (infra/gke_versions.py checks what the location offers).
+    version_floors: tuple[tuple[str, str], ...]
     deletion_protection: bool
     system_pool_machine_type: str
     system_pool_nodes: int
@@ -56,6 +57,11 @@ class ClusterSettings:
     @property
     def autopilot(self) -> bool:
         return self.mode is ClusterMode.AUTOPILOT
+
+    @property
+    def minimum_version(self) -> str:
+        """The highest floor: the oldest control plane every enabled feature works on."""
+        return versions.highest([floor for _, floor in self.version_floors])
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ def check_networks(v: dict[str, Any], problems: list[str]) -> None:
         problems.append(f"{NAMESPACE}:dranet=true needs {NAMESPACE}:dcn=true (DRANET hands out the DCN NICs)")
 
 
-def _required_versions(v: dict[str, Any], shape: SliceShape | None) -> dict[str, str]:
+def required_versions(v: dict[str, Any], shape: SliceShape | None) -> dict[str, str]:
     """Why each minimum GKE version applies → the version."""
     autopilot = v["clusterMode"] == ClusterMode.AUTOPILOT.value
     needs = {"the Ray operator add-on": versions.RAY_OPERATOR_ADDON}
@@ -92,21 +92,24 @@ def _required_versions(v: dict[str, Any], shape: SliceShape | None) -> dict[str,
         needs["multislice"] = versions.MULTISLICE_AUTOPILOT if autopilot else versions.MULTISLICE_STANDARD
     if v["dranet"]:
         needs["dranet=true"] = versions.DRANET_AUTOPILOT if autopilot else versions.DRANET_STANDARD
+    if v["capacity"] == Capacity.FLEX_START.value:
+        needs["capacity=flex-start"] = versions.FLEX_START_TPU
     return needs
 
 
-def check_version(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> str:
-    needs = _required_versions(v, shape)
+def check_version(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> dict[str, str]:
+    """The feature floors; a gkeVersion the user set must meet every one of them."""
+    needs = required_versions(v, shape)
     requested = v["gkeVersion"]
     if requested is None:
-        return versions.highest(list(needs.values()))
+        return needs
     if not versions.is_valid(requested):
         problems.append(problem("gkeVersion", requested, "a GKE version looks like 1.34 or 1.34.1-gke.1829001"))
-        return requested
+        return needs
     for reason, minimum in needs.items():
         if not versions.satisfies(requested, minimum):
             problems.append(f"{NAMESPACE}:gkeVersion={requested!r} is below {minimum}, the minimum for {reason}")
-    return requested
+    return needs
 
 
 def check_autopilot(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) -> None:

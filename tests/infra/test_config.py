@@ -102,13 +102,15 @@ def test_defaults_give_the_tutorial_slice_shape():
     assert config.storage.bucket_name == "my-tpu-project-tpu-multislice-ckpt"
 
 
-def test_min_master_version_is_raised_to_what_enabled_features_need():
-    assert build(MINIMAL).cluster.min_master_version == "1.31.2-gke.1115000"  # v6e needs more than the Ray add-on
+def test_the_version_floor_is_the_highest_minimum_of_the_enabled_features():
+    assert build(MINIMAL).cluster.minimum_version == "1.31.2-gke.1115000"  # v6e needs more than the Ray add-on
     with_dranet = build({**MINIMAL, "dcn": True, "dranet": True})
-    assert with_dranet.cluster.min_master_version == versions.DRANET_STANDARD
+    assert with_dranet.cluster.minimum_version == versions.DRANET_STANDARD
     autopilot = build({**MINIMAL, "clusterMode": "autopilot"})
-    assert autopilot.cluster.min_master_version == "1.31.2-gke.1115000"
-    assert build({**MINIMAL, "gkeVersion": "1.35"}).cluster.min_master_version == "1.35"
+    assert autopilot.cluster.minimum_version == "1.31.2-gke.1115000"
+    assert build({**MINIMAL, "gkeVersion": "1.35"}).cluster.gke_version == "1.35"
+    # Floors are checked, never created with: unset gkeVersion leaves the version to the release channel.
+    assert build(MINIMAL).cluster.gke_version is None
 
 
 def test_version_prefix_satisfies_minimum_of_same_minor():
