@@ -79,7 +79,7 @@ def jobset_requests(jobset: dict) -> dict[str, float]:
 
 def test_every_object_validates_against_the_crds_and_core_schemas(run, config):
     objects = objects_of(run)
-    report = validate_objects(objects, default_schemas_dir(), config.cluster.min_master_version)
+    report = validate_objects(objects, default_schemas_dir(), config.cluster.minimum_version)
     assert not report.cr_check_skipped
     assert report.errors == [], report.errors
     kinds = {o["kind"] for o in objects}

@@ -83,7 +83,7 @@ def test_every_object_validates_against_crds_core_schemas_and_node_pools(run, co
     objects = registered_objects(run)
     pools = tpu_pools(run.resources)
     assert len(pools) == config.tpu.slices
-    report = validate_objects(objects, default_schemas_dir(), config.cluster.min_master_version, tpu_pools=pools)
+    report = validate_objects(objects, default_schemas_dir(), config.cluster.minimum_version, tpu_pools=pools)
     assert not report.cr_check_skipped
     assert report.errors == [], report.errors
     assert report.warnings == [], report.warnings

@@ -54,7 +54,7 @@ def test_every_object_of_every_stack_validates(stack):
     assert schemas.is_dir(), "CI runs with ../shared beside the repository"
     run = committed_stack_run(stack)
     objects = registered_objects(run)
-    report = validate_objects(objects, schemas, stack_config(stack).cluster.min_master_version)
+    report = validate_objects(objects, schemas, stack_config(stack).cluster.minimum_version)
     assert not report.cr_check_skipped
     assert report.errors == [], report.errors
     assert {"RayCluster", "RayJob", "ConfigMap", "ServiceAccount", "Namespace"} <= {o["kind"] for o in objects}
