@@ -1,12 +1,14 @@
-"""First-order HBM estimate per chip for MaxText training of a dense decoder (pure arithmetic).
+"""First-order HBM estimate per JAX device for MaxText training of a dense decoder (pure arithmetic).
 
-What is counted, per chip:
+A device is a chip on every generation but TPU7x, whose two cores are two devices sharing the chip's HBM
+(core/tpu_catalog.py, devices_per_chip); the caller passes the HBM of one device.
+What is counted, per device:
 - params, gradients and AdamW mu/nu: parameter count x bytes(weight_dtype), divided by the number of
   weight shards (fsdp over ICI and DCN x tensor). MaxText's mu inherits weight_dtype and optax's nu always
   does (maxtext base.yml, `mu_dtype`), so the optimizer is two more copies.
 - saved activations: what the remat policy keeps on device between forward and backward, per layer.
-  Per chip this is per_device_batch x sequence x width whatever the tensor parallelism: tensor parallelism
-  gives each chip `tensor` times more sequences but 1/`tensor` of each sharded width.
+  Per device this is per_device_batch x sequence x width whatever the tensor parallelism: tensor parallelism
+  gives each device `tensor` times more sequences but 1/`tensor` of each sharded width.
 - workspace: one layer recomputed in the backward pass (all its intermediates at once; their gradients
   replace them as the backward walks the layer), plus
   the [batch, heads, seq, seq] fp32 score matrix when attention is plain dot-product (flash never builds it).
@@ -101,13 +103,13 @@ class MemoryEstimate:
         parts = ("params", "gradients", "optimizer", "activations", "workspace", "logits")
         terms = " + ".join(f"{name} {getattr(self, name) / GIB:.1f}" for name in parts)
         relation = "<=" if self.fits else ">"
-        return (f"{terms} = {self.total / GIB:.1f} GiB per chip {relation} {self.usable / GIB:.1f} GiB usable "
+        return (f"{terms} = {self.total / GIB:.1f} GiB per device {relation} {self.usable / GIB:.1f} GiB usable "
                 f"({USABLE_HBM_FRACTION:.0%} of {self.hbm / GIB:.0f} GiB HBM)")
 
 
 def estimate(model: ModelPreset, *, weight_shards: int, per_device_batch_size: float, seq_len: int,
              remat_policy: str, remat_offload: tuple[str, ...], weight_dtype: str, attention: str,
-             hbm_gib_per_chip: float) -> MemoryEstimate:
+             hbm_gib_per_device: float) -> MemoryEstimate:
     if weight_dtype not in DTYPE_BYTES:
         raise PlanError(f"weight_dtype={weight_dtype!r} unknown; allowed: {', '.join(DTYPE_BYTES)}")
     weights = model.param_count * DTYPE_BYTES[weight_dtype] / weight_shards
@@ -125,5 +127,5 @@ def estimate(model: ModelPreset, *, weight_shards: int, per_device_batch_size: f
         activations=int(activations),
         workspace=int(one_layer + scores),
         logits=int(tokens * model.vocab_size * LOGIT_BYTES),
-        hbm=int(hbm_gib_per_chip * GIB),
+        hbm=int(hbm_gib_per_device * GIB),
     )

@@ -2,7 +2,8 @@
 
 Choices, in order, when the request leaves them open:
 - ICI (inside a slice): full FSDP, tensor 1 — what the tuned Trillium recipes use (`ici_fsdp_parallelism=-1`;
-  see trainer/presets.py for the sources). Explicit values must multiply to the chips of one slice.
+  see trainer/presets.py for the sources). Explicit values must multiply to the JAX devices of one slice
+  (chips x devices per chip: TPU7x has two devices per chip, see core/tpu_catalog.py).
 - DCN (across slices): data parallelism first (one gradient all-reduce per step crosses DCN), FSDP across
   slices only when one slice cannot hold the weights and optimizer state (then weights are all-gathered over
   DCN every layer: slower, but it runs). Explicit values must multiply to the number of slices.
@@ -64,7 +65,8 @@ class Plan:
 
     @property
     def devices(self) -> int:
-        return self.shape.chips * self.slices
+        """JAX devices of the whole run (what jax.device_count() reports and the mesh spans)."""
+        return self.shape.devices * self.slices
 
     @property
     def workers(self) -> int:
@@ -139,7 +141,7 @@ def _estimate(plan: Plan) -> MemoryEstimate:
         remat_offload=plan.remat_offload,
         weight_dtype=plan.weight_dtype,
         attention=plan.attention,
-        hbm_gib_per_chip=plan.shape.generation.hbm_gib_per_chip,
+        hbm_gib_per_device=plan.shape.generation.hbm_gib_per_chip / plan.shape.generation.devices_per_chip,
     )
 
 
@@ -172,14 +174,14 @@ def _split(total: int, first: int | None, second: int | None, names: tuple[str, 
 
 def _check_batch(pdbs: float, shape: SliceShape, slices: int, tensor: int) -> str | None:
     """Why this per-device batch cannot be laid out on `slices` slices, or None if it can."""
-    devices = shape.chips * slices
+    devices = shape.devices * slices
     global_batch = pdbs * devices
     batch_shards = devices // tensor        # every mesh axis except tensor splits the batch
     if pdbs <= 0 or not float(global_batch).is_integer():
-        return (f"per_device_batch_size={_number(pdbs)} x {devices} chips = {global_batch:g} sequences "
+        return (f"per_device_batch_size={_number(pdbs)} x {devices} devices = {global_batch:g} sequences "
                 f"is not a whole number")
     if int(global_batch) % batch_shards:
-        return (f"global batch {int(global_batch)} (per_device_batch_size={_number(pdbs)} x {devices} chips) "
+        return (f"global batch {int(global_batch)} (per_device_batch_size={_number(pdbs)} x {devices} devices) "
                 f"does not divide over {batch_shards} data/fsdp shards on {slices} x {shape.pod_type}")
     return None
 
@@ -205,9 +207,9 @@ def plan(request: PlanRequest) -> Plan:
     if not 1 <= min_slices <= request.slices:
         raise PlanError(f"elastic bounds {min_slices},{request.slices} slices: need 1 <= min <= max")
 
-    ici_fsdp, ici_tensor = _split(shape.chips, request.ici_fsdp, request.ici_tensor,
+    ici_fsdp, ici_tensor = _split(shape.devices, request.ici_fsdp, request.ici_tensor,
                                   ("ici_fsdp_parallelism", "ici_tensor_parallelism"),
-                                  f"chips per {shape.pod_type} slice")
+                                  f"devices per {shape.pod_type} slice")
     if model.num_query_heads % ici_tensor:
         raise PlanError(f"ici_tensor_parallelism={ici_tensor} does not divide {model.name}'s "
                         f"{model.num_query_heads} attention heads")

@@ -46,6 +46,12 @@ class Generation:
     # TensorCores per chip: TPU pod type names count cores, not chips (v4/v5p/TPU7x have two per chip; Ray's
     # infer_tpu_pod_type_from_topology and Cloud TPU accelerator types agree, e.g. v4 2x2x2 = "v4-16").
     cores_per_chip: int
+    # JAX devices per chip: what jax.device_count() counts and what a MaxText mesh is laid out over. v4 and
+    # v5p run their two TensorCores as one "megacore" device; TPU7x exposes each of its two cores as a device
+    # (MaxText src/maxtext/utils/accelerator_to_spec_map.py @e591f30c: "tpu7x: two cores per chip", and its
+    # tpu7x-8 entry is a 2x2x1 slice of 4 chips with 8 devices_per_slice; its v4-16 and v5p-16 entries are
+    # 2x2x2 "megacore" slices of 8 chips with 8 devices).
+    devices_per_chip: int
     machine_types: tuple[MachineType, ...]
     multi_host_topologies: tuple[str, ...]
     hbm_gib_per_chip: int
@@ -83,6 +89,7 @@ CATALOG: Mapping[str, Generation] = {
         Generation(
             name="v4",
             cores_per_chip=2,
+            devices_per_chip=1,
             accelerator_label="tpu-v4-podslice",
             ray_accelerator_type="TPU-V4",
             pod_type_prefix="v4",
@@ -95,6 +102,7 @@ CATALOG: Mapping[str, Generation] = {
         Generation(
             name="v5e",
             cores_per_chip=1,
+            devices_per_chip=1,
             accelerator_label="tpu-v5-lite-podslice",
             ray_accelerator_type="TPU-V5LITEPOD",
             pod_type_prefix="v5litepod",
@@ -111,6 +119,7 @@ CATALOG: Mapping[str, Generation] = {
         Generation(
             name="v5p",
             cores_per_chip=2,
+            devices_per_chip=1,
             accelerator_label="tpu-v5p-slice",
             ray_accelerator_type="TPU-V5P",
             pod_type_prefix="v5p",
@@ -123,6 +132,7 @@ CATALOG: Mapping[str, Generation] = {
         Generation(
             name="v6e",
             cores_per_chip=1,
+            devices_per_chip=1,
             accelerator_label="tpu-v6e-slice",
             ray_accelerator_type="TPU-V6E",
             pod_type_prefix="v6e",
@@ -140,6 +150,7 @@ CATALOG: Mapping[str, Generation] = {
         Generation(
             name="tpu7x",
             cores_per_chip=2,
+            devices_per_chip=2,
             accelerator_label="tpu7x",
             ray_accelerator_type="TPU-V7X",
             pod_type_prefix="v7x",
@@ -182,6 +193,15 @@ class SliceShape:
     @property
     def hosts(self) -> int:
         return self.chips // self.machine.chips_per_vm
+
+    @property
+    def devices(self) -> int:
+        """JAX devices in the slice (chips x devices per chip): the size of the slice's ICI mesh."""
+        return self.chips * self.generation.devices_per_chip
+
+    @property
+    def devices_per_host(self) -> int:
+        return self.chips_per_host * self.generation.devices_per_chip
 
     @property
     def multi_host(self) -> bool:

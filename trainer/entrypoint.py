@@ -48,9 +48,10 @@ def worker_env(plan_: Plan, local_cpu: bool, maxtext_version: str) -> dict[str, 
     if local_cpu:
         env.update({
             # Ray's TPU backend calls jax.distributed.initialize on whatever platform JAX_PLATFORMS names
-            # (docs/platform-notes.md §5); one CPU device per chip makes the host look like its TPU VM to MaxText's mesh.
+            # (docs/platform-notes.md §5); one CPU device per TPU device (two per TPU7x chip) makes the host look
+            # like its TPU VM to MaxText's mesh.
             "JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": f"--xla_force_host_platform_device_count={plan_.shape.chips_per_host}",
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count={plan_.shape.devices_per_host}",
             # Keep MaxText away from Google Cloud services (no credentials locally).
             "DECOUPLE_GCLOUD": "TRUE",
         })

@@ -1,7 +1,8 @@
 """Multislice smoke test: do all slices form one JAX system, and does a collective cross the slices?
 
 Checks, on every process, failing loudly (exit 1, a `SMOKE FAILED:` line on stderr) when one does not hold:
-1. `jax.device_count()` equals slices x chips per slice (every host of every slice joined);
+1. `jax.device_count()` equals slices x JAX devices per slice (every host of every slice joined; a device is a
+   chip, except on TPU7x with two per chip — core/tpu_catalog.py devices_per_chip);
 2. `jax.process_count()` is a whole number of processes per slice;
 3. an all-reduce over every device of ones gives the device count, and of each device's process index gives
    the sum computed from the device list (every process took part);
@@ -59,7 +60,7 @@ def check(expected_devices: int, expected_slices: int) -> dict[str, Any]:
 
     devices, processes = jax.devices(), jax.process_count()
     if len(devices) != expected_devices:
-        raise SmokeFailure(f"jax.device_count()={len(devices)} but slices x chips = {expected_devices}: "
+        raise SmokeFailure(f"jax.device_count()={len(devices)} but slices x devices per slice = {expected_devices}: "
                            f"{processes} process(es) joined; a host or a slice is missing")
     if processes > 1 and processes % expected_slices:
         raise SmokeFailure(f"{processes} processes is not a whole number per slice for {expected_slices} slices")
@@ -137,6 +138,19 @@ def _ray_worker(config: dict) -> None:
     ray.train.report({"passed": True, **{k: v for k, v in result.items() if not isinstance(v, dict)}})
 
 
+def ray_plan(args: argparse.Namespace):
+    """The training job's full plan (all slices): the smoke test checks exactly what training will use."""
+    from core.planner import PlanRequest, plan
+
+    return plan(PlanRequest(model=args.model, generation=args.generation, topology=args.topology,
+                            slices=args.slices))
+
+
+def ray_expectation(full) -> dict[str, int]:
+    """What every Ray worker checks: the plan's JAX devices (chips x devices per chip) and slices."""
+    return {"devices": full.devices, "slices": full.slices}
+
+
 def run_ray(args: argparse.Namespace) -> int:
     """The same checks inside a JaxTrainer with the training job's ScalingConfig (trainer.entrypoint)."""
     import ray
@@ -144,14 +158,12 @@ def run_ray(args: argparse.Namespace) -> int:
     from ray.train.v2.jax import JaxTrainer
 
     from trainer.entrypoint import scaling_kwargs
-    from core.planner import PlanRequest, plan
 
-    full = plan(PlanRequest(model=args.model, generation=args.generation, topology=args.topology,
-                            slices=args.slices))
+    full = ray_plan(args)
     ray.init(address=args.ray_address or "auto", logging_level="WARNING")
     trainer = JaxTrainer(
         train_loop_per_worker=_ray_worker,
-        train_loop_config={"devices": full.devices, "slices": full.slices},
+        train_loop_config=ray_expectation(full),
         scaling_config=ScalingConfig(**scaling_kwargs(full)),
         run_config=RunConfig(name=args.run_name, storage_path=args.storage_path,
                              failure_config=FailureConfig(max_failures=0)),
@@ -167,7 +179,7 @@ def run_ray(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trainer.smoke", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--expect-devices", type=int, help="slices x chips per slice")
+    parser.add_argument("--expect-devices", type=int, help="slices x JAX devices per slice (2 per chip on TPU7x)")
     parser.add_argument("--expect-slices", type=int, default=1)
     parser.add_argument("--distributed", action="store_true", help="jax.distributed.initialize() from the env")
     parser.add_argument("--coordinator", help="host:port of process 0 (local multi-process runs)")

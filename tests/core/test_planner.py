@@ -48,7 +48,7 @@ def test_llama3_70b_on_one_v6e_16_is_refused_with_numbers():
         plan(PlanRequest("llama3-70b", "v6e", "4x4", slices=1))
     message = str(err.value)
     assert "\n" not in message
-    assert "1 x v6e-16" in message and "GiB per chip >" in message and "params 8.2" in message
+    assert "1 x v6e-16" in message and "GiB per device >" in message and "params 8.2" in message
 
 
 def test_llama3_70b_elastic_down_to_one_slice_is_refused_but_fixed_two_slices_fit():
@@ -77,8 +77,8 @@ def test_defaults_follow_the_tuned_trillium_recipe():
     (PlanRequest("gpt-5"), r"unknown model 'gpt-5'"),
     (PlanRequest("llama3-8b", "v6e", "3x3"), r"topology '3x3' unknown for v6e"),
     (PlanRequest("llama3-8b", "v9", "4x4"), r"generation 'v9' unknown"),
-    (PlanRequest("llama3-8b", "v6e", "4x4", 2, ici_fsdp=4, ici_tensor=2), r"ici_fsdp_parallelism=4 x ici_tensor_parallelism=2 = 8, but chips per v6e-16 slice = 16"),
-    (PlanRequest("llama3-8b", "v6e", "4x4", 2, ici_tensor=3), r"ici_tensor_parallelism=3 does not divide chips"),
+    (PlanRequest("llama3-8b", "v6e", "4x4", 2, ici_fsdp=4, ici_tensor=2), r"ici_fsdp_parallelism=4 x ici_tensor_parallelism=2 = 8, but devices per v6e-16 slice = 16"),
+    (PlanRequest("llama3-8b", "v6e", "4x4", 2, ici_tensor=3), r"ici_tensor_parallelism=3 does not divide devices"),
     (PlanRequest("llama3-8b", "v6e", "4x4", 4, dcn_data=3), r"dcn_data_parallelism=3 does not divide slices = 4"),
     (PlanRequest("llama3-8b", "v6e", "4x4", 2, dcn_data=2, dcn_fsdp=2), r"= 4, but slices = 2"),
     (PlanRequest("llama3-8b", "v6e", "4x4", 2, min_slices=3), r"elastic bounds 3,2"),
@@ -109,15 +109,37 @@ def test_elastic_plan_resizes_its_one_dcn_axis():
 def test_memory_estimate_terms():
     m = preset("llama3-8b")
     full = estimate(m, weight_shards=16, per_device_batch_size=1, seq_len=4096, remat_policy="full",
-                    remat_offload=(), weight_dtype="float32", attention="flash", hbm_gib_per_chip=32)
+                    remat_offload=(), weight_dtype="float32", attention="flash", hbm_gib_per_device=32)
     assert full.params == full.gradients == full.optimizer // 2 == m.param_count * 4 // 16
     assert full.activations == 4096 * m.emb_dim * m.num_layers * 2          # only the layer inputs
     offloaded = estimate(m, weight_shards=16, per_device_batch_size=1, seq_len=4096, remat_policy="custom",
                          remat_offload=("decoder_layer_input",), weight_dtype="float32", attention="flash",
-                         hbm_gib_per_chip=32)
+                         hbm_gib_per_device=32)
     assert offloaded.activations == 0
     dot = estimate(m, weight_shards=16, per_device_batch_size=1, seq_len=4096, remat_policy="full",
-                   remat_offload=(), weight_dtype="float32", attention="dot_product", hbm_gib_per_chip=32)
+                   remat_offload=(), weight_dtype="float32", attention="dot_product", hbm_gib_per_device=32)
     assert dot.workspace - full.workspace == m.num_query_heads * 4096 * 4096 * 4
     assert full.hbm == 32 * GIB and full.usable < full.hbm
     assert saved_tensors("minimal", ()) > saved_tensors("save_qkv_proj", ()) > saved_tensors("full", ())
+
+
+def test_tpu7x_mesh_spans_two_devices_per_chip():
+    """TPU7x exposes two JAX devices per chip (MaxText src/maxtext/utils/accelerator_to_spec_map.py @e591f30c:
+    "tpu7x: two cores per chip"), so the ICI mesh of a 2x2x2 slice (8 chips) has 16 devices, the global batch
+    counts 16 devices per slice, and each device has half of the chip's 192 GiB of HBM."""
+    p = plan(PlanRequest("llama3-8b", "tpu7x", "2x2x2", slices=2))
+    assert p.shape.chips == 8
+    assert p.ici_fsdp * p.ici_tensor == 2 * p.shape.chips == 16
+    assert p.devices == 2 * 2 * p.shape.chips
+    assert p.global_batch_size == p.per_device_batch_size * 32
+    assert p.memory.hbm == 96 * GIB
+    with pytest.raises(PlanError, match="16"):
+        plan(PlanRequest("llama3-8b", "tpu7x", "2x2x2", slices=2, ici_fsdp=8, ici_tensor=1))
+
+
+def test_one_device_per_chip_elsewhere():
+    """v4/v5p run megacore (one JAX device per chip; MaxText accelerator_to_spec_map.py @e591f30c, v5p-16 = 8
+    devices on 8 chips), v5e/v6e have one core per chip."""
+    for generation, topology in (("v6e", "4x4"), ("v5p", "2x2x2"), ("v4", "2x2x2")):
+        p = plan(PlanRequest("qwen3-0.6b", generation, topology, slices=1))
+        assert p.ici_fsdp * p.ici_tensor == p.shape.chips == p.devices

@@ -73,3 +73,21 @@ def test_pod_type_and_accelerator_type_are_the_ones_ray_uses(generation, topolog
     ray_type = shape.generation.ray_accelerator_type
     assert ray_type in vars(accelerators).values()
     assert shape.pod_type == infer_tpu_pod_type_from_topology(topology, ray_type)
+
+
+@pytest.mark.parametrize("generation, devices_per_chip", [
+    ("v4", 1), ("v5e", 1), ("v5p", 1), ("v6e", 1), ("tpu7x", 2)])
+def test_jax_devices_per_chip_follow_maxtext(generation, devices_per_chip):
+    """JAX devices per chip as MaxText's src/maxtext/utils/accelerator_to_spec_map.py (AI-Hypercomputer/maxtext
+    @e591f30c) records them: "tpu7x: two cores per chip" (tpu7x-8 = 2x2x1, 4 chips, 8 devices_per_slice), while
+    v4-16 and v5p-16 (2x2x2, 8 chips, "megacore") have 8 devices: one per chip."""
+    gen = CATALOG[generation]
+    assert gen.devices_per_chip == devices_per_chip
+    shape = slice_shape(generation, gen.multi_host_topologies[0])
+    assert shape.devices == shape.chips * devices_per_chip
+    assert shape.devices_per_host == shape.chips_per_host * devices_per_chip
+
+
+def test_tpu7x_2x2x1_is_maxtexts_tpu7x_8():
+    """MaxText accelerator_to_spec_map.py @e591f30c: "tpu7x-8": topology tpu7x:2x2x1, devices_per_slice 8."""
+    assert slice_shape("tpu7x", "2x2x1").devices == 8

@@ -51,7 +51,7 @@ def test_passes_on_8_cpu_devices_as_2_slices():
 def test_fails_loudly_when_told_to_expect_another_device_count():
     result = smoke(["--expect-devices", "16", "--expect-slices", "2"])
     assert result.returncode == 1
-    assert "SMOKE FAILED: jax.device_count()=8 but slices x chips = 16" in result.stderr
+    assert "SMOKE FAILED: jax.device_count()=8 but slices x devices per slice = 16" in result.stderr
     assert "SMOKE PASSED" not in result.stdout
 
 
@@ -142,3 +142,15 @@ def test_ray_stack_exports_the_smoke_result_command():
     assert out["smokeJobName"] == out["rayJobName"]
     assert f"kubectl get rayjob -n tpu-training {out['smokeJobName']}" in out["smokeResultCommand"]
     assert f"-l job-name={out['smokeJobName']}" in out["smokeResultCommand"]
+
+
+def test_ray_smoke_expects_two_devices_per_tpu7x_chip():
+    """jax.device_count() on TPU7x is 2 x chips (MaxText src/maxtext/utils/accelerator_to_spec_map.py
+    @e591f30c: "tpu7x: two cores per chip"); the smoke test must expect that, not the chip count."""
+    from trainer.smoke import build_parser, ray_expectation, ray_plan
+
+    args = build_parser().parse_args(["--ray", "--model", "llama3-8b", "--generation", "tpu7x",
+                                      "--topology", "2x2x2", "--slices", "2"])
+    assert ray_expectation(ray_plan(args)) == {"devices": 2 * 2 * 8, "slices": 2}
+    v6e = build_parser().parse_args(["--ray", "--generation", "v6e", "--topology", "4x4", "--slices", "2"])
+    assert ray_expectation(ray_plan(v6e)) == {"devices": 32, "slices": 2}

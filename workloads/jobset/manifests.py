@@ -254,7 +254,7 @@ def smoke_container(spec: JobSetSpec, jobset_name: str, requirements: dict[str, 
         f"cd {shlex.quote(CODE_MOUNT)}",
         'exec python -m trainer.smoke "$@"',
     ])
-    args = ["--distributed", "--expect-devices", str(spec.slices * spec.shape.chips),
+    args = ["--distributed", "--expect-devices", str(spec.slices * spec.shape.devices),
             "--expect-slices", str(spec.slices)]
     mounts = [code_mount()]
     return _container(spec, jobset_name, "smoke", ["bash", "-c", script, "smoke"], args, mounts)
