@@ -86,6 +86,12 @@ class GkeCluster(pulumi.ComponentResource):
             # Autopilot always runs Dataplane V2 and Workload Identity; it manages nodes itself.
             self.cluster = gcp.container.Cluster(
                 "cluster", enable_autopilot=True, **common,
+                # Autopilot nodes run as the Compute Engine default account unless told otherwise; host-network
+                # pods act as the node account, so it must be ours (GKE "Autopilot: custom service account",
+                # pulumi-gcp ClusterClusterAutoscalingAutoProvisioningDefaultsArgs).
+                cluster_autoscaling=gcp.container.ClusterClusterAutoscalingArgs(
+                    auto_provisioning_defaults=gcp.container.ClusterClusterAutoscalingAutoProvisioningDefaultsArgs(
+                        service_account=node_service_account, oauth_scopes=[CLOUD_PLATFORM_SCOPE])),
                 opts=child_options(self, depends_on=depends_on))
             self.system_pool = None
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+from core.node_sizing import threads_per_core
 from infra.cluster import GkeCluster, node_security
 from infra.component import child_options, component_type
 from infra.config import Capacity, StackConfig
@@ -16,8 +17,12 @@ SLICE_LABEL = "tpu-multislice/slice"
 def capacity_settings(config: StackConfig) -> tuple[dict, dict]:
     """(node_config kwargs, node pool kwargs) for the configured capacity.
 
-    flex-start uses queued provisioning: the pool starts empty and GKE creates all hosts of the slice at
-    once when a ProvisioningRequest (Kueue) asks for it, so autoscaling bounds replace node_count.
+    flex-start: the pool starts empty and pending TPU pods make the cluster autoscaler ask for the whole slice.
+    GKE checks a multi-host slice against the per-zone maximum, so the bounds are per zone (`min/max_node_count`):
+    with the total bounds the per-zone maximum is 0 and GKE refuses the pool ("Maximum node count 0 is not a valid
+    size of TPU pod slice", vllm-project/ci-infra#545; cluster-toolkit gke-node-pool main.tf uses per-zone
+    limits for TPU flex-start). No queued provisioning: nothing here creates ProvisioningRequests, and without
+    them a queued pool never gets a node (xpk never uses it for TPUs either).
     """
     hosts = config.tpu.shape.hosts
     capacity = config.tpu.capacity
@@ -34,9 +39,8 @@ def capacity_settings(config: StackConfig) -> tuple[dict, dict]:
              "reservation_affinity": gcp.container.NodePoolNodeConfigReservationAffinityArgs(
                  consume_reservation_type="NO_RESERVATION")},
             {"initial_node_count": 0,
-             "queued_provisioning": gcp.container.NodePoolQueuedProvisioningArgs(enabled=True),
              "autoscaling": gcp.container.NodePoolAutoscalingArgs(
-                 total_min_node_count=0, total_max_node_count=hosts, location_policy="ANY")},
+                 min_node_count=0, max_node_count=hosts, location_policy="ANY")},
         )
     return {}, {"node_count": hosts}
 
@@ -70,6 +74,10 @@ class TpuSlicePools(pulumi.ComponentResource):
                 network=dcn.network.name, subnetwork=dcn.subnet.name)
             for dcn in network.dcn
         ]
+        # SMT off only where it can be cited (core/node_sizing.py); pod requests are sized from the same fact.
+        smt = threads_per_core(shape.machine)
+        advanced_machine_features = (gcp.container.NodePoolNodeConfigAdvancedMachineFeaturesArgs(
+            threads_per_core=smt) if smt else None)
         self.pools: list[gcp.container.NodePool] = []
         for index in range(config.tpu.slices):
             labels = {SLICE_LABEL: str(index)}
@@ -89,12 +97,14 @@ class TpuSlicePools(pulumi.ComponentResource):
                     machine_type=shape.machine.name,
                     labels=labels,
                     gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
-                    advanced_machine_features=gcp.container.NodePoolNodeConfigAdvancedMachineFeaturesArgs(
-                        threads_per_core=1),
+                    advanced_machine_features=advanced_machine_features,
                     **node_security(node_service_account),
                     **node_kwargs,
                 ),
-                management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),
+                # Flex-start pools must not auto-repair (cluster-toolkit gke-node-pool precondition "enable_flex_start
+                # needs node auto_repair set to false"; xpk adds --no-enable-autorepair).
+                management=gcp.container.NodePoolManagementArgs(
+                    auto_repair=config.tpu.capacity is not Capacity.FLEX_START, auto_upgrade=True),
                 **pool_kwargs,
                 opts=child_options(self),
             ))

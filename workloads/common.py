@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from core.node_sizing import node_capacity
 from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape
 from infra.config import Capacity, StackConfig
 
@@ -20,9 +21,6 @@ DRANET_CLAIM_TEMPLATE = "dcn-netdevs"
 # Where the trainer code ConfigMap is mounted in pods that run it.
 CODE_MOUNT = "/opt/tpu-multislice"
 CODE_VOLUME = "trainer-code"
-# Share of a TPU VM's vCPUs and memory a worker pod requests: the rest is left to the kubelet, system
-# daemons and the GCS FUSE / DRANET node agents (GKE reserves part of every node; see "Node allocatable").
-TPU_POD_SHARE = 0.8
 
 
 def labels(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -38,15 +36,16 @@ def tpu_node_selector(shape: SliceShape, extra: dict[str, str] | None = None) ->
 
 
 def tpu_pod_cpu(shape: SliceShape) -> int:
-    return int(shape.machine.vcpus * TPU_POD_SHARE)
+    """What the node can allocate under its pool's SMT setting, less GKE's reservation and its DaemonSets."""
+    return node_capacity(shape.machine).pod_cpu
 
 
 def tpu_pod_memory_gib(shape: SliceShape) -> int:
-    return int(shape.machine.memory_gib * TPU_POD_SHARE)
+    return node_capacity(shape.machine).pod_memory_gib
 
 
 def tpu_pod_requests(shape: SliceShape) -> dict[str, str]:
-    """Requests (= limits) of one TPU pod: every chip of its VM and most of its vCPUs and memory."""
+    """Requests (= limits) of one TPU pod: every chip of its VM and what is left of its vCPUs and memory."""
     return {TPU_RESOURCE: str(shape.chips_per_host), "cpu": str(tpu_pod_cpu(shape)),
             "memory": f"{tpu_pod_memory_gib(shape)}Gi"}
 

@@ -22,6 +22,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     region = rules.check_location(v, problems)
     shape = rules.check_tpu(v, problems)
     rules.check_networks(v, problems)
+    rules.check_dranet_machine(v, shape, problems)
     floors = rules.check_version(v, shape, problems)
     rules.check_autopilot(v, raw, problems)
     bucket, bucket_location = rules.check_storage(v, raw, region, problems)

@@ -17,6 +17,13 @@ from infra.config.model import Capacity, ClusterMode
 from infra.config.parse import problem
 from infra.config.schema import NAMESPACE
 
+# GKE flex-start provisioning: "TPU v3 and v4 are not supported"
+# (https://cloud.google.com/kubernetes-engine/docs/concepts/provisioning-model).
+FLEX_START_UNSUPPORTED = ("v4",)
+# TPU machine families with managed DRANET (cluster-toolkit modules/compute/gke-node-pool
+# `is_dranet_supported_machine`: prefixes a3-, a4-, a4x-, ct6e-, tpu7x-).
+DRANET_MACHINE_PREFIXES = ("ct6e-", "tpu7x-")
+
 
 def check_location(v: dict[str, Any], problems: list[str]) -> str | None:
     """The region: derived from the zone, or the user's, which must contain the zone."""
@@ -45,6 +52,11 @@ def check_tpu(v: dict[str, Any], problems: list[str]) -> SliceShape | None:
                         f"{shape.machine.name} is single-host (GKE multislice supports multi-host node pools only); "
                         f"use a multi-host topology: {', '.join(shape.generation.multi_host_topologies)}")
     capacity = v["capacity"]
+    if capacity == Capacity.FLEX_START.value and shape is not None and shape.generation.name in FLEX_START_UNSUPPORTED:
+        # GKE "About flex-start provisioning mode": "TPU v3 and v4 are not supported."
+        problems.append(f"{NAMESPACE}:capacity='flex-start' is not offered for tpuGeneration="
+                        f"{shape.generation.name!r} (GKE flex-start does not support TPU v3 and v4); use on-demand, "
+                        "spot or reservation, or a newer generation")
     if capacity == Capacity.RESERVATION.value and not v["reservationName"]:
         problems.append(f"{NAMESPACE}:capacity='reservation' needs {NAMESPACE}:reservationName (the reservation to "
                         "consume)")
@@ -80,6 +92,17 @@ def check_networks(v: dict[str, Any], problems: list[str]) -> None:
         parsed.append((key, network))
     if v["dranet"] and not v["dcn"]:
         problems.append(f"{NAMESPACE}:dranet=true needs {NAMESPACE}:dcn=true (DRANET hands out the DCN NICs)")
+
+
+def check_dranet_machine(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> None:
+    """Managed DRANET only exists on some machine families; elsewhere the claim could never be satisfied."""
+    if v["dranet"] and shape is not None and not shape.machine.name.startswith(DRANET_MACHINE_PREFIXES):
+        key = "tpuMachineType" if v["tpuMachineType"] else "tpuGeneration"
+        value = shape.machine.name if v["tpuMachineType"] else shape.generation.name
+        problems.append(f"{NAMESPACE}:dranet=true is not available on {NAMESPACE}:{key}={value!r} "
+                        f"({shape.machine.name}): GKE managed DRANET supports the TPU machine families "
+                        f"{', '.join(p.rstrip('-') for p in DRANET_MACHINE_PREFIXES)}; set dranet=false (the pods "
+                        "then use the host network) or use one of those generations")
 
 
 def required_versions(v: dict[str, Any], shape: SliceShape | None) -> dict[str, str]:

@@ -118,3 +118,24 @@ def test_version_prefix_satisfies_minimum_of_same_minor():
     assert not versions.satisfies("1.34.0-gke.999", "1.34.1-gke.1829001")
     assert versions.satisfies("1.34.1-gke.1829001", "1.34.1-gke.1829001")
     assert not versions.satisfies("1.33", "1.34.1-gke.1829001")
+
+
+@pytest.mark.parametrize("overrides, words", [
+    # GKE flex-start: "TPU v3 and v4 are not supported" (cloud.google.com/kubernetes-engine/docs/concepts/provisioning-model)
+    ({"capacity": "flex-start", "tpuGeneration": "v4", "tpuTopology": "2x2x2", "model": "qwen3-0.6b"},
+     ["capacity='flex-start'", "tpuGeneration='v4'"]),
+    # Managed DRANET machine families: cluster-toolkit gke-node-pool is_dranet_supported_machine (ct6e-, tpu7x-).
+    ({"dcn": "true", "dranet": "true", "tpuGeneration": "v5e", "model": "qwen3-0.6b"},
+     ["dranet=true is not available on tpu-multislice:tpuGeneration='v5e'", "ct5lp-hightpu-4t"]),
+])
+def test_rules_of_gke_capacity_and_dranet(overrides, words):
+    with pytest.raises(ConfigError) as error:
+        build({**MINIMAL, **overrides})
+    [line] = error.value.problems
+    for word in words:
+        assert word in line
+
+
+def test_flex_start_needs_its_gke_floor():
+    assert dict(build({**MINIMAL, "capacity": "flex-start"}).cluster.version_floors)["capacity=flex-start"] == \
+        "1.33.0-gke.1712000"

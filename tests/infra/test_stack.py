@@ -224,15 +224,6 @@ def test_reservation_capacity_consumes_the_named_reservation():
             "values": ["tpu-res"]}
 
 
-def test_flex_start_uses_queued_provisioning_from_zero():
-    run = run_program({**MINIMAL, "capacity": "flex-start"})
-    for pool in slice_pools(run):
-        assert pool.inputs["queuedProvisioning"] == {"enabled": True}
-        assert pool.inputs["initialNodeCount"] == 0 and "nodeCount" not in pool.inputs
-        assert pool.inputs["autoscaling"]["totalMaxNodeCount"] == 4
-        assert pool.inputs["nodeConfig"]["flexStart"] is True
-
-
 def test_tpu7x_slices_are_placed_by_a_workload_policy():
     run = run_program({**MINIMAL, "tpuGeneration": "tpu7x", "tpuTopology": "2x2x4"})
     policy = run.one("gcp:compute/resourcePolicy:ResourcePolicy")
@@ -268,3 +259,37 @@ def test_host_network_pods_reach_the_bucket_as_the_node_account(stack):
     bindings = [b.inputs["member"] for b in run.of_type(BUCKET_IAM)]
     node_bound = any(member.startswith(f"serviceAccount:{node_account}@") for member in bindings)
     assert node_bound == host_network, (stack, host_network, bindings)
+
+
+# ---- rules of GKE and Compute Engine the pools must follow ----------------------------------------------------
+
+def test_flex_start_pools_scale_per_zone_without_queued_provisioning_or_auto_repair():
+    """GKE validates a multi-host slice against the per-zone maximum ("Maximum node count 0 is not a valid size
+    of TPU pod slice", vllm-project/ci-infra#545); queued provisioning needs ProvisioningRequests the stack does
+    not create; cluster-toolkit gke-node-pool: "enable_flex_start needs node auto_repair set to false"."""
+    from preview.harness import run_program
+    run = run_program({**MINIMAL, "capacity": "flex-start"}, stack="flex")
+    for pool in slice_pools(run):
+        inputs = pool.inputs
+        assert inputs["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 4, "locationPolicy": "ANY"}
+        assert "queuedProvisioning" not in inputs and "nodeCount" not in inputs
+        assert inputs["management"]["autoRepair"] is False
+        assert inputs["nodeConfig"]["flexStart"] is True
+
+
+def test_only_ct6e_pools_turn_smt_off(prod):
+    """The GKE multislice tutorial creates ct6e pools with --threads-per-core=1; no source shows it elsewhere."""
+    from preview.harness import run_program
+    assert {p.inputs["nodeConfig"]["advancedMachineFeatures"]["threadsPerCore"] for p in slice_pools(prod)} == {1}
+    v5e = run_program({**MINIMAL, "tpuGeneration": "v5e", "model": "qwen3-0.6b"}, stack="v5e")
+    assert all("advancedMachineFeatures" not in p.inputs["nodeConfig"] for p in slice_pools(v5e))
+
+
+def test_autopilot_nodes_run_as_the_stacks_node_account():
+    """Autopilot nodes otherwise run as the Compute Engine default account, and host-network pods act as the
+    node account (GKE "Autopilot: custom service account"; cluster_autoscaling.auto_provisioning_defaults)."""
+    from preview.harness import run_program
+    run = run_program({**MINIMAL, "clusterMode": "autopilot"}, stack="ap")
+    defaults = run.one(CLUSTER).inputs["clusterAutoscaling"]["autoProvisioningDefaults"]
+    assert defaults["serviceAccount"].startswith("tpu-multislice-nodes@")
+    assert defaults["oauthScopes"] == ["https://www.googleapis.com/auth/cloud-platform"]
