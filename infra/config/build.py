@@ -27,6 +27,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     rules.check_autopilot(v, raw, problems)
     bucket, bucket_location = rules.check_storage(v, raw, region, problems)
     rules.check_workload(v, problems)
+    rules.check_worker_environment(v, problems)
     rules.check_jobset(v, shape, problems)
     rules.check_pathways(v, shape, problems)
     workload_plan = rules.plan_workload(v, shape, problems)
