@@ -36,18 +36,37 @@ _GENERATION_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def libtpu_init_args(generation: Generation, multislice: bool) -> str:
+def pod_dcn_nics(dcn_networks: int, *, dranet_claim: bool, host_network: bool) -> int:
+    """Extra NICs (beyond eth0) a TPU pod sees: the DRANET claim's, which asks one per DCN network, or on the
+    host network the node's own, attached one per DCN network by the slice pool. A pod in its own network
+    namespace without a claim has eth0 only."""
+    return dcn_networks if (dranet_claim or host_network) else 0
+
+
+def megascale_interface_flag(dcn_nics: int) -> str:
+    """libtpu flag naming the interfaces the megascale (cross-slice) gRPC traffic may use: the DCN NICs
+    eth1..ethN and loopback. Without it cross-slice traffic leaves through eth0 and the DCN VPCs carry
+    nothing. Source: the GKE multislice tutorial's worker env (`eth1,eth2,lo` for its two DCN networks; see
+    README "What the stack assumes about GCP and Kubernetes"); no Google document states the flag."""
+    interfaces = [f"eth{index}" for index in range(1, dcn_nics + 1)] + ["lo"]
+    return "--megascale_grpc_interface_prefixes=" + ",".join(interfaces)
+
+
+def libtpu_init_args(generation: Generation, multislice: bool, dcn_nics: int = 0) -> str:
     flags = _GENERATION_FLAGS[generation.name] + (_DCN_OVERLAP_FLAGS if multislice else ())
+    # Megascale only runs between slices, and the flag is only right when the NICs it names exist in the pod.
+    if multislice and dcn_nics > 0:
+        flags += (megascale_interface_flag(dcn_nics),)
     return " ".join(flags)
 
 
-def tpu_worker_env(generation: Generation, slices: int) -> list[dict]:
-    """Container env (Kubernetes EnvVar dicts) for a TPU worker."""
+def tpu_worker_env(generation: Generation, slices: int, dcn_nics: int = 0) -> list[dict]:
+    """Container env (Kubernetes EnvVar dicts) for a TPU worker. `dcn_nics`: pod_dcn_nics(...) of the pod."""
     env = [
         {"name": "JAX_PLATFORMS", "value": "tpu,cpu"},
         # libtpu's PJRT plugin API compatibility mode, as the GKE TPU examples set it for JAX.
         {"name": "ENABLE_PJRT_COMPATIBILITY", "value": "true"},
-        {"name": "LIBTPU_INIT_ARGS", "value": libtpu_init_args(generation, multislice=slices > 1)},
+        {"name": "LIBTPU_INIT_ARGS", "value": libtpu_init_args(generation, slices > 1, dcn_nics)},
     ]
     if slices > 1:
         env.append({"name": "MEGASCALE_PORT", "value": MEGASCALE_PORT})

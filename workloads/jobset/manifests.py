@@ -43,6 +43,7 @@ class JobSetSpec:
     flavor: str
     tpu_quota: int
     dranet_claim_template: str | None          # ResourceClaimTemplate name when DRANET is on
+    dcn_nics: int                              # DCN NICs a pod gets (DRANET claim, or the node's on hostNetwork)
     tpu_node_selector_extra: dict[str, str]    # Autopilot capacity selectors
 
 
@@ -147,7 +148,8 @@ def _container(spec: JobSetSpec, jobset_name: str, name: str, command: list[str]
         "imagePullPolicy": "IfNotPresent",
         "command": command,
         "args": args,
-        "env": tpu_worker_env(spec.shape.generation, spec.slices) + multislice_env(jobset_name, spec.slices),
+        "env": (tpu_worker_env(spec.shape.generation, spec.slices, spec.dcn_nics)
+                + multislice_env(jobset_name, spec.slices)),
         "ports": ports,
         # No `privileged`: the device plugin exposes the chips and DRANET hands NICs over through the claim.
         "resources": {"requests": dict(requests), "limits": dict(requests)},

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from core.maxtext_args import RunSettings, pre_train_argv
+from core.tpu_env import pod_dcn_nics
 from infra.config import StackConfig
 from workloads import common
 from workloads.bundle import TrainerBundle, short_digest
@@ -37,6 +38,9 @@ def jobset_spec(config: StackConfig) -> jm.JobSetSpec:
         flavor=flavor_name(config),
         tpu_quota=config.jobset.tpu_quota,
         dranet_claim_template=common.dranet_claim_template_name(config),
+        # Without DRANET the pods run on the host network (jm._pod_spec) and see the node's DCN NICs.
+        dcn_nics=pod_dcn_nics(len(config.network.dcn_subnets), dranet_claim=config.network.dranet,
+                              host_network=not config.network.dranet),
         # Same Autopilot capacity selectors as the Ray workers.
         tpu_node_selector_extra=common.capacity_selectors(config),
     )

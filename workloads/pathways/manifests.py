@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from core.pathways import PATHWAYS_TPU_VERSIONS, PROXY_RESOURCES, RM_RESOURCES, TRAINER_RESOURCES
 from core.tpu_catalog import TPU_RESOURCE, SliceShape
+from core.tpu_env import megascale_interface_flag
 from workloads.common import labels, tpu_node_selector
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -51,6 +52,7 @@ class PathwaysSpec:
     scratch_location: str           # gs:// directory Pathways components share
     trainer_command: tuple[str, ...]
     head_node_selector: dict[str, str]
+    dcn_nics: int = 0               # DCN NICs of a worker's node (hostNetwork pods see them all)
 
 
 class PathwaysSupportError(ValueError):
@@ -196,10 +198,10 @@ def _host_network_pod(spec: PathwaysSpec, restart_policy: str, node_selector: di
     }
 
 
-def _worker_env() -> list[dict]:
-    # Pathways-server env, derived from JobSet labels as xpk sets it. Not in workloads/tpu_env.py: these are read
+def _worker_env(spec: PathwaysSpec) -> list[dict]:
+    # Pathways-server env, derived from JobSet labels as xpk sets it. Not in core/tpu_env.py: these are read
     # by the Pathways worker server, not by a JAX process on the TPU VM (there is none on the Pathways path).
-    return [
+    env = [
         {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
         # xpk: "Workaround for v6e" on every generation.
         {"name": "MEGASCALE_GRPC_ENABLE_XOR_TRACER", "value": "false"},
@@ -210,6 +212,12 @@ def _worker_env() -> list[dict]:
         _field_env("PATHWAYS_HEAD", COORDINATOR_LABEL),
         _field_env("MEGASCALE_COORDINATOR_ADDRESS", COORDINATOR_LABEL),
     ]
+    if spec.slices > 1 and spec.dcn_nics > 0:
+        # The workers are where the TPU runtime (libtpu, and its megascale transport between slices) runs on
+        # the Pathways path: the head only runs the proxy, the resource manager and the JAX client. Only the
+        # interface flag is set: the XLA flags of core.tpu_env are for the multi-controller JAX processes.
+        env.append({"name": "LIBTPU_INIT_ARGS", "value": megascale_interface_flag(spec.dcn_nics)})
+    return env
 
 
 def _worker_job(spec: PathwaysSpec) -> dict:
@@ -244,7 +252,7 @@ def _worker_job(spec: PathwaysSpec) -> dict:
                                 f"--resource_manager_address=$(PATHWAYS_HEAD):{RM_PORT}",
                                 f"--gcs_scratch_location={spec.scratch_location}",
                             ],
-                            "env": _worker_env(),
+                            "env": _worker_env(spec),
                             "ports": _ports(WORKER_PORT, WORKER_PORT + 1, 8471, 8080),
                             "resources": {"requests": {TPU_RESOURCE: chips},
                                           "limits": {TPU_RESOURCE: chips}},

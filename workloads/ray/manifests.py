@@ -38,6 +38,7 @@ class RaySpec:
     min_slices: int             # == slices when not elastic
     bucket: str
     dranet_claim_template: str | None   # ResourceClaimTemplate name when DRANET is on
+    dcn_nics: int               # DCN NICs a worker pod gets (through the DRANET claim); 0 without
     system_pool_selector: dict[str, str] | None   # head nodeSelector (Standard); None on Autopilot
     tpu_node_selector_extra: dict[str, str]       # e.g. Autopilot spot / reservation selectors
 
@@ -97,7 +98,7 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
             "requests": dict(requests),
             "limits": dict(requests),
         },
-        "env": tpu_worker_env(shape.generation, spec.slices),
+        "env": tpu_worker_env(shape.generation, spec.slices, spec.dcn_nics),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     pod_spec: dict = {

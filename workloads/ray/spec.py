@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import shlex
 
+from core.tpu_env import pod_dcn_nics
 from infra import naming
 from infra.config import StackConfig
 from workloads import common
@@ -33,6 +34,9 @@ def ray_spec(config: StackConfig) -> RaySpec:
         min_slices=config.workload.plan.min_slices,
         bucket=config.storage.bucket_name,
         dranet_claim_template=common.dranet_claim_template_name(config),
+        # Ray worker pods have a network namespace of their own: only a DRANET claim gives them DCN NICs.
+        dcn_nics=pod_dcn_nics(len(config.network.dcn_subnets), dranet_claim=config.network.dranet,
+                              host_network=False),
         system_pool_selector=common.system_pool_selector(config),
         tpu_node_selector_extra=common.capacity_selectors(config),
     )
