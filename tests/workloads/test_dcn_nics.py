@@ -14,12 +14,12 @@ from core.tpu_env import megascale_interface_flag, pod_dcn_nics
 from infra.config import build
 from preview.stack_files import load_stack_config
 from tests.conftest import MINIMAL, REPO
-from workloads.bundle import TrainerBundle
+from workloads.bundle import load_bundle
 from workloads.jobset.spec import jobset_objects
 from workloads.pathways.component import pathways_objects
 from workloads.ray.component import ray_objects
 
-BUNDLE = TrainerBundle({"trainer/__init__.py": "", "trainer/smoke.py": "# stand-in\n"})
+BUNDLE = load_bundle()
 FLAG = "--megascale_grpc_interface_prefixes="
 THREE_DCN = {"dcn": True, "dcnSubnets": ["10.50.0.0/16", "10.60.0.0/16", "10.70.0.0/16"]}
 PATHWAYS = {**MINIMAL, "workloadBackend": "pathways", "systemPoolMachineType": "n2-standard-64"}

@@ -29,6 +29,9 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict]:
         name=f"{config.ray.job_name}-{job_digest}", spec=spec, entrypoint=job_inputs[0],
         runtime_env=job_inputs[1], code_config_map_name=code_name, code_files=list(bundle.files))
     if config.ray.dashboard_exposure == "internal-lb":
+        # Never a dashboard reachable from outside the cluster without Ray's token auth in front of it.
+        if objects["ray-cluster"]["spec"].get("authOptions", {}).get("mode") != "token":
+            raise ValueError("the dashboard load balancer needs the RayCluster's token auth (authOptions.mode)")
         objects["dashboard-ilb"] = ray_manifests.dashboard_load_balancer(
             spec, list(config.ray.dashboard_source_ranges))
     return objects

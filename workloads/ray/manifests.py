@@ -76,6 +76,10 @@ def _head_group(spec: RaySpec) -> dict:
         pod_spec["nodeSelector"] = dict(spec.system_pool_selector)
     return {
         "rayStartParams": {"dashboard-host": "0.0.0.0"},
+        # The head Service (dashboard, job API, GCS, client) stays inside the cluster: Ray's job API runs
+        # arbitrary code. ClusterIP is KubeRay's default; it is spelled out so that no default can change it.
+        # The opt-in internal load balancer (dashboard_load_balancer) is a separate Service.
+        "serviceType": "ClusterIP",
         "template": {
             # The GCS FUSE CSI driver injects its sidecar only into pods that ask for it.
             "metadata": {"labels": labels(), "annotations": {"gke-gcsfuse/volumes": "true"}},
@@ -130,7 +134,14 @@ def ray_cluster(spec: RaySpec, ray_version: str) -> dict:
         "spec": {
             "rayVersion": ray_version,
             # Ray >= 2.52 can require a token for the dashboard and job API; KubeRay creates and wires it.
+            # The field exists from KubeRay 1.5.1 (README "What the stack assumes about GCP and Kubernetes").
             "authOptions": {"mode": "token"},
+            # KubeRay leaves running pods alone when the pod templates change unless the strategy is Recreate
+            # (ray-project/kuberay v1.7.0 raycluster_controller.go shouldRecreatePodsForUpgrade: the default
+            # None never recreates). With Recreate, a new image, env or flag reaches the pods: KubeRay hashes
+            # the spec without replicas/min/max (utils.GenerateHashWithoutReplicasAndWorkersToDelete), so an
+            # elastic resize or an unchanged `pulumi up` recreates nothing. KubeRay >= 1.6.0 (same README section).
+            "upgradeStrategy": {"type": "Recreate"},
             "headGroupSpec": _head_group(spec),
             "workerGroupSpecs": [_tpu_worker_group(spec)],
         },
