@@ -19,6 +19,21 @@ _DATASET_LOCATION_KEY = {"tfds": "dataset_path", "hf": "hf_path", "grain": "grai
 DATASET_TYPES = ("synthetic", *_DATASET_LOCATION_KEY)
 HARDWARE = ("tpu", "cpu")
 
+# MaxText's goodput keys (maxtext 0.2.5 configs/base.yml "Goodput parameters"; maxtext/common/goodput.py):
+# record job/step events to Cloud Logging, and on process 0 compute goodput from them and upload it, with the
+# step-time deviation, to Cloud Monitoring, which the stack's dashboard (infra/dashboard.py) charts. The
+# recording and the monitor default to false, so a run without these keys leaves the goodput charts empty.
+# The two enable_gcp_* keys default to true; they are set anyway so that the dashboard does not depend on a
+# default. Not set: enable_checkpoint_cloud_logger (0.2.5 ignores it and only logs a deprecation warning,
+# maxtext/common/checkpointing.py setup_checkpoint_logger) and report_performance_metric_for_gcp_monitoring
+# (it switches the step-deviation upload off, maxtext/common/goodput.py maybe_monitor_goodput).
+GOODPUT_OVERRIDES = {
+    "enable_goodput_recording": "true",
+    "monitor_goodput": "true",
+    "enable_gcp_goodput_metrics": "true",
+    "enable_gcp_step_deviation_metrics": "true",
+}
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -34,7 +49,14 @@ class RunSettings:
     jax_cache_dir: str = ""          # default: <base_output_directory>/jax_cache, shared across restarts
     hardware: str = "tpu"            # "cpu": local mode, JAX on CPU pretending to be the TPU hosts
     metrics_file: str = ""
+    # MaxText goodput recording and upload (GOODPUT_OVERRIDES). None: on for hardware=tpu (a cluster launch),
+    # off for cpu (the local run: no Cloud credentials, and MaxText stubs goodput under DECOUPLE_GCLOUD).
+    goodput: bool | None = None
     extra: Mapping[str, str] = field(default_factory=dict)   # further MaxText keys, never planned ones
+
+    @property
+    def records_goodput(self) -> bool:
+        return self.hardware == "tpu" if self.goodput is None else self.goodput
 
     def validate(self) -> None:
         if not self.run_name or any(c in self.run_name for c in " =/"):
@@ -52,6 +74,9 @@ class RunSettings:
             raise PlanError(f"dataset_type={self.dataset_type} needs a dataset path")
         if self.hardware not in HARDWARE:
             raise PlanError(f"hardware={self.hardware!r} unknown; allowed: {', '.join(HARDWARE)}")
+        if self.goodput and self.hardware == "cpu":
+            raise PlanError("goodput needs Cloud Logging and Cloud Monitoring; the local CPU run has neither "
+                            "(leave goodput unset there)")
 
 
 def default_checkpoint_period(steps: int) -> int:
@@ -119,6 +144,8 @@ def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
         keys["tokenizer_path"] = run.tokenizer_path
     if run.metrics_file:
         keys["metrics_file"] = run.metrics_file
+    if run.records_goodput:
+        keys.update(GOODPUT_OVERRIDES)
     check_overrides_free(keys, run.extra)
     keys.update(run.extra)
     return [f"{key}={value}" for key, value in keys.items()]

@@ -15,6 +15,16 @@ NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
 # Read and write objects, nothing on the bucket itself (no IAM or lifecycle changes).
 CHECKPOINT_ROLE = "roles/storage.objectUser"
 
+# What MaxText's goodput recording and monitoring (core.maxtext_args GOODPUT_OVERRIDES) do as the training
+# pod, read in ml-goodput-measurement 0.2.3 (github.com/AI-Hypercomputer/ml-goodput-measurement,
+# ml_goodput_measurement/src/): GoodputRecorder writes job/step events to Cloud Logging (logWriter);
+# GoodputMonitor reads them back with Logger.list_entries (goodput.py read_cloud_logging_entries:
+# logging.logEntries.list, the smallest predefined role holding it is logging.viewer) and uploads goodput,
+# badput and step-deviation series with MetricServiceClient.create_time_series (gcp_metrics.py: metricWriter).
+# Project-level because that is where log entries and time series live; the principal is this stack's
+# training identity only.
+TELEMETRY_ROLES = ("roles/monitoring.metricWriter", "roles/logging.logWriter", "roles/logging.viewer")
+
 
 def workload_identity_principal(project_number: pulumi.Input[str], project: str, namespace: str,
                                 service_account: str) -> pulumi.Output[str]:
@@ -76,12 +86,26 @@ class WorkloadIdentity(pulumi.ComponentResource):
         self.bucket_binding = gcp.storage.BucketIAMMember(
             "checkpoints-object-user", bucket=bucket.name, role=CHECKPOINT_ROLE, member=self.principal,
             opts=child_options(self, depends_on=[cluster]))
+        self.telemetry_bindings = [
+            gcp.projects.IAMMember(
+                f"goodput-{role.split('/')[-1]}", project=project, role=role, member=self.principal,
+                opts=child_options(self, depends_on=[cluster]))
+            for role in TELEMETRY_ROLES
+        ]
         if config.pods_use_host_network:
             # Host-network pods authenticate as the node: give the node account the same object access, on
             # this bucket only (nothing project-wide).
+            node_member = pulumi.Output.concat("serviceAccount:", node_service_account)
             self.node_bucket_binding = gcp.storage.BucketIAMMember(
                 "checkpoints-object-user-nodes", bucket=bucket.name, role=CHECKPOINT_ROLE,
-                member=pulumi.Output.concat("serviceAccount:", node_service_account), opts=child_options(self))
+                member=node_member, opts=child_options(self))
+            # ... and the goodput roles, granted explicitly rather than assumed to be inside the node role.
+            self.telemetry_bindings += [
+                gcp.projects.IAMMember(
+                    f"goodput-{role.split('/')[-1]}-nodes", project=project, role=role, member=node_member,
+                    opts=child_options(self))
+                for role in TELEMETRY_ROLES
+            ]
         self.namespace_name = self.namespace.metadata.name
         self.service_account_name = self.service_account.metadata.name
         self.register_outputs({

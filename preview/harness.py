@@ -60,6 +60,8 @@ class GcpMocks(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
         if args.token == "gcp:organizations/getProject:getProject":
             return {"number": FAKE_PROJECT_NUMBER, "projectId": args.args.get("projectId")}
+        if args.token == "gcp:organizations/getClientConfig:getClientConfig":
+            return {"accessToken": "mock-access-token", "project": "", "region": "", "zone": "", "id": "mock"}
         if args.token == ENGINE_VERSIONS_TOKEN:
             return {**OFFERED_GKE_VERSIONS, "location": args.args.get("location"),
                     "project": args.args.get("project")}

@@ -20,6 +20,9 @@ from workloads.ray.exports import ray_exports
 from workloads.ray.component import RayWorkload
 from workloads.smoke_exports import ray_smoke_exports
 from workloads.bundle import TrainerBundle
+from workloads.jobset import spec as jobset_spec
+from workloads.pathways import spec as pathways_spec
+from workloads.ray import spec as ray_spec
 
 
 @dataclass(frozen=True)
@@ -66,3 +69,16 @@ BACKENDS: dict[str, Callable[[StackConfig, WorkloadContext], dict[str, Any]]] = 
 
 def deploy_workload(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
     return BACKENDS[config.workload.backend](config, context)
+
+
+# The MaxText run_name each backend launches (pure). MaxText also uses it as the goodput job name, which is
+# the workload_id of the goodput series the dashboard charts (maxtext/common/goodput.py get_goodput_job_name).
+RUN_NAMES: dict[str, Callable[[StackConfig], str]] = {
+    "rayjob": ray_spec.run_name,
+    "jobset": jobset_spec.run_name,
+    "pathways": pathways_spec.run_name,
+}
+
+
+def run_name(config: StackConfig) -> str:
+    return RUN_NAMES[config.workload.backend](config)

@@ -11,7 +11,8 @@ from typing import Any, Mapping
 from infra.config import rules
 from infra.config.model import (Capacity, ClusterMode, ClusterSettings, ConfigError, GcpSettings, JobSetSettings,
                                 KubernetesSettings, NetworkSettings, PathwaysSettings, RaySettings, StackConfig,
-                                StorageSettings, TpuSettings, WorkloadSettings, BackendSettings)
+                                StorageSettings, TpuSettings, WorkloadSettings, BackendSettings, WorkerImageSettings)
+from infra import naming
 from infra.config.parse import parse_values
 
 
@@ -52,8 +53,10 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
         workload=WorkloadSettings(
             backend=v["workloadBackend"], plan=workload_plan, train_steps=v["trainSteps"],
             checkpoint_period=v["checkpointPeriod"], maxtext_version=v["maxtextVersion"],
-            smoke_test=v["smokeTest"]),
+            smoke_test=v["smokeTest"], worker_environment=v["workerEnvironment"]),
         backend=_backend_settings(v, shape.chips),
+        worker_image=(WorkerImageSettings(repository_id=naming.fit(f"{v['clusterName']}-images", 63))
+                      if v["workerEnvironment"] == "image" else None),
     )
 
 

@@ -114,6 +114,7 @@ class WorkloadSettings:
     checkpoint_period: int
     maxtext_version: str
     smoke_test: bool           # run the multislice smoke test before training
+    worker_environment: str    # "runtime": install the lock at start; "image": run the image built from it
 
     @property
     def model(self) -> str:
@@ -122,6 +123,12 @@ class WorkloadSettings:
     @property
     def elastic(self) -> bool:
         return self.plan.elastic
+
+
+@dataclass(frozen=True)
+class WorkerImageSettings:
+    """workerEnvironment=image: where the stack pushes the image it builds from worker_env/Dockerfile."""
+    repository_id: str
 
 
 @dataclass(frozen=True)
@@ -176,6 +183,7 @@ class StackConfig:
     kubernetes: KubernetesSettings
     workload: WorkloadSettings
     backend: BackendSettings
+    worker_image: WorkerImageSettings | None = None   # set when workerEnvironment=image
 
     @property
     def names(self) -> naming.Names:

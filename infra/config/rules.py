@@ -189,6 +189,9 @@ def check_worker_environment(v: dict[str, Any], problems: list[str]) -> None:
     image that Ray, and maxtextVersion must be the lock's."""
     pins = locked_pins()
     backend = v["workloadBackend"]
+    if backend == "pathways" and v["workerEnvironment"] == "image":
+        problems.append(f"{NAMESPACE}:workerEnvironment='image' conflicts with {NAMESPACE}:workloadBackend="
+                        "'pathways': the Pathways head runs MaxText from pathwaysTrainerImage; unset workerEnvironment")
     version = v["maxtextVersion"]
     if backend in ("rayjob", "jobset") and version is not None and version != pins["maxtext"]:
         problems.append(problem("maxtextVersion", version, f"{pins['maxtext']}, the MaxText of the workers' locked "

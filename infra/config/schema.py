@@ -109,6 +109,11 @@ KEYS: tuple[Key, ...] = (
     Key("maxFailures", "integer", "Ray Train FailureConfig.max_failures (-1 = retry forever). Unset: -1 on spot, "
         "3 otherwise.", DERIVED,
         check=check.at_least(-1, "-1 (retry forever) or at least 0")),
+    Key("workerEnvironment", "string", "How the workers get their locked Python environment "
+        "(worker_env/requirements.lock): runtime (Ray workers and JobSet pods install the lock when they start; no "
+        "Docker needed) or image (the stack builds worker_env/Dockerfile, pushes it to an Artifact Registry "
+        "repository it creates and runs every pod on it; needs Docker where pulumi up runs). Not used by "
+        "workloadBackend=pathways, which runs pathwaysTrainerImage.", "runtime", ("runtime", "image")),
     Key("maxtextVersion", "string", "MaxText release the workers install (>= 0.2.2; older ones train the wrong "
         "model).", "0.2.5",
         check=check.maxtext_release),

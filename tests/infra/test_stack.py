@@ -293,3 +293,24 @@ def test_autopilot_nodes_run_as_the_stacks_node_account():
     defaults = run.one(CLUSTER).inputs["clusterAutoscaling"]["autoProvisioningDefaults"]
     assert defaults["serviceAccount"].startswith("tpu-multislice-nodes@")
     assert defaults["oauthScopes"] == ["https://www.googleapis.com/auth/cloud-platform"]
+
+
+def test_the_image_path_builds_pushes_and_lets_only_the_node_account_read():
+    """workerEnvironment=image: an Artifact Registry repository with immutable tags (a tag names one image), the
+    image pushed there by pulumi-docker-build, roles/artifactregistry.reader for the node account on that
+    repository only (nodes pull the image; https://cloud.google.com/artifact-registry/docs/access-control)."""
+    from preview.harness import run_program
+    run = run_program({**MINIMAL, "workerEnvironment": "image"}, stack="img")
+    repo = run.one("gcp:artifactregistry/repository:Repository").inputs
+    assert repo["format"] == "DOCKER" and repo["dockerConfig"] == {"immutableTags": True}
+    reader = run.one("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember").inputs
+    assert reader["role"] == "roles/artifactregistry.reader"
+    assert reader["member"].startswith("serviceAccount:tpu-multislice-nodes@")
+    image = run.one("docker-build:index:Image").inputs
+    assert image["push"] is True and image["platforms"] == ["linux/amd64"]
+    [ref] = image["tags"]
+    assert ref.startswith("us-east5-docker.pkg.dev/my-tpu-project/tpu-multislice-images/worker:")
+    cluster = run.one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]
+    assert {c["image"] for c in cluster["headGroupSpec"]["template"]["spec"]["containers"]} == {ref}
+    image_urn = run.one("docker-build:index:Image").urn
+    assert image_urn in run.one("kubernetes:ray.io/v1:RayCluster").dependencies

@@ -6,7 +6,6 @@ the same plan as the Ray and JobSet paths; only the single-controller and elasti
 from __future__ import annotations
 
 from core.maxtext_args import RunSettings, pre_train_argv
-from core.tpu_env import pod_dcn_nics
 from infra.config import PathwaysSettings, StackConfig
 from workloads import common
 from workloads.pathways.manifests import PathwaysSpec
@@ -34,7 +33,10 @@ def maxtext_extra(config: StackConfig) -> dict[str, str]:
     """MaxText keys the Pathways path adds to the shared overrides (names from maxtext/configs/base.yml)."""
     pathways = settings(config)
     # MaxText runs as the Pathways client: one process drives every slice through the proxy.
-    extra = {"enable_single_controller": "True"}
+    # enable_pathways_goodput: the goodput monitor of that single client accounts for every slice
+    # (maxtext/common/goodput.py passes it as GoodputMonitor(pathway_enabled=...)); the shared goodput keys
+    # come from core.maxtext_args.
+    extra = {"enable_single_controller": "True", "enable_pathways_goodput": "true"}
     if pathways.elastic:
         extra.update({
             "elastic_enabled": "true",
@@ -85,6 +87,4 @@ def pathways_spec(config: StackConfig) -> PathwaysSpec:
         scratch_location=scratch_location(config),
         trainer_command=tuple(trainer_command(config)),
         head_node_selector=dict(common.SYSTEM_POOL_SELECTOR),
-        # Pathways workers run on the host network (the config refuses DRANET here): they see the node's NICs.
-        dcn_nics=pod_dcn_nics(len(config.network.dcn_subnets), dranet_claim=False, host_network=True),
     )

@@ -1,0 +1,81 @@
+"""The workers' image, built from worker_env/Dockerfile and pushed to an Artifact Registry repository the stack
+owns (config workerEnvironment=image).
+
+The tag is the content hash of what goes into the image (Dockerfile, lock, shipped code), and the repository
+keeps tags immutable: a tag names exactly one image, so pods can use it as a plain string (the manifests stay
+pure and their names hash it) while an unchanged tree never rebuilds. Pods wait for the push through
+dependencies. The node account may only read this repository (roles/artifactregistry.reader on it).
+Docker build: pulumi-docker-build `Image` (BuildKit; https://www.pulumi.com/registry/packages/docker-build/),
+pushing with a short-lived OAuth token of the deploying identity as Artifact Registry documents for Docker
+("oauth2accesstoken", https://cloud.google.com/artifact-registry/docs/docker/authentication#token).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_docker_build as docker_build
+import pulumi_gcp as gcp
+
+from infra.component import child_options, component_type
+
+# Relative to the project directory, where Pulumi runs the program: state then holds no machine's paths.
+CONTEXT = "."
+DOCKERFILE = "worker_env/Dockerfile"
+IMAGE_NAME = "worker"
+READER_ROLE = "roles/artifactregistry.reader"
+
+
+@dataclass(frozen=True)
+class WorkerImageSpec:
+    project: str
+    region: str
+    repository_id: str
+    tag: str
+
+    @property
+    def registry(self) -> str:
+        return f"{self.region}-docker.pkg.dev"
+
+    @property
+    def ref(self) -> str:
+        return f"{self.registry}/{self.project}/{self.repository_id}/{IMAGE_NAME}:{self.tag}"
+
+
+def content_tag(files: dict[str, str]) -> str:
+    """16 hex characters of the image's inputs (path → text), so a change gives a new, immutable tag."""
+    hasher = hashlib.sha256()
+    for path in sorted(files):
+        hasher.update(path.encode() + b"\0" + files[path].encode() + b"\0")
+    return hasher.hexdigest()[:16]
+
+
+class WorkerImage(pulumi.ComponentResource):
+    def __init__(self, name: str, spec: WorkerImageSpec, node_service_account: pulumi.Input[str],
+                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None):
+        super().__init__(component_type("infra", "WorkerImage"), name, None, opts)
+        self.repository = gcp.artifactregistry.Repository(
+            "images", project=spec.project, location=spec.region, repository_id=spec.repository_id,
+            format="DOCKER", description="tpu-multislice worker images",
+            docker_config=gcp.artifactregistry.RepositoryDockerConfigArgs(immutable_tags=True),
+            opts=child_options(self, depends_on=depends_on))
+        self.node_reader = gcp.artifactregistry.RepositoryIamMember(
+            "node-reader", project=spec.project, location=spec.region, repository=self.repository.repository_id,
+            role=READER_ROLE, member=pulumi.Output.concat("serviceAccount:", node_service_account),
+            opts=child_options(self))
+        token = gcp.organizations.get_client_config_output().access_token
+        self.image = docker_build.Image(
+            "worker",
+            context=docker_build.BuildContextArgs(location=CONTEXT),
+            dockerfile=docker_build.DockerfileArgs(location=DOCKERFILE),
+            # TPU VMs are x86_64; the lock is resolved for manylinux_2_31 x86_64.
+            platforms=[docker_build.Platform.LINUX_AMD64],
+            push=True,
+            tags=[spec.ref],
+            registries=[docker_build.RegistryArgs(address=spec.registry, username="oauth2accesstoken",
+                                                  password=pulumi.Output.secret(token))],
+            opts=child_options(self, depends_on=[self.repository]))
+        self.ref = spec.ref
+        self.ready: list[pulumi.Resource] = [self.image, self.node_reader]
+        self.register_outputs({"ref": self.ref, "digest": self.image.digest})
