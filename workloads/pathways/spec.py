@@ -6,6 +6,7 @@ the same plan as the Ray and JobSet paths; only the single-controller and elasti
 from __future__ import annotations
 
 from core.maxtext_args import RunSettings, pre_train_argv
+from core.tpu_env import pod_dcn_nics
 from infra.config import PathwaysSettings, StackConfig
 from workloads import common
 from workloads.pathways.manifests import PathwaysSpec
@@ -87,4 +88,6 @@ def pathways_spec(config: StackConfig) -> PathwaysSpec:
         scratch_location=scratch_location(config),
         trainer_command=tuple(trainer_command(config)),
         head_node_selector=dict(common.SYSTEM_POOL_SELECTOR),
+        # Pathways workers run on the host network (the config refuses DRANET here): they see the node's NICs.
+        dcn_nics=pod_dcn_nics(len(config.network.dcn_subnets), dranet_claim=False, host_network=True),
     )
