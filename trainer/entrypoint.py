@@ -25,6 +25,28 @@ from trainer.worker import request_to_dict, run_to_dict, train_loop_per_worker
 # The MaxText release this project runs and tests (requirements-trainer.txt, scripts/install_maxtext.sh).
 ENTRYPOINT_DEFAULTS = {"model": "llama3-8b", "generation": "v6e", "topology": "4x4", "slices": 2, "steps": 1000}
 EXIT_BAD_INPUT = 2
+# Real failures (a worker error that is not a node going away) Ray Train recovers from before the run fails: a
+# deterministic bug fails within a few attempts instead of retrying on every capacity type forever.
+DEFAULT_MAX_FAILURES = 3
+UNLIMITED = -1
+
+
+def failure_config_kwargs(max_failures: int) -> dict[str, int]:
+    """FailureConfig arguments (ray.train.v2.api.config.FailureConfig, Ray 2.60): preemptions — a drained or
+    preempted node, which is what a spot reclaim or a slice's maintenance event looks like — are counted apart
+    from `max_failures` in `max_preemption_failures`, and recovering from them is always worth it (the run
+    resumes from its last checkpoint), so they stay unlimited whatever `max_failures` says."""
+    return {"max_failures": max_failures, "max_preemption_failures": UNLIMITED}
+
+
+def _max_failures(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < UNLIMITED:
+        raise argparse.ArgumentTypeError(f"{value}: use 0 or more, or -1 for unlimited")
+    return value
 
 
 def scaling_kwargs(plan_: Plan, resize_interval_s: float | None = None) -> dict[str, Any]:
@@ -67,8 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"), help="cluster to join (default: auto)")
     g.add_argument("--storage-path", default=cli._env("storage_path", None),
                    help="Ray Train storage (default: <base-output-directory>/ray)")
-    g.add_argument("--max-failures", type=int, default=int(cli._env("max_failures", 3)),
-                   help="worker-group failures Ray Train recovers from (-1: unlimited)")
+    g.add_argument("--max-failures", type=_max_failures,
+                   default=_max_failures(cli._env("max_failures", str(DEFAULT_MAX_FAILURES))),
+                   help="worker failures other than preemptions Ray Train recovers from (-1: unlimited); "
+                        "preemptions are always recovered from")
     g.add_argument("--resize-interval", type=float, default=float(cli._env("resize_interval", 60)),
                    help="elastic runs: seconds between checks for more slices")
     g.add_argument("--maxtext-version", default=cli._env("maxtext_version", PINNED_MAXTEXT),
@@ -109,7 +133,7 @@ def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
                            "progress_dir": args.progress_dir},
         scaling_config=ScalingConfig(**scaling_kwargs(plan_, args.resize_interval)),
         run_config=RunConfig(name=run.run_name, storage_path=storage,
-                             failure_config=FailureConfig(max_failures=args.max_failures),
+                             failure_config=FailureConfig(**failure_config_kwargs(args.max_failures)),
                              worker_runtime_env=runtime_env),
     )
     return trainer.fit()

@@ -166,7 +166,9 @@ def run_ray(args: argparse.Namespace) -> int:
         train_loop_config=ray_expectation(full),
         scaling_config=ScalingConfig(**scaling_kwargs(full)),
         run_config=RunConfig(name=args.run_name, storage_path=args.storage_path,
-                             failure_config=FailureConfig(max_failures=0)),
+                             # A failed check fails at once (no retry until it passes by luck); a preempted
+                             # node is not a failed check, so it is retried (Ray 2.60's default, spelled out).
+                             failure_config=FailureConfig(max_failures=0, max_preemption_failures=-1)),
     )
     try:
         result = trainer.fit()
