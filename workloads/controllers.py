@@ -15,6 +15,8 @@ import pulumi_kubernetes as k8s
 
 from infra.component import child_options, component_type
 from infra.config import StackConfig
+from workloads import kueue_config
+from workloads.common import DRANET_DEVICE_CLASS
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,18 @@ JOBSET_CHART = Chart("jobset", "oci://registry.k8s.io/jobset/charts/jobset", "0.
 KUEUE_CHART = Chart("kueue", "oci://registry.k8s.io/kueue/charts/kueue", "0.19.2", "kueue-system")
 
 
+def kueue_device_classes(config: StackConfig) -> dict[str, list[str]]:
+    """DeviceClasses the stack's pods claim, by the quota resource Kueue charges them to."""
+    if config.network.dranet:
+        return {kueue_config.DRANET_QUOTA_RESOURCE: [DRANET_DEVICE_CLASS]}
+    return {}
+
+
+def kueue_values(config: StackConfig) -> dict:
+    """Helm values of the Kueue release (workloads/kueue_config.py): the DRANET mapping when pods claim NICs."""
+    return kueue_config.chart_values(kueue_device_classes(config))
+
+
 class WorkloadControllers(pulumi.ComponentResource):
     """JobSet, then Kueue (its JobSet integration needs the JobSet CRD to exist when it starts).
 
@@ -37,12 +51,10 @@ class WorkloadControllers(pulumi.ComponentResource):
     """
 
     def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None):
-        # `config` is part of the shared signature (the Pathways backend calls it the same way); the charts'
-        # defaults need nothing from it today.
         super().__init__(component_type("workloads", "WorkloadControllers"), name, None, opts)
         deleted_with = opts.deleted_with if opts else None
         self.jobset = self._release(JOBSET_CHART, deleted_with, depends_on=[])
-        self.kueue = self._release(KUEUE_CHART, deleted_with, depends_on=[self.jobset])
+        self.kueue = self._release(KUEUE_CHART, deleted_with, depends_on=[self.jobset], values=kueue_values(config))
         # Workload objects depend on both: the CRDs and the admission webhooks must be serving first.
         self.ready: list[pulumi.Resource] = [self.jobset, self.kueue]
         self.register_outputs({
@@ -51,7 +63,7 @@ class WorkloadControllers(pulumi.ComponentResource):
         })
 
     def _release(self, chart: Chart, deleted_with: pulumi.Resource | None,
-                 depends_on: list[pulumi.Resource]) -> k8s.helm.v3.Release:
+                 depends_on: list[pulumi.Resource], values: dict | None = None) -> k8s.helm.v3.Release:
         return k8s.helm.v3.Release(
             chart.release,
             k8s.helm.v3.ReleaseArgs(
@@ -60,6 +72,7 @@ class WorkloadControllers(pulumi.ComponentResource):
                 version=chart.version,
                 namespace=chart.namespace,
                 create_namespace=True,
+                values=values or None,
                 # Wait until the controller and its webhooks are ready, or the first JobSet would be refused
                 # by a webhook with no endpoints.
                 skip_await=False,

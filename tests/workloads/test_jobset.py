@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infra.config import ConfigError, build
 from preview.k8s.manifests import is_kubernetes_type, object_from_inputs
@@ -64,15 +65,37 @@ def quantity(value: str) -> float:
     return float(value)
 
 
-def jobset_requests(jobset: dict) -> dict[str, float]:
+def jobset_requests(jobset: dict, objects: list[dict] = (), dra_mappings: dict[str, str] | None = None
+                    ) -> dict[str, float]:
+    """What Kueue charges for a JobSet: container requests, plus each claimed device (the request's `count`)
+    under the quota resource its DeviceClass maps to (Kueue v0.19.2 DRA "device count" accounting)."""
     totals: dict[str, float] = {}
+    templates = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ResourceClaimTemplate"}
     for replicated in jobset["spec"]["replicatedJobs"]:
         job = replicated["template"]["spec"]
         pods = replicated["replicas"] * job["parallelism"]
-        for container in job["template"]["spec"]["containers"]:
+        pod = job["template"]["spec"]
+        for container in pod["containers"]:
             for name, value in container["resources"]["requests"].items():
                 totals[name] = totals.get(name, 0.0) + pods * quantity(value)
+        for claim in pod.get("resourceClaims", []):
+            template = templates[claim["resourceClaimTemplateName"]]
+            for request in template["spec"]["spec"]["devices"]["requests"]:
+                device_class = request["exactly"]["deviceClassName"]
+                assert dra_mappings and device_class in dra_mappings, f"Kueue never admits unmapped {device_class}"
+                name = dra_mappings[device_class]
+                totals[name] = totals.get(name, 0.0) + pods * request["exactly"].get("count", 1)
     return totals
+
+
+def kueue_dra_mappings(run_) -> dict[str, str]:
+    """DeviceClass → quota resource, from the Kueue release's Configuration (the chart's one YAML string)."""
+    [kueue] = [r for r in run_.of_type(RELEASE) if r.name == "kueue"]
+    text = (kueue.inputs.get("values") or {}).get("managerConfig", {}).get("controllerManagerConfigYaml")
+    if not text:
+        return {}
+    mappings = yaml.safe_load(text).get("resources", {}).get("deviceClassMappings", [])
+    return {device_class: m["name"] for m in mappings for device_class in m["deviceClassNames"]}
 
 
 # ---- schemas -------------------------------------------------------------------------------------------
@@ -122,9 +145,11 @@ def test_quota_covers_everything_each_jobset_requests(run, config):
     [cluster_queue] = by_kind(objects, "ClusterQueue")
     [group] = cluster_queue["spec"]["resourceGroups"]
     quota = {r["name"]: quantity(r["nominalQuota"]) for r in group["flavors"][0]["resources"]}
-    assert set(group["coveredResources"]) == set(quota) == {"google.com/tpu", "cpu", "memory"}
+    # The jobset stack claims its DCN NICs through DRANET: Kueue charges them too (workloads/kueue_config.py).
+    assert set(group["coveredResources"]) == set(quota) == {"google.com/tpu", "cpu", "memory",
+                                                            "tpu-multislice/dcn-nic"}
     for jobset in by_kind(objects, "JobSet"):
-        requests = jobset_requests(jobset)
+        requests = jobset_requests(jobset, objects, kueue_dra_mappings(run))
         assert set(requests) <= set(group["coveredResources"]), "Kueue never admits uncovered resources"
         for name, amount in requests.items():
             assert amount <= quota[name], (jobset["metadata"]["name"], name, amount, quota[name])

@@ -13,6 +13,7 @@ from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOUR
 from core.tpu_env import MEGASCALE_PORT, tpu_worker_env
 from workloads.common import (CODE_MOUNT, labels, code_mount, tpu_node_selector, tpu_pod_cpu,
                               tpu_pod_memory_gib, tpu_pod_requests)
+from workloads.kueue_config import DRANET_QUOTA_RESOURCE
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -49,14 +50,23 @@ class JobSetSpec:
 
 # ---- quotas: what the pods of one workload request ------------------------------------------------------
 
-def workload_requests(shape: SliceShape, slices: int) -> dict[str, int]:
-    """What Kueue must admit at once for one JobSet: all pods of all slices (cpu in cores, memory in GiB)."""
+def workload_requests(shape: SliceShape, slices: int, claimed_nics: int = 0) -> dict[str, int]:
+    """What Kueue must admit at once for one JobSet: all pods of all slices (cpu in cores, memory in GiB, and
+    the DRANET NICs their claims ask for, which Kueue charges to DRANET_QUOTA_RESOURCE)."""
     pods = slices * shape.hosts
-    return {
+    requests = {
         TPU_RESOURCE: pods * shape.chips_per_host,
         "cpu": pods * tpu_pod_cpu(shape),
         "memory": pods * tpu_pod_memory_gib(shape),
     }
+    if claimed_nics:
+        requests[DRANET_QUOTA_RESOURCE] = pods * claimed_nics
+    return requests
+
+
+def claimed_nics(spec: JobSetSpec) -> int:
+    """NICs each pod's DRANET claim asks for (0 without DRANET: host-network NICs are not claimed)."""
+    return spec.dcn_nics if spec.dranet_claim_template else 0
 
 
 # ---- Kueue ----------------------------------------------------------------------------------------------
@@ -76,11 +86,16 @@ def cluster_queue(spec: JobSetSpec) -> dict:
     """Quota for everything the pods request (the seed's queue covered only TPUs, so nothing that also asks
     for cpu/memory could ever be admitted). TPU quota defaults to exactly one workload: the smoke and
     training JobSets are then admitted one after the other, never fighting over hosts."""
-    needs = workload_requests(spec.shape, spec.slices)
-    # cpu and memory scale with the TPU quota (the same pods bring them), rounded up to whole workloads.
+    needs = workload_requests(spec.shape, spec.slices, claimed_nics(spec))
+    # cpu, memory and claimed NICs scale with the TPU quota (the same pods bring them), rounded up to whole
+    # workloads.
     workloads = -(-spec.tpu_quota // needs[TPU_RESOURCE])
     quotas = {TPU_RESOURCE: str(spec.tpu_quota), "cpu": str(needs["cpu"] * workloads),
               "memory": f"{needs['memory'] * workloads}Gi"}
+    if DRANET_QUOTA_RESOURCE in needs:
+        # Kueue charges each pod's claim to the resource the chart's deviceClassMappings names
+        # (workloads/kueue_config.py); an uncovered resource would block admission.
+        quotas[DRANET_QUOTA_RESOURCE] = str(needs[DRANET_QUOTA_RESOURCE] * workloads)
     return {
         "apiVersion": KUEUE_API,
         "kind": "ClusterQueue",
@@ -92,7 +107,7 @@ def cluster_queue(spec: JobSetSpec) -> dict:
             # A running training job is never evicted by a later, higher-priority workload.
             "preemption": {"withinClusterQueue": "Never"},
             "resourceGroups": [{
-                "coveredResources": [TPU_RESOURCE, "cpu", "memory"],
+                "coveredResources": list(quotas),
                 "flavors": [{"name": spec.flavor, "resources": [
                     {"name": name, "nominalQuota": quota} for name, quota in quotas.items()]}],
             }],
