@@ -20,7 +20,7 @@ from infra.config import ConfigError, StackConfig, build
 from preview.overrides import OverrideError, apply_overrides
 from preview.graph import CriticalPath, write_graph
 from preview.k8s.validation import default_schemas_dir
-from preview.model import Plan, PlannedResource
+from preview.model import DashboardSummary, Plan, PlannedResource
 from preview.stack_files import StackFileError, load_stack_config
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +89,17 @@ def render_path(path: CriticalPath, out: TextIO) -> None:
         out.write(f"  note: {note}\n")
 
 
+def render_dashboard(dashboard: DashboardSummary, out: TextIO) -> None:
+    out.write(f"\nDashboard: {dashboard.display_name!r} (URL: the dashboardUrl export)\n")
+    if dashboard.goodput:
+        keys = " ".join(f"{key}={value}" for key, value in dashboard.goodput.items())
+        out.write(f"  goodput: on for MaxText run {dashboard.workload_id} ({keys})\n")
+    else:
+        out.write(f"  goodput: OFF for MaxText run {dashboard.workload_id}: the goodput charts stay empty\n")
+    for line in dashboard.charts:
+        out.write(f"  {line}\n")
+
+
 def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
     custom = [r for r in plan.resources if r.custom]
     out.write(f"Offline plan of stack {plan.stack!r} (program run under Pulumi mocks: nothing was created)\n\n")
@@ -114,6 +125,9 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
     for key, value in plan.exports.items():
         text = value if isinstance(value, str) else json.dumps(value)
         out.write(f"  {key} = {text}\n")
+
+    if plan.dashboard is not None:
+        render_dashboard(plan.dashboard, out)
 
     report = plan.validation
     crds = "skipped (no CRD directory)" if report.cr_check_skipped else f"CRDs from {schemas_dir}"

@@ -5,6 +5,7 @@ the validated config.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -18,11 +19,20 @@ from preview.graph import CriticalPath, DependencyGraph, provider_urn
 from preview.k8s.validation import TpuPool, ValidationReport, validate_objects
 from preview.harness import ProgramRun, Registration
 from core.tpu_catalog import CATALOG, Generation, MachineType
+from core.maxtext_args import GOODPUT_OVERRIDES, RunSettings, maxtext_overrides
+from infra.dashboard import chart_summaries
+from workloads.jobset import spec as jobset_spec
+from workloads.pathways import spec as pathways_spec
+from workloads.ray import spec as ray_spec
 
 SECRET = "[secret]"
 CLUSTER_TYPE = "gcp:container/cluster:Cluster"
 NODE_POOL_TYPE = "gcp:container/nodePool:NodePool"
 RESOURCE_POLICY_TYPE = "gcp:compute/resourcePolicy:ResourcePolicy"
+DASHBOARD_TYPE = "gcp:monitoring/dashboard:Dashboard"
+# The MaxText keys that decide whether the run records and uploads goodput (core.maxtext_args, and the one
+# the Pathways backend adds).
+GOODPUT_KEYS = (*GOODPUT_OVERRIDES, "enable_pathways_goodput")
 
 
 def _is_secret(value: Any) -> bool:
@@ -237,6 +247,57 @@ def tpu_summary(pools: list[TpuPool], config: StackConfig) -> TpuSummary:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Dashboard and goodput
+
+
+@dataclass
+class DashboardSummary:
+    display_name: str
+    charts: list[str]                 # one line per chart: its question and the metric types it reads
+    workload_id: str                  # the MaxText run (goodput job name) the goodput charts follow
+    goodput: dict[str, str]           # the goodput keys on the launched MaxText command line
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"display_name": self.display_name, "charts": self.charts, "workload_id": self.workload_id,
+                "goodput": self.goodput}
+
+
+def launched_overrides(config: StackConfig) -> dict[str, str]:
+    """MaxText key=value overrides of the run the stack's backend launches, read from what it launches: the
+    JobSet and Pathways container commands; for Ray, the RayJob's trainer command, whose workers build
+    MaxText's argv at run time with the same core builder (the preview may not import trainer/, so the run
+    settings are read off the command the way trainer.entrypoint.prepare reads them: hardware=cpu only with
+    --local-cpu; tests/workloads/test_goodput.py runs the trainer's own parser on the same command)."""
+    backend = config.workload.backend
+    if backend == "jobset":
+        argv = jobset_spec.training_argv(config)
+    elif backend == "pathways":
+        argv = pathways_spec.trainer_command(config)
+    else:
+        command = ray_spec.entrypoint(config)
+
+        def flag(name: str) -> str:
+            return command[command.index(name) + 1]
+
+        run = RunSettings(run_name=flag("--run-name"), base_output_directory=flag("--base-output-directory"),
+                          steps=int(flag("--steps")), checkpoint_period=int(flag("--checkpoint-period")),
+                          hardware="cpu" if "--local-cpu" in command else "tpu")
+        argv = maxtext_overrides(config.workload.plan, run)
+    return dict(item.split("=", 1) for item in argv if "=" in item)
+
+
+def dashboard_summary(registrations: list[Registration], config: StackConfig) -> DashboardSummary | None:
+    dashboards = [r for r in registrations if r.type == DASHBOARD_TYPE]
+    if not dashboards:
+        return None
+    spec = json.loads(dashboards[0].inputs["dashboardJson"])
+    launched = launched_overrides(config)
+    return DashboardSummary(display_name=spec["displayName"], charts=chart_summaries(spec),
+                            workload_id=launched.get("run_name", ""),
+                            goodput={key: launched[key] for key in GOODPUT_KEYS if key in launched})
+
+
+# ---------------------------------------------------------------------------------------------------
 # The plan
 
 
@@ -258,6 +319,7 @@ class Plan:
     deploy: CriticalPath
     destroy: CriticalPath
     graph: DependencyGraph
+    dashboard: DashboardSummary | None = None
     notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -269,6 +331,7 @@ class Plan:
             "validation": self.validation.as_dict(),
             "cost": self.tpu.as_dict(),
             "critical_path": {"deploy": self.deploy.as_dict(), "destroy": self.destroy.as_dict()},
+            "dashboard": self.dashboard.as_dict() if self.dashboard else None,
             "notes": self.notes,
         }
 
@@ -309,4 +372,5 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
         stack=stack, resources=resources, manifests=manifests,
         gcp_resources=[r for r in resources if r.custom and r.type.startswith("gcp:")],
         exports=exports, tpu=tpu_summary(pools, config), validation=validation,
-        deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph, notes=notes)
+        deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
+        dashboard=dashboard_summary(run.resources, config), notes=notes)
