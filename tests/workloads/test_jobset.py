@@ -214,7 +214,7 @@ def test_without_dranet_pods_use_the_host_network():
 # ---- the containers ------------------------------------------------------------------------------------
 
 def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, config):
-    [jobset] = [j for j in by_kind(objects_of(run), "JobSet") if "smoke" not in j["metadata"]["name"]]
+    [jobset] = by_kind(objects_of(run), "JobSet")
     container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
     # The Ray trainer's builder, called here with the settings the Ray path uses (run name aside).
     run_settings = RunSettings(run_name="maxtext-llama3-8b", base_output_directory=common.output_directory(config),
@@ -234,28 +234,44 @@ def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, confi
     assert re.fullmatch(r"[\w./-]+:[\w.-]+", container["image"]) and "latest" not in container["image"]
 
 
-def test_smoke_jobset_runs_the_shipped_smoke_program_first(run, config):
+def test_training_pods_run_the_shipped_smoke_program_first_and_train_only_if_it_passed(run, config):
+    """One JobSet: Kueue admits every replicatedJob's pods at once (kubernetes-sigs/kueue v0.19.2
+    pkg/controller/jobs/jobset: one PodSet per replicatedJob, quota reclaimed only after pods succeed), so a smoke
+    JobSet or replicatedJob beside training would need twice the TPU quota; created together, training also ran
+    whatever the smoke test said. The smoke program therefore runs in the training container, before MaxText."""
     objects = objects_of(run)
-    [smoke] = [j for j in by_kind(objects, "JobSet") if "-smoke-" in j["metadata"]["name"]]
-    pod = smoke["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    container = pod["containers"][0]
-    assert container["args"] == ["--distributed", "--expect-devices", "32", "--expect-slices", "2"]
-    assert 'exec python -m trainer.smoke "$@"' in container["command"][2]
+    [jobset] = by_kind(objects, "JobSet")
+    assert [j["name"] for j in jobset["spec"]["replicatedJobs"]] == ["slice"]
+    pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    script = container["command"][2].splitlines()
+    assert script[0] == "set -euo pipefail"                     # a failed smoke test ends the container
+    [smoke_line] = [i for i, line in enumerate(script) if "-m trainer.smoke" in line]
+    [train_line] = [i for i, line in enumerate(script) if line.startswith("exec python -m maxtext.")]
+    assert smoke_line < train_line
+    assert script[smoke_line] == ("(cd /opt/tpu-multislice && python -m trainer.smoke --distributed "
+                                  "--expect-devices 32 --expect-slices 2)")
     [code] = by_kind(objects, "ConfigMap")
     volume = next(v for v in pod["volumes"] if v["name"] == "trainer-code")
     assert volume["configMap"]["name"] == code["metadata"]["name"]
+    assert {"name": "trainer-code", "mountPath": "/opt/tpu-multislice", "readOnly": True} in container["volumeMounts"]
     assert "trainer__smoke.py" in code["data"]
-    assert smoke["spec"]["failurePolicy"] == {"maxRestarts": 0}
-    priorities = {o["metadata"]["name"]: o["value"] for o in by_kind(objects, "WorkloadPriorityClass")}
-    training_priority = next(j for j in by_kind(objects, "JobSet") if j is not smoke)["metadata"]["labels"]
-    assert priorities[smoke["metadata"]["labels"]["kueue.x-k8s.io/priority-class"]] > \
-        priorities[training_priority["kueue.x-k8s.io/priority-class"]]
+    assert [o["metadata"]["name"] for o in by_kind(objects, "WorkloadPriorityClass")] == ["tpu-training"]
+
+
+def test_smoke_expects_every_jax_device_of_every_slice():
+    """TPU7x has two JAX devices per chip (MaxText src/maxtext/utils/accelerator_to_spec_map.py @e591f30c)."""
+    spec = jobset_inputs.jobset_spec(build({**NO_DRANET, "tpuGeneration": "tpu7x", "tpuTopology": "2x2x2"}))
+    argv = jobset_manifests.smoke_argv(spec)
+    assert argv[argv.index("--expect-devices") + 1] == str(2 * 2 * 8)
 
 
 def test_smoke_can_be_switched_off():
     objects = jobset_inputs.jobset_objects(build({**NO_DRANET, "smokeTest": False}), FIXED_BUNDLE)
     assert [o["kind"] for o in objects.values()].count("JobSet") == 1
-    assert "trainer-code" not in objects and "priority-smoke" not in objects
+    assert "trainer-code" not in objects
+    container = objects["jobset"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert "trainer.smoke" not in container["command"][2] and "volumeMounts" in container
 
 
 # ---- graph ---------------------------------------------------------------------------------------------
@@ -290,8 +306,9 @@ def test_workload_objects_wait_for_the_controllers_and_go_with_the_cluster(run):
 
 def test_exports_say_how_to_read_the_smoke_result(run):
     out = run.outputs
-    assert out["smokeJobName"].startswith("maxtext-smoke-")
+    assert out["smokeJobName"] == out["jobsetName"]            # the training pods run the smoke test
     assert f"kubectl get jobset -n tpu-training {out['smokeJobName']}" in out["smokeResultCommand"]
+    assert f"-l jobset.sigs.k8s.io/jobset-name={out['jobsetName']}" in out["smokeResultCommand"]
     assert "SMOKE (PASSED|FAILED)" in out["smokeResultCommand"]
     assert out["jobsetStatusCommand"] == f"kubectl get jobset -n tpu-training {out['jobsetName']}"
     assert "rayJobName" not in out

@@ -1,4 +1,4 @@
-"""The JobSet backend on the cluster: controllers, DRANET claim, Kueue queues, smoke JobSet, training JobSet."""
+"""The JobSet backend on the cluster: controllers, DRANET claim, Kueue queues, trainer code, training JobSet."""
 from __future__ import annotations
 
 import pulumi
@@ -37,12 +37,12 @@ class JobSetWorkload(pulumi.ComponentResource):
                 # Queued through the LocalQueue at the priority it names; the pods need the claim template,
                 # the code and the controllers' webhooks. A changed JobSet (new name) stops the old one first:
                 # both would ask for the same TPU hosts.
-                depends_on += self.controllers.ready + [
-                    resource for key, resource in self.resources.items() if key != "smoke-jobset"]
+                depends_on += self.controllers.ready + list(self.resources.values())
                 extra = dict(delete_before_replace=True)
             self.resources[logical_name] = register(
                 logical_name, obj, child_options(self, depends_on=depends_on, deleted_with=cluster, **extra))
         self.jobset_name = objects["jobset"]["metadata"]["name"]
-        self.smoke_jobset_name = objects["smoke-jobset"]["metadata"]["name"] if "smoke-jobset" in objects else None
+        # The smoke test runs at the start of the training JobSet's pods (jobset_inputs.jobset_objects).
+        self.smoke_jobset_name = self.jobset_name if config.workload.smoke_test else None
         self.register_outputs({"jobset": self.jobset_name, "smokeJobSet": self.smoke_jobset_name or "",
                                "namespace": config.kubernetes.namespace})

@@ -23,8 +23,11 @@ def jobset_exports(config: StackConfig, jobset_name: str, smoke_jobset_name: str
         "tensorboardCommand": f"tensorboard --logdir {tensorboard}",
     }
     if smoke_jobset_name:
+        # The smoke test is the first thing the training pods run: its verdict (SMOKE PASSED/FAILED, one line
+        # per host) is at the top of their logs, and a failed one leaves the JobSet failed or restarting.
         exports["smokeJobName"] = smoke_jobset_name
         exports["smokeResultCommand"] = smoke_result_command(
             ns, f"{JOBSET_NAME_LABEL}={smoke_jobset_name}",
-            f"kubectl get jobset -n {ns} {smoke_jobset_name} -o jsonpath='{{.status.terminalState}}{{\"\\n\"}}'")
+            f"kubectl get jobset -n {ns} {smoke_jobset_name} -o jsonpath="
+            f"'{{.status.terminalState}} restarts={{.status.restarts}}{{\"\\n\"}}'")
     return exports

@@ -84,8 +84,8 @@ def resource_flavor(name: str, shape: SliceShape) -> dict:
 
 def cluster_queue(spec: JobSetSpec) -> dict:
     """Quota for everything the pods request (the seed's queue covered only TPUs, so nothing that also asks
-    for cpu/memory could ever be admitted). TPU quota defaults to exactly one workload: the smoke and
-    training JobSets are then admitted one after the other, never fighting over hosts."""
+    for cpu/memory could ever be admitted). TPU quota defaults to exactly one workload: the training JobSet
+    (which runs the smoke test in its own pods first), never two JobSets fighting over hosts."""
     needs = workload_requests(spec.shape, spec.slices, claimed_nics(spec))
     # cpu, memory and claimed NICs scale with the TPU quota (the same pods bring them), rounded up to whole
     # workloads.
@@ -243,38 +243,40 @@ def install_pinned(requirements: dict[str, str]) -> str:
     return "pip install --no-cache-dir --root-user-action=ignore " + shlex.join(pins)
 
 
+def smoke_argv(spec: JobSetSpec) -> list[str]:
+    """trainer/smoke.py on one host of the JobSet: every JAX device of every slice joined (chips x devices per
+    chip x slices), and an all-reduce crosses the slices."""
+    return ["python", "-m", "trainer.smoke", "--distributed",
+            "--expect-devices", str(spec.slices * spec.shape.devices), "--expect-slices", str(spec.slices)]
+
+
 def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], base_config_placeholder: str,
-                        requirements: dict[str, str]) -> dict:
+                        requirements: dict[str, str], smoke: list[str] | None = None) -> dict:
     """MaxText's pre_train run directly: `python -m <module> <base.yml of the installed package> key=value...`.
 
     `argv` is core.maxtext_args.pre_train_argv(...) built with `base_config_placeholder`; base.yml is
-    resolved inside the container from the installed package (docs/platform-notes.md §5), and the overrides travel as the
-    container's args verbatim ("$@"), so no override is ever re-quoted."""
+    resolved inside the container from the installed package (docs/platform-notes.md §5), and the overrides travel
+    as the container's args verbatim ("$@"), so no override is ever re-quoted.
+
+    `smoke` (smoke_argv) runs first, in the same container on the same TPU chips, from the trainer code mounted
+    at CODE_MOUNT: every pod of every slice runs it at the same time, its JAX process exits (releasing the chips)
+    and only then MaxText starts; a failed check exits the container before training (`set -e`), failing the
+    JobSet. A separate smoke JobSet would need Kueue to admit twice the TPUs, or would let training start while
+    the smoke test failed."""
     module, base_config, *overrides = argv
     if base_config != base_config_placeholder:
         raise ValueError("argv must be built with the base-config placeholder")
-    script = "\n".join([
-        "set -euo pipefail",
-        install_pinned(requirements),
+    lines = ["set -euo pipefail", install_pinned(requirements)]
+    if smoke:
+        lines.append(f"(cd {shlex.quote(CODE_MOUNT)} && {shlex.join(smoke)})")
+    lines += [
         "BASE_CONFIG=$(python -c \"import importlib.resources as r; "
         "print(r.files('maxtext') / 'configs' / 'base.yml')\")",
         f'exec python -m {shlex.quote(module)} "$BASE_CONFIG" "$@"',
-    ])
-    return _container(spec, jobset_name, "maxtext", ["bash", "-c", script, "pre_train"], list(overrides), [])
-
-
-def smoke_container(spec: JobSetSpec, jobset_name: str, requirements: dict[str, str]) -> dict:
-    """trainer/smoke.py (shipped in the code ConfigMap) on every host of every slice."""
-    script = "\n".join([
-        "set -euo pipefail",
-        install_pinned(requirements),
-        f"cd {shlex.quote(CODE_MOUNT)}",
-        'exec python -m trainer.smoke "$@"',
-    ])
-    args = ["--distributed", "--expect-devices", str(spec.slices * spec.shape.devices),
-            "--expect-slices", str(spec.slices)]
-    mounts = [code_mount()]
-    return _container(spec, jobset_name, "smoke", ["bash", "-c", script, "smoke"], args, mounts)
+    ]
+    mounts = [code_mount()] if smoke else []
+    return _container(spec, jobset_name, "maxtext", ["bash", "-c", "\n".join(lines), "pre_train"],
+                      list(overrides), mounts)
 
 
 # ---- shape check (before anything is registered) --------------------------------------------------------

@@ -13,12 +13,9 @@ from workloads.jobset import manifests as jm
 LOCAL_QUEUE = "tpu-training"
 CLUSTER_QUEUE = "tpu-slices"
 TRAINING_PRIORITY = ("tpu-training", 100, "Multislice MaxText training (JobSet backend).")
-# Higher than training: created together, the smoke JobSet is admitted first and training follows when it
-# finishes (the default quota fits one workload). Preemption is off, so it never evicts a running job.
-SMOKE_PRIORITY = ("tpu-smoke", 1000, "Multislice smoke test: device count and a cross-slice all-reduce.")
 BASE_CONFIG_PLACEHOLDER = "$BASE_CONFIG"
-# The smoke job needs JAX only; training needs MaxText too (same pins as the Ray workers' runtime_env).
-SMOKE_JAX = ("jax[tpu]", "0.10.2")
+# JAX installed next to MaxText (the smoke test needs JAX only; same pins as the Ray workers' runtime_env).
+TRAINING_JAX = ("jax[tpu]", "0.10.2")
 
 
 def flavor_name(config: StackConfig) -> str:
@@ -61,12 +58,9 @@ def training_argv(config: StackConfig) -> list[str]:
     return pre_train_argv(config.workload.plan, run_settings(config), BASE_CONFIG_PLACEHOLDER)
 
 
-def _requirements(config: StackConfig, with_maxtext: bool) -> dict[str, str]:
-    jax_package, jax_version = SMOKE_JAX
-    pins = {jax_package: jax_version}
-    if with_maxtext:
-        pins["maxtext"] = config.workload.maxtext_version
-    return pins
+def _requirements(config: StackConfig) -> dict[str, str]:
+    jax_package, jax_version = TRAINING_JAX
+    return {jax_package: jax_version, "maxtext": config.workload.maxtext_version}
 
 
 def _named(build, prefix: str) -> dict:
@@ -88,22 +82,21 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict
     objects["cluster-queue"] = jm.cluster_queue(spec)
     objects["local-queue"] = jm.local_queue(spec)
     objects["priority-training"] = jm.workload_priority_class(*TRAINING_PRIORITY)
+    volumes: list[dict] = []
+    smoke = None
     if config.workload.smoke_test:
-        objects["priority-smoke"] = jm.workload_priority_class(*SMOKE_PRIORITY)
+        # The smoke test runs at the start of every training pod (jm.pre_train_container) from the shipped
+        # trainer code: training starts only where it passed, on the TPUs Kueue admitted once.
         code_name = f"{prefix}-code-{bundle.short_digest}"
         objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
         volumes = [common.code_volume(code_name, list(bundle.files))]
-        objects["smoke-jobset"] = _named(lambda name: jm.jobset(
-            name=name, spec=spec, priority_class=SMOKE_PRIORITY[0],
-            # A smoke test that fails must say so, not retry until it passes by luck.
-            max_restarts=0,
-            container=jm.smoke_container(spec, name, _requirements(config, with_maxtext=False)),
-            volumes=volumes), f"{prefix}-smoke")
+        smoke = jm.smoke_argv(spec)
     argv = training_argv(config)
     objects["jobset"] = _named(lambda name: jm.jobset(
         name=name, spec=spec, priority_class=TRAINING_PRIORITY[0], max_restarts=config.jobset.max_restarts,
-        container=jm.pre_train_container(spec, name, argv, BASE_CONFIG_PLACEHOLDER,
-                                         _requirements(config, with_maxtext=True))), prefix)
+        container=jm.pre_train_container(spec, name, argv, BASE_CONFIG_PLACEHOLDER, _requirements(config),
+                                         smoke=smoke),
+        volumes=volumes), prefix)
     return objects
 
 
