@@ -14,12 +14,17 @@ PATHWAYS_TPU_VERSIONS: dict[str, str] = {
     "ct6e-standard-8t": "tpuv6e1t",
 }
 
-# Sizes of the head's Pathways containers as xpk and pathways-utils set them. During an elastic recovery the
-# restored checkpoint streams through the proxy, hence its 100 GB (MaxText's elastic demo notes the same limit).
+# Sizes of the head's containers as xpk gives them (AI-Hypercomputer/xpk @367c8382, v1.13.0+1), as limits, which
+# Kubernetes also takes as the requests: src/xpk/templates/pathways_workload_create.yaml.j2 gives pathways-proxy
+# cpu 16 / memory 100G and pathways-rm cpu 8 / memory 32G; src/xpk/core/docker_resources.py
+# get_main_container_resources gives the user's (MaxText) container of a Pathways workload cpu 24 / memory 100G
+# ("Resources requirements for Pathways workload containers are known"). During an elastic recovery the restored
+# checkpoint streams through the proxy, hence its 100 GB. In all 48 vCPU and 232 GB: xpk picks the head's machine
+# among types with at least 49 vCPUs and 233 GiB (src/xpk/core/pathways.py get_pathways_machine_types), e.g. the
+# n2-standard-64 of the Pathways stack.
 PROXY_RESOURCES = {"cpu": "16", "memory": "100G"}
 RM_RESOURCES = {"cpu": "8", "memory": "32G"}
-# The MaxText client only traces, compiles through the proxy and drives the loop; the arrays live on the TPUs.
-TRAINER_RESOURCES = {"cpu": "8", "memory": "32Gi"}
+TRAINER_RESOURCES = {"cpu": "24", "memory": "100G"}
 
 _GIB_PER_UNIT = {"Gi": 1.0, "G": 1e9 / 2**30}
 

@@ -163,13 +163,16 @@ KEYS: tuple[Key, ...] = (
         check=check.at_least(1, "at least 1 second")),
     Key("pathwaysProfiling", "boolean", "MaxText profiler=xplane. Refused together with elastic training (MaxText "
         "does not support an elastic event during a profile).", False),
-    Key("pathwaysServerImage", "string", "Pathways resource manager and worker image (pinned tag or digest; its "
-        "jax-<version> tag must match the JAX in pathwaysTrainerImage).",
-        "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.2",
-        check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.2")),
-    Key("pathwaysProxyImage", "string", "Pathways IFRT proxy image (pinned; same tag as pathwaysServerImage).",
-        "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.10.2",
-        check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.10.2")),
+    Key("pathwaysServerImage", "string", "Pathways resource manager and worker image (pinned tag or digest; the "
+        "JAX of its tag, jax-<version> or <date>-jax_<version>, must be the JAX of pathwaysTrainerImage).",
+        "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:20261001-jax_0.10.2"
+        "@sha256:3b2c87dccc93266d84e7fcf5be84fcbcf97d7f837b4e8a0f318eb52cef4c0836",
+        check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.0")),
+    Key("pathwaysProxyImage", "string", "Pathways IFRT proxy image (pinned; same release tag as "
+        "pathwaysServerImage).",
+        "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:20261001-jax_0.10.2"
+        "@sha256:99abf3bb5d536659fa50dfbecdf53c4e3dfd1a803406e560a2ce845e7289f401",
+        check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.10.0")),
     Key("pathwaysTrainerImage", "string", "Image of the MaxText container in the Pathways head (pinned; MaxText >= "
         "0.2.4 for the elastic keys).", "us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_pre_training:0.2.4",
         check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_pre_training:0.2.4")),

@@ -261,7 +261,9 @@ def test_training_pods_run_the_shipped_smoke_program_first_and_train_only_if_it_
 
 def test_smoke_expects_every_jax_device_of_every_slice():
     """TPU7x has two JAX devices per chip (MaxText src/maxtext/utils/accelerator_to_spec_map.py @e591f30c)."""
-    spec = jobset_inputs.jobset_spec(build({**NO_DRANET, "tpuGeneration": "tpu7x", "tpuTopology": "2x2x2"}))
+    # us-central1-c: a zone the Cloud TPU regions-and-zones page lists for TPU7x.
+    spec = jobset_inputs.jobset_spec(build({**NO_DRANET, "zone": "us-central1-c", "tpuGeneration": "tpu7x",
+                                            "tpuTopology": "2x2x2"}))
     argv = jobset_manifests.smoke_argv(spec)
     assert argv[argv.index("--expect-devices") + 1] == str(2 * 2 * 8)
 

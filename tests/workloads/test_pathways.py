@@ -202,11 +202,14 @@ def test_pods_run_as_the_workload_identity_service_account_with_pinned_images(ru
             images[c["name"]] = c["image"]
             assert c["imagePullPolicy"] == "IfNotPresent"
             assert "securityContext" not in c
+    tags = {}
     for name, image in images.items():
-        tag = image.rsplit(":", 1)[1]
-        assert tag != "latest" and re.fullmatch(r"(jax-)?\d+\.\d+\.\d+", tag), (name, image)
+        reference, _, digest = image.partition("@sha256:")
+        tags[name] = reference.rsplit(":", 1)[1]
+        assert re.fullmatch(r"(jax-|\d{8}-jax_)?\d+\.\d+\.\d+", tags[name]), (name, image)
+        assert not digest or re.fullmatch(r"[0-9a-f]{64}", digest), (name, image)
     assert images["pathways-rm"] == images["pathways-worker"]
-    assert images["pathways-rm"].rsplit(":", 1)[1] == images["pathways-proxy"].rsplit(":", 1)[1]
+    assert tags["pathways-rm"] == tags["pathways-proxy"]
 
 
 # ---- MaxText arguments -----------------------------------------------------------------------------------
@@ -288,7 +291,8 @@ def test_jobset_waits_for_the_jobset_controller_and_goes_with_the_cluster(run):
     ({"pathwaysElasticSlices": 1, "pathwaysProfiling": True}, "pathwaysProfiling=true conflicts"),
     ({"pathwaysServerImage": "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:latest"}, "pathwaysServerImage="),
     ({"pathwaysTrainerImage": "maxtext"}, "pathwaysTrainerImage='maxtext'"),
-    ({"pathwaysProxyImage": "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.9.2"},
+    ({"pathwaysServerImage": "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.2",
+      "pathwaysProxyImage": "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.9.2"},
      "differs from tpu-multislice:pathwaysServerImage tag"),
     ({"pathwaysElasticSlices": 1,
       "pathwaysTrainerImage": "us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_pre_training:0.2.3"},
