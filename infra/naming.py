@@ -13,8 +13,21 @@ import re
 CLUSTER_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,38}[a-z0-9])?$")
 # GCP project id: 6-30 characters, lowercase letters, digits, hyphens, starts with a letter.
 PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
-ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-[a-z]$")
+# Zones: REGION-LETTER (us-east5-b), or an AI zone REGION-aiNLETTER (us-central1-ai1a; Compute Engine "About AI
+# zones", https://cloud.google.com/compute/docs/regions-zones/ai-zones).
+ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-(?:[a-z]|ai[0-9]+[a-z])$")
 REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+# Compute Engine resource names (reservations, reservation blocks): RFC 1035, 1-63 characters
+# (https://cloud.google.com/compute/docs/naming-resources).
+RFC1035_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+# A specific reservation as GKE consumes it: NAME, a shared reservation projects/PROJECT/reservations/NAME, or a
+# block / sub-block of one, NAME/reservationBlocks/BLOCK[/reservationSubBlocks/SUB-BLOCK] (GKE "Consume reserved
+# zonal resources", https://cloud.google.com/kubernetes-engine/docs/how-to/consuming-reservations).
+RESERVATION = re.compile(rf"^(?:projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/reservations/)?{RFC1035_NAME}"
+                         rf"(?:/reservationBlocks/{RFC1035_NAME}(?:/reservationSubBlocks/{RFC1035_NAME})?)?$")
+# Compute Engine machine types: FAMILY-... in lowercase letters and digits, e.g. e2-standard-16, n2-custom-8-16384,
+# ct6e-standard-4t (https://cloud.google.com/compute/docs/machine-resource).
+MACHINE_TYPE = re.compile(r"^(?=.{1,63}$)[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
 # Bucket names without dots (dotted names need domain verification): 3-63 characters.
 BUCKET = re.compile(r"^[a-z0-9](?:[-_a-z0-9]{1,61})[a-z0-9]$")
 # Kubernetes DNS-1123 label (namespaces) and subdomain (service accounts).

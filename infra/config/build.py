@@ -20,9 +20,12 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     """Validate raw config (key without namespace → value as Pulumi stores it) into a StackConfig."""
     problems: list[str] = []
     v = parse_values(raw, problems)
-    region = rules.check_location(v, problems)
-    shape = rules.check_tpu(v, problems)
-    rules.check_networks(v, problems)
+    rules.check_applies(v, raw, problems)
+    region = rules.check_location(v, raw, problems)
+    rules.check_tpu_zone(v, raw, region, problems)
+    shape = rules.check_tpu(v, raw, problems)
+    networks = rules.check_networks(v, problems)
+    rules.check_range_sizes(v, raw, shape, networks, problems)
     rules.check_dranet_machine(v, shape, problems)
     floors = rules.check_version(v, shape, problems)
     rules.check_autopilot(v, raw, problems)
@@ -30,7 +33,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     rules.check_workload(v, problems)
     rules.check_worker_environment(v, problems)
     rules.check_jobset(v, shape, problems)
-    rules.check_pathways(v, shape, problems)
+    rules.check_pathways(v, raw, shape, problems)
     workload_plan = rules.plan_workload(v, shape, problems)
     if problems:
         raise ConfigError(problems)
@@ -40,7 +43,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
         cluster=ClusterSettings(
             name=v["clusterName"], mode=ClusterMode(v["clusterMode"]), gke_version=v["gkeVersion"],
             release_channel=v["releaseChannel"], version_floors=tuple(floors.items()),
-            deletion_protection=v["deletionProtection"], system_pool_machine_type=v["systemPoolMachineType"],
+            deletion_protection=v["deletionProtection"], system_pool_machine_type=rules.system_pool_machine_type(v),
             system_pool_nodes=v["systemPoolNodes"]),
         tpu=TpuSettings(shape=shape, slices=v["slices"], capacity=Capacity(v["capacity"]),
                         reservation_name=v["reservationName"]),
@@ -52,7 +55,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
         kubernetes=KubernetesSettings(namespace=v["namespace"], service_account=v["serviceAccount"]),
         workload=WorkloadSettings(
             backend=v["workloadBackend"], plan=workload_plan, train_steps=v["trainSteps"],
-            checkpoint_period=v["checkpointPeriod"], maxtext_version=v["maxtextVersion"],
+            checkpoint_period=rules.checkpoint_period(v), maxtext_version=v["maxtextVersion"],
             smoke_test=v["smokeTest"], worker_environment=v["workerEnvironment"]),
         backend=_backend_settings(v, shape.chips),
         worker_image=(WorkerImageSettings(repository_id=naming.fit(f"{v['clusterName']}-images", 63))

@@ -13,7 +13,9 @@ import yaml
 from infra.config.schema import DERIVED, KEYS, REQUIRED, Key
 
 REPO = Path(__file__).resolve().parents[2]
-README_TABLE_HEADER = "| key | type | default | description |"
+README_TABLE_HEADER = "| key | type | default | applies to | description |"
+# How write() finds the table, whatever columns an older README had.
+_TABLE_START = "| key | type | default |"
 PULUMI_YAML_HEADER = ("# Config schema: types and descriptions only. Defaults live in infra/config/schema.py (one place);\n"
                       "# regenerate with `.venv/bin/python -m infra.config.docs --write`.\n")
 
@@ -30,13 +32,21 @@ def _default(key: Key) -> str:
     return f"`{key.default}`" if key.default != "" else "(empty)"
 
 
+def _applies_to(key: Key) -> str:
+    """When the key does something, e.g. `workloadBackend=rayjob`; "all" when always. Setting it otherwise is
+    refused (rules.check_applies)."""
+    if not key.applies_to:
+        return "all"
+    return ", ".join(f"`{condition.describe()}`" for condition in key.applies_to)
+
+
 def markdown_table() -> str:
-    rows = [README_TABLE_HEADER, "| --- | --- | --- | --- |"]
+    rows = [README_TABLE_HEADER, "| --- | --- | --- | --- | --- |"]
     for key in KEYS:
         description = key.description
         if key.choices:
             description += " One of: " + ", ".join(f"`{choice}`" for choice in key.choices) + "."
-        rows.append(f"| `{key.name}` | {key.type} | {_default(key)} | {description} |")
+        rows.append(f"| `{key.name}` | {key.type} | {_default(key)} | {_applies_to(key)} | {description} |")
     return "\n".join(rows)
 
 
@@ -57,7 +67,7 @@ def write(repo: Path = REPO) -> None:
     project_file.write_text(PULUMI_YAML_HEADER + yaml.safe_dump(project, sort_keys=False, width=120))
     readme_file = repo / "README.md"
     readme = readme_file.read_text()
-    start = readme.index(README_TABLE_HEADER)
+    start = readme.index(_TABLE_START)
     end = readme.find("\n\n", start)
     readme_file.write_text(readme[:start] + markdown_table() + (readme[end:] if end != -1 else "\n"))
 

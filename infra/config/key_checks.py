@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from core.maxtext_facts import MIN_MAXTEXT, release_tuple
 from infra import naming
+from infra.config import tpu_zones
 
 Check = Callable[[Any], "str | None"]
 
@@ -68,3 +69,30 @@ def mtu(value: int) -> str | None:
 
 def bucket_name(value: str) -> str | None:
     return naming.bucket_problem(value)
+
+
+def reservation_name(value: str) -> str | None:
+    """Empty (no reservation) or a reservation GKE can consume (naming.RESERVATION)."""
+    if value == "" or naming.RESERVATION.match(value):
+        return None
+    return ("a reservation name (RFC 1035: 1-63 lowercase letters, digits or '-', starting with a letter), "
+            "projects/PROJECT/reservations/NAME for a shared reservation, or NAME/reservationBlocks/BLOCK")
+
+
+def machine_type(example: str) -> Check:
+    def check(value: str) -> str | None:
+        if naming.MACHINE_TYPE.match(value):
+            return None
+        return f"a Compute Engine machine type name: lowercase letters, digits and '-', e.g. {example}"
+    return check
+
+
+def bucket_location(value: str) -> str | None:
+    """A Cloud Storage location (tpu_zones.py): a region, a predefined dual-region or a multi-region; never a zone."""
+    if tpu_zones.is_gcs_location(value):
+        return None
+    if naming.ZONE.match(value.lower()):
+        return (f"a bucket location is a region (here {naming.region_of(value.lower())}), a dual-region (e.g. NAM4) "
+                "or a multi-region (US, EU, ASIA), not a zone (Cloud Storage locations)")
+    return ("a Cloud Storage location: a region such as us-east5, a dual-region (ASIA1, EUR4, EUR5, EUR7, EUR8, "
+            "NAM4) or a multi-region (US, EU, ASIA)")

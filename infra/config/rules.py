@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import ipaddress
+import math
 import re
 from pathlib import Path
 from typing import Any, Mapping
@@ -14,12 +15,14 @@ from core.maxtext_facts import PATHWAYS_MIN_MAXTEXT, release_tuple
 from core.pathways import PATHWAYS_TPU_VERSIONS, head_requests
 from core.planner import Plan, PlanRequest, plan
 from core.presets import PRESETS
-from core.tpu_catalog import CatalogError, SliceShape, slice_shape
+from core.tpu_catalog import CATALOG, CatalogError, SliceShape, slice_shape
 from core.worker_lock import LOCK_PATH, PYTHON, load_pins
 from infra import naming, versions
+from infra.config import tpu_zones
 from infra.config.model import Capacity, ClusterMode
 from infra.config.parse import problem
-from infra.config.schema import KEYS_BY_NAME, NAMESPACE
+from infra.config.schema import (DEFAULT_CHECKPOINT_PERIOD, DEFAULT_SYSTEM_POOL_MACHINE_TYPE, KEYS, KEYS_BY_NAME,
+                                 NAMESPACE, PATHWAYS_SYSTEM_POOL_MACHINE_TYPE, show)
 
 # GKE flex-start provisioning: "TPU v3 and v4 are not supported"
 # (https://cloud.google.com/kubernetes-engine/docs/concepts/provisioning-model).
@@ -29,57 +32,139 @@ FLEX_START_UNSUPPORTED = ("v4",)
 DRANET_MACHINE_PREFIXES = ("ct6e-", "tpu7x-")
 
 
-def check_location(v: dict[str, Any], problems: list[str]) -> str | None:
-    """The region: derived from the zone, or the user's, which must contain the zone."""
+def _quoted(value: Any) -> str:
+    """A value as refusals quote it: strings and lists in Python form ('x', ['a']), true/false, numbers."""
+    if isinstance(value, tuple):
+        return repr(list(value))
+    return repr(value) if isinstance(value, str) else show(value)
+
+
+def _setting(key: str, value: Any, raw: Mapping[str, Any]) -> str:
+    """KEY=VALUE as a refusal quotes it, marked when the value is the default rather than the user's."""
+    text = f"{NAMESPACE}:{key}={_quoted(value)}"
+    return text if key in raw else f"the default {text}"
+
+
+def check_applies(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) -> None:
+    """A key the user set that does nothing in the chosen backend or mode (schema Key.applies_to) is refused with
+    the reason, never silently ignored. Values that ask for nothing (false, empty) pass; so do values refused in
+    step 1, and conditions whose own value was refused."""
+    for key in KEYS:
+        if key.name not in raw or not key.applies_to:
+            continue
+        value = v[key.name]
+        if value is None or value is False or value == "" or value == ():
+            continue
+        for condition in key.applies_to:
+            actual = v[condition.when]
+            if actual is None:
+                break
+            if actual not in condition.values:
+                setting = f"{key.name}={_quoted(value)}"
+                problems.append(f"{NAMESPACE}:{key.name} conflicts with {_setting(condition.when, actual, raw)}: "
+                                f"{setting} is read only with {condition.describe()} ({condition.reason}); "
+                                f"unset {key.name}")
+                break
+
+
+def check_location(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) -> str | None:
+    """The region: derived from the zone, or the user's, which must contain the zone; and it must exist
+    (tpu_zones.GCP_REGIONS) unless tpuZoneCheck is false."""
     zone, region = v["zone"], v["region"]
     if zone is None:
         return None
-    if region is not None and naming.region_of(zone) != region:
+    zone_region = naming.region_of(zone)
+    if region is not None and zone_region != region:
         problems.append(f"{NAMESPACE}:zone={zone!r} is not in {NAMESPACE}:region={region!r}; use a zone of "
-                        f"{region} or set region to {naming.region_of(zone)}")
+                        f"{region} or set region to {zone_region}")
         return None
-    return naming.region_of(zone)
+    if v["tpuZoneCheck"] and not tpu_zones.region_exists(zone_region):
+        key, value = ("region", region) if "region" in raw else ("zone", zone)
+        problems.append(problem(key, value, f"{zone_region} is not a GCP region (Compute Engine regions and zones, "
+                                "as listed in infra/config/tpu_zones.py); if it is newer than that list, set "
+                                "tpuZoneCheck=false"))
+        return None
+    return zone_region
 
 
-def check_tpu(v: dict[str, Any], problems: list[str]) -> SliceShape | None:
+def check_tpu_zone(v: dict[str, Any], raw: Mapping[str, Any], region: str | None, problems: list[str]) -> None:
+    """The zone must offer the TPU generation (Cloud TPU "TPU regions and zones", tpu_zones.TPU_ZONES). With
+    tpuZoneCheck=false the table is not consulted, and that setting is refused where the table already agrees."""
+    zone, generation, enabled = v["zone"], v["tpuGeneration"], v["tpuZoneCheck"]
+    if zone is None or generation is None or enabled is None or region is None:
+        return
+    zones = tpu_zones.zones_offering(generation)
+    if not enabled:
+        if zone in zones:
+            problems.append(f"{NAMESPACE}:tpuZoneCheck=false is not needed: zone {zone!r} offers tpuGeneration="
+                            f"{generation!r} in the table of infra/config/tpu_zones.py; unset tpuZoneCheck so the "
+                            "zone stays checked")
+        return
+    if zone not in zones:
+        problems.append(f"{NAMESPACE}:zone={zone!r} does not offer {_setting('tpuGeneration', generation, raw)}; "
+                        f"the Cloud TPU zone table (infra/config/tpu_zones.py) lists it in {', '.join(zones)}; if "
+                        f"{zone} is newer than that table, set tpuZoneCheck=false")
+
+
+def check_tpu(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) -> SliceShape | None:
     shape = None
+    machine_set = "tpuMachineType" in raw and v["tpuMachineType"] is not None
     if v["tpuGeneration"] is not None and v["tpuTopology"] is not None:
         try:
             shape = slice_shape(v["tpuGeneration"], v["tpuTopology"], v["tpuMachineType"])
         except CatalogError as error:
             allowed = ", ".join(error.allowed)
-            problems.append(f"{NAMESPACE}:{error.key}={error.value!r} is not valid for "
-                            f"tpuGeneration={v['tpuGeneration']!r}; allowed: {allowed}")
+            if error.key == "tpuTopology" and "tpuTopology" not in raw and machine_set:
+                # The user chose the machine, not the topology: the machine is what conflicts.
+                multi = CATALOG[v["tpuGeneration"]].multi_host_machine.name
+                problems.append(f"{NAMESPACE}:tpuMachineType={v['tpuMachineType']!r} does not serve "
+                                f"{_setting('tpuTopology', v['tpuTopology'], raw)}: it serves {allowed}; set "
+                                f"tpuTopology to one of those, or unset tpuMachineType (multi-host slices of "
+                                f"{v['tpuGeneration']} use {multi})")
+            else:
+                problems.append(f"{NAMESPACE}:{error.key}={error.value!r} is not valid for "
+                                f"tpuGeneration={v['tpuGeneration']!r}; allowed: {allowed}")
     slices = v["slices"]
     if shape is not None and slices is not None and slices > 1 and not shape.multi_host:
-        problems.append(f"{NAMESPACE}:slices={slices} needs multi-host slices, but tpuTopology={shape.topology!r} on "
-                        f"{shape.machine.name} is single-host (GKE multislice supports multi-host node pools only); "
-                        f"use a multi-host topology: {', '.join(shape.generation.multi_host_topologies)}")
+        multi_host = ", ".join(shape.generation.multi_host_topologies)
+        why = "GKE multislice supports multi-host node pools only"
+        if "slices" in raw:
+            problems.append(f"{NAMESPACE}:slices={slices} needs multi-host slices, but tpuTopology="
+                            f"{shape.topology!r} on {shape.machine.name} is single-host ({why}); use a multi-host "
+                            f"topology: {multi_host}")
+        else:
+            problems.append(f"{NAMESPACE}:tpuTopology={shape.topology!r} on {shape.machine.name} is single-host, "
+                            f"but the default slices={slices} needs multi-host slices ({why}); set slices=1 or use a "
+                            f"multi-host topology: {multi_host}")
+        return None   # reported: rules that need the slice shape (the planner among them) add nothing
     capacity = v["capacity"]
     if capacity == Capacity.FLEX_START.value and shape is not None and shape.generation.name in FLEX_START_UNSUPPORTED:
         # GKE "About flex-start provisioning mode": "TPU v3 and v4 are not supported."
         problems.append(f"{NAMESPACE}:capacity='flex-start' is not offered for tpuGeneration="
                         f"{shape.generation.name!r} (GKE flex-start does not support TPU v3 and v4); use on-demand, "
                         "spot or reservation, or a newer generation")
-    if capacity == Capacity.RESERVATION.value and not v["reservationName"]:
+    if capacity == Capacity.RESERVATION.value and v["reservationName"] == "":
         problems.append(f"{NAMESPACE}:capacity='reservation' needs {NAMESPACE}:reservationName (the reservation to "
                         "consume)")
-    if capacity not in (None, Capacity.RESERVATION.value) and v["reservationName"]:
-        problems.append(f"{NAMESPACE}:reservationName={v['reservationName']!r} conflicts with "
-                        f"{NAMESPACE}:capacity={capacity!r}; set capacity to 'reservation' or unset reservationName")
     return shape
 
 
-def check_networks(v: dict[str, Any], problems: list[str]) -> None:
+def check_networks(v: dict[str, Any], problems: list[str]) -> dict[str, ipaddress.IPv4Network]:
+    """Every range well formed (with an explicit prefix), private and distinct; returns the ranges that are."""
     ranges: list[tuple[str, Any]] = [(key, v[key]) for key in ("nodeCidr", "podCidr", "serviceCidr")]
-    if v["dcn"]:
-        subnets = v["dcnSubnets"] or ()
+    if v["dcn"] and v["dcnSubnets"] is not None:
+        subnets = v["dcnSubnets"]
         if not subnets:
             problems.append(problem("dcnSubnets", list(subnets), "at least one range when dcn is true"))
         ranges += [(f"dcnSubnets[{i}]", cidr) for i, cidr in enumerate(subnets)]
     parsed: list[tuple[str, ipaddress.IPv4Network]] = []
     for key, cidr in ranges:
         if cidr is None:
+            continue
+        if "/" not in cidr:
+            # ipaddress reads "10.0.0.0" as 10.0.0.0/32: one address, never what a subnet range means.
+            problems.append(problem(key, cidr, "a CIDR range with an explicit prefix length, e.g. 10.50.0.0/16 "
+                                    "(without one it is a single address, /32)"))
             continue
         try:
             network = ipaddress.IPv4Network(cidr, strict=True)
@@ -94,13 +179,54 @@ def check_networks(v: dict[str, Any], problems: list[str]) -> None:
                 problems.append(f"{NAMESPACE}:{key}={cidr!r} overlaps {NAMESPACE}:{other_key}={str(other)!r}; "
                                 "every range must be distinct")
         parsed.append((key, network))
-    if v["dranet"] and not v["dcn"]:
-        problems.append(f"{NAMESPACE}:dranet=true needs {NAMESPACE}:dcn=true (DRANET hands out the DCN NICs)")
+    return dict(parsed)
+
+
+# GKE "Configure maximum Pods per node" (formerly "Optimizing IP address allocation",
+# https://cloud.google.com/kubernetes-engine/docs/how-to/flexible-pod-cidr): Standard clusters default to 110 Pods
+# per node, and GKE gives each node a /24 of the Pod range for it, so the Pod range limits the node count.
+POD_RANGE_PER_NODE = 256
+# VPC "Subnets" (https://cloud.google.com/vpc/docs/subnets#unusable-ip-addresses-in-every-subnet): four addresses of
+# every primary IPv4 range are reserved (network, default gateway, second-to-last, broadcast).
+SUBNET_RESERVED = 4
+
+
+def _prefix_for(addresses: int) -> int:
+    return 32 - math.ceil(math.log2(addresses))
+
+
+def check_range_sizes(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape | None,
+                      networks: Mapping[str, ipaddress.IPv4Network], problems: list[str]) -> None:
+    """nodeCidr and podCidr must hold every node the stack creates: the system pool plus slices x hosts (Standard
+    mode; Autopilot sizes nodes itself)."""
+    if v["clusterMode"] != ClusterMode.STANDARD.value or shape is None or None in (v["slices"], v["systemPoolNodes"]):
+        return
+    system, slices = v["systemPoolNodes"], v["slices"]
+    nodes = system + slices * shape.hosts
+    count = f"{nodes} nodes ({system} system + {slices} slices x {shape.hosts} hosts)"
+    # Blame the count the user set when the range is the default.
+    count_key = next((key for key in ("slices", "tpuTopology", "tpuMachineType", "systemPoolNodes") if key in raw),
+                     "slices")
+    for key, capacity, unit, need in (
+            ("nodeCidr", lambda n: n.num_addresses - SUBNET_RESERVED, "node addresses, GCP reserving 4 per subnet",
+             _prefix_for(nodes + SUBNET_RESERVED)),
+            ("podCidr", lambda n: n.num_addresses // POD_RANGE_PER_NODE,
+             "nodes' Pod ranges, a /24 each for GKE's default of 110 Pods per node",
+             _prefix_for(nodes * POD_RANGE_PER_NODE))):
+        network = networks.get(key)
+        if network is None or capacity(network) >= nodes:
+            continue
+        if key in raw:
+            problems.append(f"{NAMESPACE}:{key}={str(network)!r} holds {capacity(network)} {unit}, but the stack "
+                            f"creates {count}; use a /{need} or larger")
+        else:
+            problems.append(f"{_setting(count_key, v[count_key], raw)} makes {count}, but the default {key} "
+                            f"{network} holds {capacity(network)} {unit}; set {key} to a /{need} or larger")
 
 
 def check_dranet_machine(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> None:
     """Managed DRANET only exists on some machine families; elsewhere the claim could never be satisfied."""
-    if v["dranet"] and shape is not None and not shape.machine.name.startswith(DRANET_MACHINE_PREFIXES):
+    if v["dranet"] and v["dcn"] and shape is not None and not shape.machine.name.startswith(DRANET_MACHINE_PREFIXES):
         key = "tpuMachineType" if v["tpuMachineType"] else "tpuGeneration"
         value = shape.machine.name if v["tpuMachineType"] else shape.generation.name
         problems.append(f"{NAMESPACE}:dranet=true is not available on {NAMESPACE}:{key}={value!r} "
@@ -140,23 +266,21 @@ def check_version(v: dict[str, Any], shape: SliceShape | None, problems: list[st
 
 
 def check_autopilot(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) -> None:
-    if v["clusterMode"] != ClusterMode.AUTOPILOT.value:
-        return
-    why = "Autopilot creates and configures nodes itself"
-    for key in ("systemPoolMachineType", "systemPoolNodes", "tpuMachineType"):
-        if key in raw:
-            problems.append(f"{NAMESPACE}:{key} conflicts with {NAMESPACE}:clusterMode='autopilot' ({why}); "
-                            "unset it or use clusterMode=standard")
-    if v["dcn"]:
-        problems.append(f"{NAMESPACE}:dcn=true conflicts with {NAMESPACE}:clusterMode='autopilot' ({why} and cannot "
-                        "attach extra node networks to TPU VMs); use clusterMode=standard or dcn=false")
+    """Node-pool keys on Autopilot are refused by check_applies; Autopilot also needs a release channel (GKE
+    "About release channels", https://cloud.google.com/kubernetes-engine/docs/concepts/release-channels:
+    Autopilot clusters are always enrolled in a release channel)."""
+    if v["clusterMode"] == ClusterMode.AUTOPILOT.value and v["releaseChannel"] == "UNSPECIFIED":
+        problems.append(f"{NAMESPACE}:releaseChannel='UNSPECIFIED' conflicts with "
+                        f"{_setting('clusterMode', 'autopilot', raw)}: Autopilot clusters are always enrolled in a "
+                        "release channel; use RAPID, REGULAR, STABLE or EXTENDED, or clusterMode=standard")
 
 
 def check_storage(v: dict[str, Any], raw: Mapping[str, Any], region: str | None,
                   problems: list[str]) -> tuple[str, str]:
     bucket = v["bucketName"]
-    if bucket is None and "bucketName" not in raw:   # set but refused: already reported in step 1
-        bucket = f"{v['project'] or 'project'}-{v['clusterName']}-ckpt"
+    # Derived only from a project and cluster name that passed step 1 (a refused one is already reported).
+    if bucket is None and "bucketName" not in raw and v["project"] is not None and v["clusterName"] is not None:
+        bucket = f"{v['project']}-{v['clusterName']}-ckpt"
         reason = naming.bucket_problem(bucket)
         if reason:
             problems.append(f"{NAMESPACE}:bucketName is unset and the derived name {bucket!r} is not valid ({reason}); "
@@ -189,9 +313,6 @@ def check_worker_environment(v: dict[str, Any], problems: list[str]) -> None:
     image that Ray, and maxtextVersion must be the lock's."""
     pins = locked_pins()
     backend = v["workloadBackend"]
-    if backend == "pathways" and v["workerEnvironment"] == "image":
-        problems.append(f"{NAMESPACE}:workerEnvironment='image' conflicts with {NAMESPACE}:workloadBackend="
-                        "'pathways': the Pathways head runs MaxText from pathwaysTrainerImage; unset workerEnvironment")
     version = v["maxtextVersion"]
     if backend in ("rayjob", "jobset") and version is not None and version != pins["maxtext"]:
         problems.append(problem("maxtextVersion", version, f"{pins['maxtext']}, the MaxText of the workers' locked "
@@ -212,21 +333,38 @@ def check_worker_environment(v: dict[str, Any], problems: list[str]) -> None:
                                     f"(e.g. {KEYS_BY_NAME[key].default})"))
 
 
+def checkpoint_period(v: dict[str, Any]) -> int | None:
+    """The user's checkpointPeriod, or the default yielding to a shorter run: min(50, trainSteps)."""
+    if v["checkpointPeriod"] is not None:
+        return v["checkpointPeriod"]
+    return min(DEFAULT_CHECKPOINT_PERIOD, v["trainSteps"]) if v["trainSteps"] is not None else None
+
+
+def system_pool_machine_type(v: dict[str, Any]) -> str:
+    """The user's systemPoolMachineType, or the default that fits the backend's head (schema description)."""
+    if v["systemPoolMachineType"] is not None:
+        return v["systemPoolMachineType"]
+    return PATHWAYS_SYSTEM_POOL_MACHINE_TYPE if v["workloadBackend"] == "pathways" else DEFAULT_SYSTEM_POOL_MACHINE_TYPE
+
+
 def check_workload(v: dict[str, Any], problems: list[str]) -> None:
     if v["trainSteps"] and v["checkpointPeriod"] and v["checkpointPeriod"] > v["trainSteps"]:
         problems.append(f"{NAMESPACE}:checkpointPeriod={v['checkpointPeriod']} is larger than "
                         f"{NAMESPACE}:trainSteps={v['trainSteps']}: only step 0 would be saved, so a restart would "
                         "rewind to the beginning; use a period of at most trainSteps")
-    if v["dashboardExposure"] == "internal-lb":
-        ranges = v["dashboardSourceRanges"] or ()
-        if not ranges:
+    if v["workloadBackend"] == "rayjob" and v["dashboardExposure"] == "internal-lb":
+        ranges = v["dashboardSourceRanges"]
+        if ranges is not None and not ranges:
             problems.append(f"{NAMESPACE}:dashboardExposure='internal-lb' needs {NAMESPACE}:dashboardSourceRanges "
                             "(the Ray job API runs arbitrary code: name who may reach it)")
-        for index, cidr in enumerate(ranges):
+        for index, cidr in enumerate(ranges or ()):
             try:
+                if "/" not in cidr:
+                    raise ValueError(cidr)
                 ipaddress.ip_network(cidr, strict=True)
             except ValueError:
-                problems.append(problem(f"dashboardSourceRanges[{index}]", cidr, "a CIDR range, e.g. 10.0.0.0/8"))
+                problems.append(problem(f"dashboardSourceRanges[{index}]", cidr, "a CIDR range with an explicit "
+                                        "prefix length, e.g. 10.0.0.0/8"))
 
 
 def plan_workload(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> Plan | None:
@@ -240,7 +378,9 @@ def plan_workload(v: dict[str, Any], shape: SliceShape | None, problems: list[st
         problems.append(problem("model", model, f"allowed: {allowed}"))
         return None
     batch = float(v["perDeviceBatchSize"]) if v["perDeviceBatchSize"] is not None else None
-    slices, min_slices = v["slices"], v["elasticMinSlices"]
+    # elasticMinSlices only means something on the Ray backend (elsewhere check_applies refuses it).
+    slices = v["slices"]
+    min_slices = v["elasticMinSlices"] if v["workloadBackend"] == "rayjob" else None
     if min_slices is not None and not 1 <= min_slices <= slices:
         problems.append(problem("elasticMinSlices", min_slices, f"whole slices from 1 to slices={slices}"))
         return None
@@ -259,7 +399,12 @@ def plan_workload(v: dict[str, Any], shape: SliceShape | None, problems: list[st
         keys = f"model={model!r}, {shape.pod_type} x {slices} slices"
         if min_slices is not None:
             keys += f", elasticMinSlices={min_slices}"
-        problems.append(f"{NAMESPACE}: {keys} is refused by the planner: {error}")
+        if v["perDeviceBatchSize"] is not None:
+            # The user's batch is what the planner could not place: name it first.
+            problems.append(f"{NAMESPACE}:perDeviceBatchSize={v['perDeviceBatchSize']!r} is refused by the planner "
+                            f"for {keys}: {error}")
+        else:
+            problems.append(f"{NAMESPACE}: {keys} is refused by the planner: {error}")
         return None
 
 
@@ -290,7 +435,8 @@ def _machine_capacity(machine_type: str) -> tuple[int, int] | None:
     return vcpus, vcpus * per_vcpu
 
 
-def check_pathways(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> None:
+def check_pathways(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape | None,
+                   problems: list[str]) -> None:
     """workloadBackend=pathways: elastic settings, supported TPUs, matching images, where the head runs."""
     if v["workloadBackend"] != "pathways":
         return
@@ -311,10 +457,6 @@ def check_pathways(v: dict[str, Any], shape: SliceShape | None, problems: list[s
         problems.append(f"{NAMESPACE}:pathwaysProfiling=true conflicts with {NAMESPACE}:pathwaysElasticSlices="
                         f"{elastic}: MaxText does not support an elastic event during a profile; profile a separate "
                         "run with pathwaysElasticSlices=0")
-    if v["elasticMinSlices"] is not None:
-        problems.append(f"{NAMESPACE}:elasticMinSlices conflicts with {NAMESPACE}:workloadBackend='pathways': "
-                        "Pathways restores the last checkpoint on the full mesh instead of continuing on fewer "
-                        "slices; unset it and set pathwaysElasticSlices")
     if shape is not None and shape.machine.name not in PATHWAYS_TPU_VERSIONS:
         supported = sorted(PATHWAYS_TPU_VERSIONS)
         problems.append(f"{NAMESPACE}:tpuGeneration={shape.generation.name!r} on {shape.machine.name} is not "
@@ -324,7 +466,7 @@ def check_pathways(v: dict[str, Any], shape: SliceShape | None, problems: list[s
         problems.append(f"{NAMESPACE}:clusterMode='autopilot' conflicts with {NAMESPACE}:workloadBackend='pathways': "
                         "the Pathways pods use hostNetwork and the head needs a large CPU node (xpk runs Pathways "
                         "on Standard clusters with a CPU pool); use clusterMode=standard")
-    if v["dranet"]:
+    if v["dranet"] and v["dcn"]:
         problems.append(f"{NAMESPACE}:dranet=true conflicts with {NAMESPACE}:workloadBackend='pathways': Pathways "
                         "workers run with hostNetwork and already see every NIC of the TPU VM; set dranet=false")
     server, proxy, trainer = v["pathwaysServerImage"], v["pathwaysProxyImage"], v["pathwaysTrainerImage"]
@@ -337,7 +479,7 @@ def check_pathways(v: dict[str, Any], shape: SliceShape | None, problems: list[s
     if is_elastic and trainer_version is not None and trainer_version < PATHWAYS_MIN_MAXTEXT:
         problems.append(problem("pathwaysTrainerImage", trainer, "MaxText 0.2.4 or later for "
                                 "elastic training (elastic_enabled, elastic_max_retries)"))
-    machine = v["systemPoolMachineType"] or ""
+    machine = system_pool_machine_type(v) if "systemPoolMachineType" not in raw else (v["systemPoolMachineType"] or "")
     capacity = _machine_capacity(machine)
     cpu, memory_gib = head_requests()
     if v["clusterMode"] != ClusterMode.AUTOPILOT.value and capacity is not None and (

@@ -21,8 +21,40 @@ class _Required:
 
 
 REQUIRED: Any = _Required()
+# Defaults computed from other keys (build.py); the descriptions below say how.
+DEFAULT_CHECKPOINT_PERIOD = 50
+DEFAULT_SYSTEM_POOL_MACHINE_TYPE = "e2-standard-16"
+# The Pathways head's node: the CPU machine type of the Pathways on GKE cluster guide (Pulumi.pathways.yaml).
+PATHWAYS_SYSTEM_POOL_MACHINE_TYPE = "n2-standard-64"
 # Marks a default that is computed from other keys (documented in the description).
 DERIVED: Any = None
+
+
+@dataclass(frozen=True)
+class AppliesTo:
+    """When a key does something: only while the key `when` has one of `values`. A key the user sets while it
+    does nothing is refused (rules.check_applies), with `reason`, so a setting is never silently ignored."""
+    when: str
+    values: tuple[Any, ...]
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.when}=" + "|".join(show(value) for value in self.values)
+
+
+def show(value: Any) -> str:
+    """A config value as the user writes it: true/false for booleans, the string itself otherwise."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# The workload backends and cluster modes keys belong to (README's "applies to" column).
+_ON_RAY = AppliesTo("workloadBackend", ("rayjob",), "only the Ray backend (RayCluster + RayJob) reads it")
+_ON_JOBSET = AppliesTo("workloadBackend", ("jobset",), "only the JobSet + Kueue backend reads it")
+_ON_PATHWAYS = AppliesTo("workloadBackend", ("pathways",), "only the Pathways backend reads it")
+_ON_RAY_OR_JOBSET = AppliesTo("workloadBackend", ("rayjob", "jobset"),
+                              "the Pathways head runs MaxText from pathwaysTrainerImage and has no smoke job")
+_ON_STANDARD = AppliesTo("clusterMode", ("standard",), "Autopilot creates and configures nodes itself")
+_WITH_DCN = AppliesTo("dcn", (True,), "no DCN VPCs exist without dcn=true")
 
 
 @dataclass(frozen=True)
@@ -34,6 +66,8 @@ class Key:
     choices: tuple[str, ...] = ()
     # The key's own rule (value alone), run right after parsing; None when only its type and choices matter.
     check: Check | None = None
+    # When the key does something (all conditions hold); empty: always.
+    applies_to: tuple[AppliesTo, ...] = ()
 
 
 KEYS: tuple[Key, ...] = (
@@ -44,6 +78,10 @@ KEYS: tuple[Key, ...] = (
         check=check.matches(naming.ZONE, "a zone looks like us-east5-b")),
     Key("region", "string", "Region of the VPC subnets; derived from zone when unset, and must contain zone.", DERIVED,
         check=check.matches(naming.REGION, "a region looks like us-east5")),
+    Key("tpuZoneCheck", "boolean", "Check zone and region against the tables in infra/config/tpu_zones.py (GCP "
+        "regions; the zones the Cloud TPU \"TPU regions and zones\" page lists for each TPU generation). Set false "
+        "only for a zone or region newer than those tables; a zone the tables already list is refused with false.",
+        True),
     # --- GKE cluster ---
     Key("clusterName", "string", "GKE cluster name (also the prefix of network and service-account names).",
         "tpu-multislice",
@@ -54,35 +92,49 @@ KEYS: tuple[Key, ...] = (
     Key("releaseChannel", "string", "GKE release channel.", "REGULAR",
         ("RAPID", "REGULAR", "STABLE", "EXTENDED", "UNSPECIFIED")),
     Key("deletionProtection", "boolean", "Refuse to delete the GKE cluster (set false for throw-away stacks).", True),
-    Key("systemPoolMachineType", "string", "Machine type of the CPU node pool for system pods and the Ray head "
-        "(Standard mode only).", "e2-standard-16"),
-    Key("systemPoolNodes", "integer", "Nodes in the CPU node pool (Standard mode only).", 1,
-        check=check.at_least(1, "at least 1 (the Ray head runs there)")),
+    Key("systemPoolMachineType", "string", "Machine type of the CPU node pool for system pods and the Ray or "
+        "Pathways head. Unset: e2-standard-16, or n2-standard-64 with workloadBackend=pathways (the Pathways head "
+        "needs more than e2-standard-16 holds; n2-standard-64 is the Pathways on GKE guide's CPU machine type).",
+        DERIVED, check=check.machine_type("e2-standard-16"), applies_to=(_ON_STANDARD,)),
+    Key("systemPoolNodes", "integer", "Nodes in the CPU node pool.", 1,
+        check=check.at_least(1, "at least 1 (the Ray head runs there)"), applies_to=(_ON_STANDARD,)),
     # --- TPU slices ---
     Key("tpuGeneration", "string", "TPU generation (see core/tpu_catalog.py).", "v6e",
         ("v4", "v5e", "v5p", "v6e", "tpu7x")),
     Key("tpuTopology", "string", "Chip topology of one slice, e.g. 4x4 (v5e/v6e) or 2x2x4 (v4/v5p/tpu7x).", "4x4"),
     Key("tpuMachineType", "string", "TPU VM machine type; unset picks the catalog's multi-host type for "
-        "multi-host topologies.", DERIVED),
+        "multi-host topologies.", DERIVED,
+        check=check.machine_type("ct6e-standard-4t"), applies_to=(_ON_STANDARD,)),
     Key("slices", "integer", "Number of TPU slices; one node pool each.", 2,
         check=check.at_least(1)),
     Key("capacity", "string", "How TPU VMs are obtained.", "on-demand",
         ("on-demand", "spot", "reservation", "flex-start")),
-    Key("reservationName", "string", "Specific reservation to consume; required when capacity is reservation.", ""),
+    Key("reservationName", "string", "Specific reservation to consume (NAME, or projects/PROJECT/reservations/NAME "
+        "for a shared one); required when capacity is reservation.", "",
+        check=check.reservation_name,
+        applies_to=(AppliesTo("capacity", ("reservation",), "only capacity=reservation consumes a reservation"),)),
     # --- Networking ---
-    Key("nodeCidr", "string", "Primary subnet range for nodes.", "10.0.0.0/20"),
-    Key("podCidr", "string", "Secondary range for pods.", "10.4.0.0/14"),
+    Key("nodeCidr", "string", "Primary subnet range for nodes (CIDR with prefix; room for every node the stack "
+        "creates).", "10.0.0.0/20"),
+    Key("podCidr", "string", "Secondary range for pods (CIDR with prefix; GKE gives each node a /24 of it, so it "
+        "must hold nodes x 256 addresses).", "10.4.0.0/14"),
     Key("serviceCidr", "string", "Secondary range for services.", "10.8.0.0/20"),
     Key("dcn", "boolean", "Create extra VPCs for the data-center network between slices and attach them to "
-        "every TPU node.", False),
+        "every TPU node.", False,
+        applies_to=(AppliesTo("clusterMode", ("standard",), "Autopilot creates and configures nodes itself and "
+                              "cannot attach extra node networks to TPU VMs"),)),
     Key("dcnMtu", "integer", "MTU of the extra DCN VPCs (1300-8896).", 8896,
-        check=check.mtu),
-    Key("dcnSubnets", "array", "One subnet range per extra DCN VPC.", ("10.50.0.0/16", "10.60.0.0/16")),
-    Key("dranet", "boolean", "Hand the DCN NICs to pods through GKE managed DRANET (needs dcn).", False),
+        check=check.mtu, applies_to=(_WITH_DCN,)),
+    Key("dcnSubnets", "array", "One subnet range per extra DCN VPC.", ("10.50.0.0/16", "10.60.0.0/16"),
+        applies_to=(_WITH_DCN,)),
+    Key("dranet", "boolean", "Hand the DCN NICs to pods through GKE managed DRANET (needs dcn).", False,
+        applies_to=(AppliesTo("dcn", (True,), "DRANET hands out the DCN NICs, and there are none without dcn"),)),
     # --- Checkpoint storage ---
     Key("bucketName", "string", "Checkpoint bucket name; default PROJECT-CLUSTER-ckpt.", DERIVED,
         check=check.bucket_name),
-    Key("bucketLocation", "string", "Checkpoint bucket location; default the region.", DERIVED),
+    Key("bucketLocation", "string", "Checkpoint bucket location: a region, a dual-region (e.g. NAM4) or a "
+        "multi-region (US, EU, ASIA), never a zone; default the region.", DERIVED,
+        check=check.bucket_location),
     Key("keepCheckpointsOnDestroy", "boolean", "Keep the checkpoint bucket when the stack is destroyed "
         "(false lets destroy delete it with its objects).", True),
     Key("softDeleteDays", "integer", "Days deleted checkpoint objects stay recoverable (0 or 7-90).", 7,
@@ -99,83 +151,99 @@ KEYS: tuple[Key, ...] = (
     Key("model", "string", "Model preset (core/presets.py): llama3-8b, llama3-70b, qwen3-0.6b.", "llama3-8b"),
     Key("trainSteps", "integer", "Training steps of the job.", 200,
         check=check.at_least(1)),
-    Key("checkpointPeriod", "integer", "Save a checkpoint every this many steps (MaxText checkpoint_period).", 50,
+    Key("checkpointPeriod", "integer", "Save a checkpoint every this many steps (MaxText checkpoint_period). "
+        f"Unset: {DEFAULT_CHECKPOINT_PERIOD}, or trainSteps when the run is shorter.", DERIVED,
         check=check.at_least(1)),
-    Key("perDeviceBatchSize", "string", "MaxText per_device_batch_size (may be fractional, e.g. 0.5); unset lets "
-        "the planner pick the preset's tuned value, lowered until it fits HBM.", DERIVED,
-        check=check.positive_number),
+    Key("perDeviceBatchSize", "string", "MaxText per_device_batch_size, e.g. 2; the global batch (this x JAX "
+        "devices) must split evenly over the mesh's data/fsdp shards, which on this planner's fully sharded meshes "
+        "means a whole number. Unset lets the planner pick the preset's tuned value, lowered until it fits HBM.",
+        DERIVED, check=check.positive_number),
     Key("elasticMinSlices", "integer", "Elastic training: the fewest slices the job keeps running on. Unset: on "
-        "spot, the fewest slices the model fits on; otherwise all slices (fixed size).", DERIVED),
+        "spot, the fewest slices the model fits on; otherwise all slices (fixed size).", DERIVED,
+        applies_to=(AppliesTo("workloadBackend", ("rayjob",), "elastic training on fewer slices is Ray Train's; "
+                              "JobSet restarts the whole JobSet and Pathways restores on the full mesh (use "
+                              "pathwaysElasticSlices there)"),)),
     Key("maxFailures", "integer", "Ray Train FailureConfig.max_failures (-1 = retry forever). Unset: -1 on spot, "
         "3 otherwise.", DERIVED,
-        check=check.at_least(-1, "-1 (retry forever) or at least 0")),
+        check=check.at_least(-1, "-1 (retry forever) or at least 0"),
+        applies_to=(AppliesTo("workloadBackend", ("rayjob",), "Ray Train's failure config; JobSets use "
+                              "maxRestarts"),)),
     Key("workerEnvironment", "string", "How the workers get their locked Python environment "
         "(worker_env/requirements.lock): runtime (Ray workers and JobSet pods install the lock when they start; no "
         "Docker needed) or image (the stack builds worker_env/Dockerfile, pushes it to an Artifact Registry "
         "repository it creates and runs every pod on it; needs Docker where pulumi up runs). Not used by "
-        "workloadBackend=pathways, which runs pathwaysTrainerImage.", "runtime", ("runtime", "image")),
+        "workloadBackend=pathways, which runs pathwaysTrainerImage.", "runtime", ("runtime", "image"),
+        applies_to=(_ON_RAY_OR_JOBSET,)),
     Key("maxtextVersion", "string", "MaxText release the workers install (>= 0.2.2; older ones train the wrong "
         "model).", "0.2.5",
-        check=check.maxtext_release),
+        check=check.maxtext_release, applies_to=(_ON_RAY_OR_JOBSET,)),
     Key("rayImage", "string", "Container image of the Ray head and TPU workers (pinned release; Python 3.12 for "
         "MaxText).", "rayproject/ray:2.60.0-py312",
-        check=check.pinned_image("rayproject/ray:2.60.0-py312")),
+        check=check.pinned_image("rayproject/ray:2.60.0-py312"), applies_to=(_ON_RAY,)),
     Key("rayClusterName", "string", "Name of the RayCluster (KubeRay allows at most 53 characters).", "maxtext",
-        check=check.dns1035(naming.RAYCLUSTER_NAME_MAX)),
+        check=check.dns1035(naming.RAYCLUSTER_NAME_MAX), applies_to=(_ON_RAY,)),
     Key("rayJobName", "string", "Prefix of the RayJob name; a hash of the job's inputs is appended (at most 47 "
         "characters in all).", "maxtext-train",
-        check=check.dns1035(naming.RAYJOB_NAME_MAX - naming.HASH_SUFFIX)),
+        check=check.dns1035(naming.RAYJOB_NAME_MAX - naming.HASH_SUFFIX), applies_to=(_ON_RAY,)),
     Key("dashboardExposure", "string", "How the Ray dashboard and job API are reachable: cluster-ip (in-cluster "
         "only; use kubectl port-forward) or internal-lb (an internal load balancer limited to "
-        "dashboardSourceRanges).", "cluster-ip", ("cluster-ip", "internal-lb")),
-    Key("dashboardSourceRanges", "array", "Source CIDR ranges allowed to reach the internal load balancer.", ()),
+        "dashboardSourceRanges).", "cluster-ip", ("cluster-ip", "internal-lb"), applies_to=(_ON_RAY,)),
+    Key("dashboardSourceRanges", "array", "Source CIDR ranges allowed to reach the internal load balancer.", (),
+        applies_to=(_ON_RAY, AppliesTo("dashboardExposure", ("internal-lb",), "only the internal load balancer "
+                                       "has source ranges"))),
     # --- JobSet + Kueue backend (workloadBackend=jobset) ---
     Key("smokeTest", "boolean", "Run the multislice smoke job (trainer/smoke.py: device count and a cross-slice "
-        "all-reduce) next to training, on either backend.", True),
+        "all-reduce) next to training (Ray and JobSet backends).", True, applies_to=(_ON_RAY_OR_JOBSET,)),
     Key("jobsetImage", "string", "Container image of the JobSet training and smoke pods (pinned tag or digest, "
         "Python 3.12); the pinned MaxText and JAX are pip-installed at start unless the image has them.",
         "python:3.12.11-slim-bookworm",
-        check=check.pinned_image("python:3.12.11-slim-bookworm")),
+        check=check.pinned_image("python:3.12.11-slim-bookworm"), applies_to=(_ON_JOBSET,)),
     Key("jobsetName", "string", "Prefix of the training JobSet's name (DNS-1035, at most 24 characters); a hash "
         "of its inputs is appended, and the smoke JobSet is PREFIX-smoke-HASH.", "maxtext",
-        check=check.dns1035(naming.JOBSET_PREFIX_MAX)),
+        check=check.dns1035(naming.JOBSET_PREFIX_MAX), applies_to=(_ON_JOBSET,)),
     Key("maxRestarts", "integer", "JobSet failurePolicy.maxRestarts: how often a failed JobSet is recreated "
         "as a whole (0 or more).", 3,
-        check=check.at_least(0, "0 or more (JobSet failurePolicy.maxRestarts)")),
+        check=check.at_least(0, "0 or more (JobSet failurePolicy.maxRestarts)"),
+        applies_to=(AppliesTo("workloadBackend", ("jobset", "pathways"), "only JobSets have failurePolicy."
+                              "maxRestarts; the Ray backend uses maxFailures"),)),
     Key("kueueTpuQuota", "integer", "Kueue ClusterQueue nominal quota of google.com/tpu chips; unset = slices x "
-        "chips per slice. Less than the workload needs is refused (Kueue could never admit it).", DERIVED),
+        "chips per slice. Less than the workload needs is refused (Kueue could never admit it).", DERIVED,
+        applies_to=(AppliesTo("workloadBackend", ("jobset",), "only the JobSet backend queues through Kueue"),)),
     # --- Pathways backend (workloadBackend=pathways) ---
     Key("pathwaysJobName", "string", "Name of the Pathways JobSet (DNS-1035 label of at most 28 characters, the "
         "limit MaxText's elastic-training guide gives for Pathways workload names).", "maxtext-pathways",
-        check=check.dns1035(naming.PATHWAYS_NAME_MAX)),
+        check=check.dns1035(naming.PATHWAYS_NAME_MAX), applies_to=(_ON_PATHWAYS,)),
     Key("pathwaysElasticSlices", "integer", "Slices the run may lose without ending its Pathways session (xpk "
         "--elastic-slices; the proxy's --num_elastic_slices). 0 turns elastic training off; must be below "
         "slices.", 0,
-        check=check.at_least(0, "0 (not elastic) or more")),
+        check=check.at_least(0, "0 (not elastic) or more"), applies_to=(_ON_PATHWAYS,)),
     Key("pathwaysMaxSliceRestarts", "integer", "Restarts allowed per slice (xpk --max-slice-restarts): the worker "
         "Job's backoffLimit is this times the hosts per slice.", 10,
-        check=check.at_least(0, "0 or more")),
+        check=check.at_least(0, "0 or more"), applies_to=(_ON_PATHWAYS,)),
     Key("pathwaysElasticMaxRetries", "integer", "MaxText elastic_max_retries: in-process recoveries before the run "
         "gives up (at least 1 when elastic).", 10,
-        check=check.at_least(0, "0 or more (1 or more when elastic)")),
+        check=check.at_least(0, "0 or more (1 or more when elastic)"), applies_to=(_ON_PATHWAYS,)),
     Key("pathwaysElasticTimeoutSeconds", "integer", "MaxText elastic_timeout_seconds: how long a recovery waits for "
         "the lost slice to come back.", 300,
-        check=check.at_least(1, "at least 1 second")),
+        check=check.at_least(1, "at least 1 second"), applies_to=(_ON_PATHWAYS,)),
     Key("pathwaysProfiling", "boolean", "MaxText profiler=xplane. Refused together with elastic training (MaxText "
-        "does not support an elastic event during a profile).", False),
+        "does not support an elastic event during a profile).", False, applies_to=(_ON_PATHWAYS,)),
     Key("pathwaysServerImage", "string", "Pathways resource manager and worker image (pinned tag or digest; the "
         "JAX of its tag, jax-<version> or <date>-jax_<version>, must be the JAX of pathwaysTrainerImage).",
         "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:20261001-jax_0.10.2"
         "@sha256:3b2c87dccc93266d84e7fcf5be84fcbcf97d7f837b4e8a0f318eb52cef4c0836",
-        check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.0")),
+        check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.0"),
+        applies_to=(_ON_PATHWAYS,)),
     Key("pathwaysProxyImage", "string", "Pathways IFRT proxy image (pinned; same release tag as "
         "pathwaysServerImage).",
         "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:20261001-jax_0.10.2"
         "@sha256:99abf3bb5d536659fa50dfbecdf53c4e3dfd1a803406e560a2ce845e7289f401",
-        check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.10.0")),
+        check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.10.0"),
+        applies_to=(_ON_PATHWAYS,)),
     Key("pathwaysTrainerImage", "string", "Image of the MaxText container in the Pathways head (pinned; MaxText >= "
         "0.2.4 for the elastic keys).", "us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_pre_training:0.2.4",
-        check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_pre_training:0.2.4")),
+        check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_pre_training:0.2.4"),
+        applies_to=(_ON_PATHWAYS,)),
 )
 
 KEYS_BY_NAME = {key.name: key for key in KEYS}

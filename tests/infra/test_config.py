@@ -122,7 +122,8 @@ def test_version_prefix_satisfies_minimum_of_same_minor():
 
 @pytest.mark.parametrize("overrides, words", [
     # GKE flex-start: "TPU v3 and v4 are not supported" (cloud.google.com/kubernetes-engine/docs/concepts/provisioning-model)
-    ({"capacity": "flex-start", "tpuGeneration": "v4", "tpuTopology": "2x2x2", "model": "qwen3-0.6b"},
+    ({"capacity": "flex-start", "tpuGeneration": "v4", "tpuTopology": "2x2x2", "model": "qwen3-0.6b",
+      "zone": "us-central2-b"},
      ["capacity='flex-start'", "tpuGeneration='v4'"]),
     # Managed DRANET machine families: cluster-toolkit gke-node-pool is_dranet_supported_machine (ct6e-, tpu7x-).
     ({"dcn": "true", "dranet": "true", "tpuGeneration": "v5e", "model": "qwen3-0.6b"},

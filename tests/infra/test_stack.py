@@ -225,7 +225,7 @@ def test_reservation_capacity_consumes_the_named_reservation():
 
 
 def test_tpu7x_slices_are_placed_by_a_workload_policy():
-    run = run_program({**MINIMAL, "tpuGeneration": "tpu7x", "tpuTopology": "2x2x4"})
+    run = run_program({**MINIMAL, "zone": "us-central1-c", "tpuGeneration": "tpu7x", "tpuTopology": "2x2x4"})
     policy = run.one("gcp:compute/resourcePolicy:ResourcePolicy")
     assert policy.inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x4"}
     for pool in slice_pools(run):
