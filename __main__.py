@@ -11,8 +11,9 @@ from infra.network import ClusterNetwork
 from infra.services import ProjectServices
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
+from infra.worker_image import WorkerImage, WorkerImageSpec, content_tag
 from workloads.backends import WorkloadContext, deploy_workload, run_name
-from workloads.bundle import load_bundle
+from workloads.bundle import image_inputs, load_bundle
 
 try:
     config = build(raw_from_pulumi())
@@ -34,13 +35,22 @@ cluster = GkeCluster("gke", config, network, node_account.email, depends_on=serv
 pools = None if config.cluster.autopilot else TpuSlicePools(
     "tpu-slices", config, cluster, network, node_account.email)
 
+bundle = load_bundle()
+worker_image = None if config.worker_image is None else WorkerImage(
+    "worker-image", WorkerImageSpec(project=config.gcp.project, region=config.gcp.region,
+                                    repository_id=config.worker_image.repository_id,
+                                    tag=content_tag(image_inputs(bundle))),
+    node_account.email, depends_on=services.ready)
+
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
                             opts=pulumi.ResourceOptions(deleted_with=cluster.cluster))
 identity = WorkloadIdentity("workload-identity", config, bucket.bucket, cluster.cluster, k8s_provider,
                             node_account.email)
 workload_exports = deploy_workload(config, WorkloadContext(
-    bundle=load_bundle(), namespace=identity.namespace, service_account=identity.service_account,
-    cluster=cluster.cluster, cluster_location=cluster.location, k8s_provider=k8s_provider))
+    bundle=bundle, namespace=identity.namespace, service_account=identity.service_account,
+    cluster=cluster.cluster, cluster_location=cluster.location, k8s_provider=k8s_provider,
+    worker_image=worker_image.ref if worker_image else None,
+    worker_image_ready=worker_image.ready if worker_image else []))
 # Charts this stack's slices and the launched run's goodput (its workload_id is the backend's run_name).
 dashboard = TrainingDashboard("dashboard", dashboard_inputs(config, cluster.location, run_name(config)),
                               depends_on=services.ready)

@@ -5,7 +5,7 @@ tell the user where to watch it. Adding a backend = one function here + its comp
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pulumi
@@ -33,6 +33,8 @@ class WorkloadContext:
     cluster: pulumi.Resource            # the GKE cluster (Kubernetes objects are deleted with it)
     cluster_location: str
     k8s_provider: k8s.Provider
+    worker_image: str | None = None     # workerEnvironment=image: the built image every pod runs
+    worker_image_ready: list[pulumi.Resource] = field(default_factory=list)   # pods wait for its push
 
     @property
     def provider_options(self) -> pulumi.ResourceOptions:
@@ -41,7 +43,8 @@ class WorkloadContext:
 
 def _rayjob(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
     workload = RayWorkload("ray", config, context.bundle, context.namespace, context.service_account,
-                           context.cluster, opts=context.provider_options)
+                           context.cluster, opts=context.provider_options, worker_image=context.worker_image,
+                           worker_image_ready=context.worker_image_ready)
     exports = ray_exports(config, context.cluster_location, workload.job_name)
     if workload.smoke_job_name:
         exports.update(ray_smoke_exports(config.kubernetes.namespace, workload.smoke_job_name))

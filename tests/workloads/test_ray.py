@@ -17,13 +17,15 @@ from preview.harness import FAKE_PROJECT_NUMBER, run_program
 from preview.stack_files import load_stack_config
 from core.tpu_catalog import chips_in
 from tests.conftest import assert_matches_golden, COMMITTED_STACKS, MINIMAL, REPO, committed_stack_run
+from core.worker_lock import load_pins, requirement_lines
 from workloads import common
 from workloads.ray import spec as ray_inputs
 from workloads.ray.component import ray_objects
 from workloads.bundle import TrainerBundle, load_bundle
 
 # Goldens use a fixed stand-in for the trainer code so they change only when the manifests' shape does.
-FIXED_BUNDLE = TrainerBundle({"trainer/__init__.py": "", "trainer/entrypoint.py": "# stand-in\n"})
+FIXED_BUNDLE = TrainerBundle({"trainer/__init__.py": "", "trainer/entrypoint.py": "# stand-in\n",
+                              "worker_env/requirements.lock": "maxtext==0.2.5 \\\n    --hash=sha256:00\nray==2.60.0\n"})
 
 
 def stack_config(stack: str):
@@ -167,7 +169,10 @@ def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
     spec = job["spec"]
     assert spec["clusterSelector"] == {"ray.io/cluster": by_kind(objects, "RayCluster")[0]["metadata"]["name"]}
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
-    assert runtime_env["pip"] == ["maxtext==0.2.5", ray_inputs.WORKER_JAX]
+    # Exactly the lock: every locked package at its version, nothing resolved again.
+    assert runtime_env["uv"]["uv_pip_install_options"] == ["--no-deps"]
+    assert runtime_env["uv"]["packages"] == requirement_lines(load_pins(REPO))
+    assert "maxtext==0.2.5" in runtime_env["uv"]["packages"] and "ray==2.60.0" in runtime_env["uv"]["packages"]
     volume = spec["submitterPodTemplate"]["spec"]["volumes"][0]["configMap"]
     assert volume["name"] == code["metadata"]["name"] and code["immutable"] is True
     mount = spec["submitterPodTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
@@ -185,10 +190,15 @@ def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
     assert len(job["metadata"]["name"]) <= 47 and len(by_kind(objects, "RayCluster")[0]["metadata"]["name"]) <= 53
 
 
-def test_worker_jax_matches_the_tested_pin():
-    pins = (REPO / "requirements-trainer.txt").read_text()
-    version = ray_inputs.WORKER_JAX.split("==")[1]
-    assert re.search(rf"^jax==({re.escape(version)})\s*$", pins, re.M), "workers must install the tested JAX"
+def test_with_the_image_path_every_pod_runs_the_built_image_and_installs_nothing():
+    config = build({**load_stack_config("prod", REPO), "workerEnvironment": "image"})
+    ref = "us-east5-docker.pkg.dev/my-tpu-project/tpu-multislice-images/worker:0123456789abcdef"
+    objects = ray_objects(config, FIXED_BUNDLE, worker_image=ref)
+    cluster = objects["ray-cluster"]["spec"]
+    images = {c["image"] for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+              for c in group["template"]["spec"]["containers"]}
+    assert images == {ref}
+    assert "uv" not in yaml.safe_load(objects["ray-job"]["spec"]["runtimeEnvYAML"])
 
 
 def test_same_inputs_same_names_and_changes_relaunch_the_job():

@@ -12,16 +12,16 @@ from workloads.k8s_objects import register
 from workloads.bundle import TrainerBundle, short_digest
 
 
-def ray_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict]:
+def ray_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | None = None) -> dict[str, dict]:
     """Logical name → manifest, in the order they are registered (pure; the plan and tests use it too)."""
-    spec = ray_inputs.ray_spec(config)
+    spec = ray_inputs.ray_spec(config, worker_image)
     objects: dict[str, dict] = {}
     if spec.dranet_claim_template:
         objects["dcn-netdevs"] = common.resource_claim_template(
             spec.dranet_claim_template, spec.namespace, len(config.network.dcn_subnets))
     objects["ray-cluster"] = ray_manifests.ray_cluster(spec, ray_inputs.ray_version(spec.image))
     # The job's name carries a hash of its code and command: any change relaunches it, no change leaves it be.
-    job_inputs = ray_inputs.job_command(config), ray_inputs.runtime_env(config)
+    job_inputs = ray_inputs.job_command(config), ray_inputs.runtime_env(config, bundle)
     job_digest = short_digest(bundle.digest, repr(job_inputs))
     code_name = f"{config.ray.job_name}-code-{bundle.short_digest}"
     objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
@@ -42,12 +42,14 @@ class RayWorkload(pulumi.ComponentResource):
 
     def __init__(self, name: str, config: StackConfig, bundle: TrainerBundle, namespace: pulumi.Resource,
                  service_account: pulumi.Resource, cluster: pulumi.Resource,
-                 opts: pulumi.ResourceOptions | None = None):
+                 opts: pulumi.ResourceOptions | None = None, worker_image: str | None = None,
+                 worker_image_ready: list[pulumi.Resource] | None = None):
         super().__init__(component_type("workloads", "RayWorkload"), name, None, opts)
-        objects = ray_objects(config, bundle)
+        objects = ray_objects(config, bundle, worker_image)
         # Everything lives in the namespace and runs as the Workload Identity service account; all of it goes
         # away with the cluster, so destroy never waits on KubeRay finalizers of a cluster being deleted.
-        base = dict(depends_on=[namespace, service_account], deleted_with=cluster)
+        # Pods wait for their image's push (workerEnvironment=image).
+        base = dict(depends_on=[namespace, service_account, *(worker_image_ready or [])], deleted_with=cluster)
         self.resources: dict[str, pulumi.CustomResource] = {}
         for logical_name, obj in objects.items():
             extra = {}

@@ -6,13 +6,12 @@ import shlex
 
 from core.tpu_env import pod_dcn_nics
 from infra import naming
+from core.worker_lock import LOCK_PATH, parse_pins, requirement_lines
 from infra.config import StackConfig
+from workloads.bundle import TrainerBundle
 from workloads import common
 from workloads.ray.manifests import RaySpec
 
-# JAX the TPU workers install next to MaxText: the version the trainer is tested with
-# (requirements-trainer.txt pins the same; tests/test_workloads_ray.py checks they agree).
-WORKER_JAX = "jax[tpu]==0.10.2"
 # Ray version assumed when the image tag does not start with one (e.g. a custom image).
 DEFAULT_RAY_VERSION = "2.60.0"
 
@@ -22,13 +21,13 @@ def ray_version(image: str) -> str:
     return match.group(1) if match else DEFAULT_RAY_VERSION
 
 
-def ray_spec(config: StackConfig) -> RaySpec:
+def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
     tpu, ray = config.tpu, config.ray
     return RaySpec(
         namespace=config.kubernetes.namespace,
         service_account=config.kubernetes.service_account,
         cluster_name=ray.cluster_name,
-        image=ray.image,
+        image=worker_image or ray.image,
         shape=tpu.shape,
         slices=tpu.slices,
         min_slices=config.workload.plan.min_slices,
@@ -90,7 +89,13 @@ def job_command(config: StackConfig) -> list[str]:
     return ["bash", "-c", f"{shlex.join(smoke_command(config))} && exec {shlex.join(train)}"]
 
 
-def runtime_env(config: StackConfig) -> dict:
-    """Packages every Ray worker installs before the job starts: MaxText pinned (>= 0.2.2, docs/platform-notes.md §6) and the
-    JAX the trainer is tested with."""
-    return {"pip": [f"maxtext=={config.workload.maxtext_version}", WORKER_JAX]}
+def runtime_env(config: StackConfig, bundle: TrainerBundle) -> dict:
+    """What every Ray worker installs before the job starts: exactly the locked environment shipped with the code
+    (worker_env/requirements.lock), every package at its locked version and nothing resolved again (--no-deps).
+    Ray 2.60's runtime_env `uv` field takes the package list and install options
+    (ray/_private/runtime_env/validation.py `parse_and_validate_uv`). With workerEnvironment=image the image
+    already holds the lock and nothing is installed."""
+    if config.workload.worker_environment == "image":
+        return {}
+    pins = parse_pins(bundle.files[LOCK_PATH])
+    return {"uv": {"packages": requirement_lines(pins), "uv_pip_install_options": ["--no-deps"]}}
