@@ -53,7 +53,8 @@ def _rayjob(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
 
 def _jobset(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
     workload = JobSetWorkload("jobset", config, context.bundle, context.namespace, context.service_account,
-                              context.cluster, opts=context.provider_options)
+                              context.cluster, opts=context.provider_options, worker_image=context.worker_image,
+                              worker_image_ready=context.worker_image_ready)
     return jobset_exports(config, workload.jobset_name, workload.smoke_jobset_name)
 
 

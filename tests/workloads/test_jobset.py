@@ -225,7 +225,9 @@ def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, confi
     script = container["command"][2]
     assert container["command"][:2] == ["bash", "-c"]
     assert 'exec python -m maxtext.trainers.pre_train.train "$BASE_CONFIG" "$@"' in script
-    assert "maxtext==0.2.5" in script and "'jax[tpu]==0.10.2'" in script
+    # Exactly the workers' lock, shipped with the code: hashes checked, nothing resolved again.
+    assert ("python -m pip install --no-cache-dir --root-user-action=ignore --no-deps --require-hashes -r "
+            "/opt/tpu-multislice/worker_env/requirements.lock") in script
     args = dict(a.split("=", 1) for a in container["args"])
     assert args["base_output_directory"] == "gs://my-tpu-project-tpu-multislice-jobset-ckpt/maxtext"
     assert args["checkpoint_period"] == str(config.workload.checkpoint_period) == "50"
@@ -271,9 +273,18 @@ def test_smoke_expects_every_jax_device_of_every_slice():
 def test_smoke_can_be_switched_off():
     objects = jobset_inputs.jobset_objects(build({**NO_DRANET, "smokeTest": False}), FIXED_BUNDLE)
     assert [o["kind"] for o in objects.values()].count("JobSet") == 1
-    assert "trainer-code" not in objects
+    # The code ConfigMap stays: it carries the workers' lock the pods install.
+    assert "trainer-code" in objects
     container = objects["jobset"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
     assert "trainer.smoke" not in container["command"][2] and "volumeMounts" in container
+
+
+def test_with_the_image_path_the_pods_run_the_built_image_and_install_nothing():
+    config = build({**NO_DRANET, "workerEnvironment": "image"})
+    ref = "us-east5-docker.pkg.dev/my-tpu-project/tpu-multislice-images/worker:0123456789abcdef"
+    objects = jobset_inputs.jobset_objects(config, FIXED_BUNDLE, worker_image=ref)
+    container = objects["jobset"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == ref and "pip install" not in container["command"][2]
 
 
 # ---- graph ---------------------------------------------------------------------------------------------

@@ -19,13 +19,14 @@ class JobSetWorkload(pulumi.ComponentResource):
 
     def __init__(self, name: str, config: StackConfig, bundle: TrainerBundle, namespace: pulumi.Resource,
                  service_account: pulumi.Resource, cluster: pulumi.Resource,
-                 opts: pulumi.ResourceOptions | None = None):
-        objects = jobset_inputs.jobset_objects(config, bundle)
+                 opts: pulumi.ResourceOptions | None = None, worker_image: str | None = None,
+                 worker_image_ready: list[pulumi.Resource] | None = None):
+        objects = jobset_inputs.jobset_objects(config, bundle, worker_image)
         super().__init__(component_type("workloads", "JobSetWorkload"), name, None, opts)
         self.controllers = WorkloadControllers(
             "controllers", config, opts=child_options(self, deleted_with=cluster))
         # Everything goes away with the cluster, so destroy never waits on finalizers of a cluster being deleted.
-        base = [namespace, service_account]
+        base = [namespace, service_account, *(worker_image_ready or [])]   # pods wait for their image's push
         self.resources: dict[str, pulumi.CustomResource] = {}
         for logical_name, obj in objects.items():
             kind = obj["kind"]

@@ -235,12 +235,11 @@ def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: in
 
 # ---- containers -----------------------------------------------------------------------------------------
 
-def install_pinned(requirements: dict[str, str]) -> str:
-    """Shell: pip-install the pinned packages. pip leaves already-satisfied pins alone without contacting the
-    index, so an image that ships these versions (a prebuilt MaxText/JAX image) starts at once and a plain
-    Python image installs them, like the Ray workers' runtime_env."""
-    pins = [f"{package}=={version}" for package, version in sorted(requirements.items())]
-    return "pip install --no-cache-dir --root-user-action=ignore " + shlex.join(pins)
+def install_lock(lock_path: str) -> str:
+    """Shell: install exactly the workers' locked environment shipped with the code: every file checked against
+    the lock's sha256 (--require-hashes) and nothing resolved again (--no-deps)."""
+    return shlex.join(["python", "-m", "pip", "install", "--no-cache-dir", "--root-user-action=ignore",
+                       "--no-deps", "--require-hashes", "-r", f"{CODE_MOUNT}/{lock_path}"])
 
 
 def smoke_argv(spec: JobSetSpec) -> list[str]:
@@ -251,7 +250,7 @@ def smoke_argv(spec: JobSetSpec) -> list[str]:
 
 
 def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], base_config_placeholder: str,
-                        requirements: dict[str, str], smoke: list[str] | None = None) -> dict:
+                        install: str | None, smoke: list[str] | None = None) -> dict:
     """MaxText's pre_train run directly: `python -m <module> <base.yml of the installed package> key=value...`.
 
     `argv` is core.maxtext_args.pre_train_argv(...) built with `base_config_placeholder`; base.yml is
@@ -266,7 +265,8 @@ def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], bas
     module, base_config, *overrides = argv
     if base_config != base_config_placeholder:
         raise ValueError("argv must be built with the base-config placeholder")
-    lines = ["set -euo pipefail", install_pinned(requirements)]
+    # `install` (install_lock) when the image is a plain Python one; None when it is the built worker image.
+    lines = ["set -euo pipefail", *([install] if install else [])]
     if smoke:
         lines.append(f"(cd {shlex.quote(CODE_MOUNT)} && {shlex.join(smoke)})")
     lines += [
@@ -274,7 +274,7 @@ def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], bas
         "print(r.files('maxtext') / 'configs' / 'base.yml')\")",
         f'exec python -m {shlex.quote(module)} "$BASE_CONFIG" "$@"',
     ]
-    mounts = [code_mount()] if smoke else []
+    mounts = [code_mount()]
     return _container(spec, jobset_name, "maxtext", ["bash", "-c", "\n".join(lines), "pre_train"],
                       list(overrides), mounts)
 

@@ -5,6 +5,7 @@ import json
 
 from core.maxtext_args import RunSettings, pre_train_argv
 from core.tpu_env import pod_dcn_nics
+from core.worker_lock import LOCK_PATH
 from infra.config import StackConfig
 from workloads import common
 from workloads.bundle import TrainerBundle, short_digest
@@ -14,8 +15,6 @@ LOCAL_QUEUE = "tpu-training"
 CLUSTER_QUEUE = "tpu-slices"
 TRAINING_PRIORITY = ("tpu-training", 100, "Multislice MaxText training (JobSet backend).")
 BASE_CONFIG_PLACEHOLDER = "$BASE_CONFIG"
-# JAX installed next to MaxText (the smoke test needs JAX only; same pins as the Ray workers' runtime_env).
-TRAINING_JAX = ("jax[tpu]", "0.10.2")
 
 
 def flavor_name(config: StackConfig) -> str:
@@ -23,11 +22,11 @@ def flavor_name(config: StackConfig) -> str:
     return f"{shape.generation.accelerator_label}-{shape.topology}"
 
 
-def jobset_spec(config: StackConfig) -> jm.JobSetSpec:
+def jobset_spec(config: StackConfig, worker_image: str | None = None) -> jm.JobSetSpec:
     return jm.JobSetSpec(
         namespace=config.kubernetes.namespace,
         service_account=config.kubernetes.service_account,
-        image=config.jobset.image,
+        image=worker_image or config.jobset.image,
         shape=config.tpu.shape,
         slices=config.tpu.slices,
         local_queue=LOCAL_QUEUE,
@@ -58,11 +57,6 @@ def training_argv(config: StackConfig) -> list[str]:
     return pre_train_argv(config.workload.plan, run_settings(config), BASE_CONFIG_PLACEHOLDER)
 
 
-def _requirements(config: StackConfig) -> dict[str, str]:
-    jax_package, jax_version = TRAINING_JAX
-    return {jax_package: jax_version, "maxtext": config.workload.maxtext_version}
-
-
 def _named(build, prefix: str) -> dict:
     """Build a JobSet under a name that carries a hash of its content: any change relaunches it (a JobSet's
     pod template is immutable), no change leaves it running."""
@@ -70,9 +64,9 @@ def _named(build, prefix: str) -> dict:
     return build(f"{prefix}-{short_digest(json.dumps(draft, sort_keys=True))}")
 
 
-def jobset_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict]:
+def jobset_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | None = None) -> dict[str, dict]:
     """Logical name → manifest, in registration order (pure; tests and the offline plan use it)."""
-    spec = jobset_spec(config)
+    spec = jobset_spec(config, worker_image)
     prefix = config.jobset.name_prefix
     objects: dict[str, dict] = {}
     if spec.dranet_claim_template:
@@ -82,20 +76,17 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle) -> dict[str, dict
     objects["cluster-queue"] = jm.cluster_queue(spec)
     objects["local-queue"] = jm.local_queue(spec)
     objects["priority-training"] = jm.workload_priority_class(*TRAINING_PRIORITY)
-    volumes: list[dict] = []
-    smoke = None
-    if config.workload.smoke_test:
-        # The smoke test runs at the start of every training pod (jm.pre_train_container) from the shipped
-        # trainer code: training starts only where it passed, on the TPUs Kueue admitted once.
-        code_name = f"{prefix}-code-{bundle.short_digest}"
-        objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
-        volumes = [common.code_volume(code_name, list(bundle.files))]
-        smoke = jm.smoke_argv(spec)
+    # The shipped code holds the workers' lock (installed at start) and trainer/smoke.py, which runs at the start
+    # of every training pod: training starts only where it passed, on the TPUs Kueue admitted once.
+    code_name = f"{prefix}-code-{bundle.short_digest}"
+    objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
+    volumes = [common.code_volume(code_name, list(bundle.files))]
+    smoke = jm.smoke_argv(spec) if config.workload.smoke_test else None
+    install = None if config.workload.worker_environment == "image" else jm.install_lock(LOCK_PATH)
     argv = training_argv(config)
     objects["jobset"] = _named(lambda name: jm.jobset(
         name=name, spec=spec, priority_class=TRAINING_PRIORITY[0], max_restarts=config.jobset.max_restarts,
-        container=jm.pre_train_container(spec, name, argv, BASE_CONFIG_PLACEHOLDER, _requirements(config),
-                                         smoke=smoke),
+        container=jm.pre_train_container(spec, name, argv, BASE_CONFIG_PLACEHOLDER, install, smoke=smoke),
         volumes=volumes), prefix)
     return objects
 
