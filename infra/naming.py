@@ -62,7 +62,9 @@ def fit(name: str, limit: int) -> str:
 
 
 def image_tag(image: str) -> str:
-    """The tag of a container image reference ('' when untagged; a registry's port is not a tag)."""
+    """The tag of a container image reference ('' when untagged; a registry's port is not a tag, and a digest
+    after the tag, REPO:TAG@sha256:..., is not part of it)."""
+    image = image.split("@", 1)[0]
     return image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
 
 

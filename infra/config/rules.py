@@ -367,7 +367,13 @@ def check_workload(v: dict[str, Any], problems: list[str]) -> None:
                                         "prefix length, e.g. 10.0.0.0/8"))
 
 
-def plan_workload(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> Plan | None:
+# What the planner's verdict depends on, in the order a refusal blames them.
+_PLAN_KEYS = ("perDeviceBatchSize", "model", "elasticMinSlices", "slices", "tpuTopology", "tpuGeneration",
+              "tpuMachineType")
+
+
+def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape | None,
+                  problems: list[str]) -> Plan | None:
     """Run the planner on the config: unknown models, batches that do not divide and models that do not fit
     in HBM are refused here, before anything is registered."""
     if shape is None or v["slices"] is None:
@@ -396,15 +402,14 @@ def plan_workload(v: dict[str, Any], shape: SliceShape | None, problems: list[st
     try:
         return plan(request)
     except PlanError as error:
-        keys = f"model={model!r}, {shape.pod_type} x {slices} slices"
+        keys = f"model={model!r} on {shape.pod_type} x {slices} slices"
         if min_slices is not None:
             keys += f", elasticMinSlices={min_slices}"
-        if v["perDeviceBatchSize"] is not None:
-            # The user's batch is what the planner could not place: name it first.
-            problems.append(f"{NAMESPACE}:perDeviceBatchSize={v['perDeviceBatchSize']!r} is refused by the planner "
-                            f"for {keys}: {error}")
-        else:
-            problems.append(f"{NAMESPACE}: {keys} is refused by the planner: {error}")
+        # Name the key the user set that the planner could not place: the batch first, then the model, then the
+        # shape; the model (default or not) when the user set none of them.
+        blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
+        value = shape.topology if blamed == "tpuTopology" else v[blamed]
+        problems.append(f"{_setting(blamed, value, raw)} is refused by the planner for {keys}: {error}")
         return None
 
 
@@ -433,6 +438,12 @@ def _machine_capacity(machine_type: str) -> tuple[int, int] | None:
     vcpus = int(parts[2])
     per_vcpu = 3 if (parts[0], parts[1]) == ("n1", "standard") else _GIB_PER_VCPU[parts[1]]
     return vcpus, vcpus * per_vcpu
+
+
+def _pathways_jax(image: str) -> str | None:
+    """The JAX release a Pathways image tag names: jax-0.10.2, or 20261001-jax_0.10.2 (digest ignored)."""
+    match = re.search(r"(?:^|-)jax[-_](\d+\.\d+\.\d+)$", naming.image_tag(image))
+    return match.group(1) if match else None
 
 
 def check_pathways(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape | None,
@@ -470,11 +481,15 @@ def check_pathways(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape 
         problems.append(f"{NAMESPACE}:dranet=true conflicts with {NAMESPACE}:workloadBackend='pathways': Pathways "
                         "workers run with hostNetwork and already see every NIC of the TPU VM; set dranet=false")
     server, proxy, trainer = v["pathwaysServerImage"], v["pathwaysProxyImage"], v["pathwaysTrainerImage"]
-    server_tag, proxy_tag = naming.image_tag(server or ""), naming.image_tag(proxy or "")
-    if server_tag.startswith("jax-") and proxy_tag.startswith("jax-") and server_tag != proxy_tag:
-        problems.append(f"{NAMESPACE}:pathwaysProxyImage tag {proxy_tag!r} differs from {NAMESPACE}:"
-                        f"pathwaysServerImage tag {server_tag!r}: the proxy and the servers must be one Pathways "
-                        "release")
+    server_jax, proxy_jax = _pathways_jax(server or ""), _pathways_jax(proxy or "")
+    if server_jax and proxy_jax and server_jax != proxy_jax:
+        # Blame the image the user set (the proxy when both are).
+        mine, other = ("pathwaysProxyImage", "pathwaysServerImage") if "pathwaysProxyImage" in raw or \
+            "pathwaysServerImage" not in raw else ("pathwaysServerImage", "pathwaysProxyImage")
+        jax = {"pathwaysServerImage": server_jax, "pathwaysProxyImage": proxy_jax}
+        problems.append(f"{NAMESPACE}:{mine}={v[mine]!r}: its tag (JAX {jax[mine]}) differs from {NAMESPACE}:"
+                        f"{other} tag (JAX {jax[other]}{'' if other in raw else ', the default'}): the proxy and the "
+                        "servers must be one Pathways release")
     trainer_version = release_tuple(naming.image_tag(trainer or ""))
     if is_elastic and trainer_version is not None and trainer_version < PATHWAYS_MIN_MAXTEXT:
         problems.append(problem("pathwaysTrainerImage", trainer, "MaxText 0.2.4 or later for "
