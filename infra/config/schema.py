@@ -52,7 +52,7 @@ _ON_RAY = AppliesTo("workloadBackend", ("rayjob",), "only the Ray backend (RayCl
 _ON_JOBSET = AppliesTo("workloadBackend", ("jobset",), "only the JobSet + Kueue backend reads it")
 _ON_PATHWAYS = AppliesTo("workloadBackend", ("pathways",), "only the Pathways backend reads it")
 _ON_RAY_OR_JOBSET = AppliesTo("workloadBackend", ("rayjob", "jobset"),
-                              "the Pathways head runs MaxText from pathwaysTrainerImage and has no smoke job")
+                              "the Pathways head runs MaxText from pathwaysTrainerImage")
 _ON_STANDARD = AppliesTo("clusterMode", ("standard",), "Autopilot creates and configures nodes itself")
 _WITH_DCN = AppliesTo("dcn", (True,), "no DCN VPCs exist without dcn=true")
 
@@ -193,7 +193,8 @@ KEYS: tuple[Key, ...] = (
                                        "has source ranges"))),
     # --- JobSet + Kueue backend (workloadBackend=jobset) ---
     Key("smokeTest", "boolean", "Run the multislice smoke job (trainer/smoke.py: device count and a cross-slice "
-        "all-reduce) next to training (Ray and JobSet backends).", True, applies_to=(_ON_RAY_OR_JOBSET,)),
+        "all-reduce) next to training (Ray and JobSet backends).", True,
+        applies_to=(AppliesTo("workloadBackend", ("rayjob", "jobset"), "the Pathways backend has no smoke job"),)),
     Key("jobsetImage", "string", "Container image of the JobSet training and smoke pods (pinned tag or digest, "
         "Python 3.12); the pinned MaxText and JAX are pip-installed at start unless the image has them.",
         "python:3.12.11-slim-bookworm",
