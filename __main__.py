@@ -50,7 +50,8 @@ workload_exports = deploy_workload(config, WorkloadContext(
     bundle=bundle, namespace=identity.namespace, service_account=identity.service_account,
     cluster=cluster.cluster, cluster_location=cluster.location, k8s_provider=k8s_provider,
     worker_image=worker_image.ref if worker_image else None,
-    worker_image_ready=worker_image.ready if worker_image else []))
+    worker_image_ready=worker_image.ready if worker_image else [],
+    nodes_ready=[cluster.system_pool] if cluster.system_pool else []))
 # Charts this stack's slices and the launched run's goodput (its workload_id is the backend's run_name).
 dashboard = TrainingDashboard("dashboard", dashboard_inputs(config, cluster.location, run_name(config)),
                               depends_on=services.ready)

@@ -35,6 +35,7 @@ class WorkloadContext:
     k8s_provider: k8s.Provider
     worker_image: str | None = None     # workerEnvironment=image: the built image every pod runs
     worker_image_ready: list[pulumi.Resource] = field(default_factory=list)   # pods wait for its push
+    nodes_ready: list[pulumi.Resource] = field(default_factory=list)   # the CPU pool controllers run on (Standard)
 
     @property
     def provider_options(self) -> pulumi.ResourceOptions:
@@ -54,13 +55,13 @@ def _rayjob(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
 def _jobset(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
     workload = JobSetWorkload("jobset", config, context.bundle, context.namespace, context.service_account,
                               context.cluster, opts=context.provider_options, worker_image=context.worker_image,
-                              worker_image_ready=context.worker_image_ready)
+                              worker_image_ready=context.worker_image_ready, nodes_ready=context.nodes_ready)
     return jobset_exports(config, workload.jobset_name, workload.smoke_jobset_name)
 
 
 def _pathways(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
     workload = PathwaysWorkload("pathways", config, context.namespace, context.service_account, context.cluster,
-                                opts=context.provider_options)
+                                opts=context.provider_options, nodes_ready=context.nodes_ready)
     return pathways_exports(config, context.cluster_location, workload.jobset_name)
 
 

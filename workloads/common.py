@@ -35,6 +35,14 @@ def tpu_node_selector(shape: SliceShape, extra: dict[str, str] | None = None) ->
             **(extra or {})}
 
 
+# libtpu serves its runtime metrics (duty cycle, HBM use) on this port of the TPU container; GKE's TPU metrics
+# (kubernetes.io/node/accelerator/*) read it. GKE's TPU Multislice JobSet example declares it:
+# "containerPort: 8431 # Port to export TPU runtime metrics, if supported"
+# (https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice). An assumption until a real cluster shows
+# the dashboard's duty-cycle and HBM charts filled.
+TPU_METRICS_PORT = {"name": "tpu-metrics", "containerPort": 8431}
+
+
 def tpu_pod_cpu(shape: SliceShape) -> int:
     """What the node can allocate under its pool's SMT setting, less GKE's reservation and its DaemonSets."""
     return node_capacity(shape.machine).pod_cpu

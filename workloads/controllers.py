@@ -50,10 +50,13 @@ class WorkloadControllers(pulumi.ComponentResource):
     releases are then deleted with the cluster instead of being uninstalled one by one on destroy.
     """
 
-    def __init__(self, name: str, config: StackConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, config: StackConfig, nodes_ready: list[pulumi.Resource] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("workloads", "WorkloadControllers"), name, None, opts)
         deleted_with = opts.deleted_with if opts else None
-        self.jobset = self._release(JOBSET_CHART, deleted_with, depends_on=[])
+        # An atomic release whose pods cannot be scheduled times out and is rolled back: in Standard mode the
+        # cluster has no node until the system pool is up (the default pool is removed), so wait for it.
+        self.jobset = self._release(JOBSET_CHART, deleted_with, depends_on=list(nodes_ready or []))
         self.kueue = self._release(KUEUE_CHART, deleted_with, depends_on=[self.jobset], values=kueue_values(config))
         # Workload objects depend on both: the CRDs and the admission webhooks must be serving first.
         self.ready: list[pulumi.Resource] = [self.jobset, self.kueue]

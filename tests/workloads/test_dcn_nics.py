@@ -104,3 +104,21 @@ def test_pathways_workers_run_libtpu_and_get_the_flag_the_head_does_not():
     plain = pathways_objects(build(PATHWAYS))["pathways-jobset"]
     [worker] = [job for job in plain["spec"]["replicatedJobs"] if job["name"] == "worker"]
     assert interface_flag(worker["template"]["spec"]["template"]["spec"]["containers"][0]) is None
+
+
+def test_tpu_containers_expose_the_libtpu_metrics_port():
+    """GKE's TPU Multislice JobSet example: "containerPort: 8431 # Port to export TPU runtime metrics, if
+    supported" (https://cloud.google.com/kubernetes-engine/docs/how-to/tpu-multislice); without it the dashboard's
+    duty-cycle and HBM charts stay empty."""
+    from preview.stack_files import load_stack_config
+    from tests.conftest import REPO
+    from workloads.bundle import load_bundle
+    from workloads.jobset.spec import jobset_objects
+    from workloads.ray.component import ray_objects
+    from infra.config import build
+    ray = ray_objects(build(load_stack_config("prod", REPO)), load_bundle())["ray-cluster"]
+    [worker] = ray["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
+    jobset = jobset_objects(build(load_stack_config("jobset", REPO)), load_bundle())["jobset"]
+    [pod] = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    for container in (worker, pod):
+        assert {"name": "tpu-metrics", "containerPort": 8431} in container["ports"]

@@ -394,3 +394,14 @@ def test_manifests_match_golden(config):
     """Regenerate with UPDATE_GOLDENS=1 .venv/bin/python -m pytest tests/workloads/test_jobset.py"""
     objects = jobset_inputs.jobset_objects(config, FIXED_BUNDLE)
     assert_matches_golden("jobset-jobset", objects)
+
+
+@pytest.mark.parametrize("stack", ["jobset", "pathways"])
+def test_helm_controllers_wait_for_the_system_pool(stack):
+    """The releases are atomic: a chart whose pods cannot be scheduled times out and is rolled back, and a Standard
+    cluster has no node until the system pool exists (the default pool is removed; pulumi-kubernetes
+    helm.v3.Release `atomic`)."""
+    run = committed_stack_run(stack)
+    [system_pool] = [r for r in run.resources if r.type == "gcp:container/nodePool:NodePool" and r.name == "system"]
+    releases = {r.name: r for r in run.of_type(RELEASE)}
+    assert system_pool.urn in releases["jobset"].dependencies

@@ -20,11 +20,12 @@ class JobSetWorkload(pulumi.ComponentResource):
     def __init__(self, name: str, config: StackConfig, bundle: TrainerBundle, namespace: pulumi.Resource,
                  service_account: pulumi.Resource, cluster: pulumi.Resource,
                  opts: pulumi.ResourceOptions | None = None, worker_image: str | None = None,
-                 worker_image_ready: list[pulumi.Resource] | None = None):
+                 worker_image_ready: list[pulumi.Resource] | None = None,
+                 nodes_ready: list[pulumi.Resource] | None = None):
         objects = jobset_inputs.jobset_objects(config, bundle, worker_image)
         super().__init__(component_type("workloads", "JobSetWorkload"), name, None, opts)
         self.controllers = WorkloadControllers(
-            "controllers", config, opts=child_options(self, deleted_with=cluster))
+            "controllers", config, nodes_ready, opts=child_options(self, deleted_with=cluster))
         # Everything goes away with the cluster, so destroy never waits on finalizers of a cluster being deleted.
         base = [namespace, service_account, *(worker_image_ready or [])]   # pods wait for their image's push
         self.resources: dict[str, pulumi.CustomResource] = {}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape, chips_in
 from core.tpu_env import MEGASCALE_PORT, tpu_worker_env
-from workloads.common import (CODE_MOUNT, labels, code_mount, tpu_node_selector, tpu_pod_cpu,
+from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, labels, code_mount, tpu_node_selector, tpu_pod_cpu,
                               tpu_pod_memory_gib, tpu_pod_requests)
 from workloads.kueue_config import DRANET_QUOTA_RESOURCE
 
@@ -154,7 +154,7 @@ def multislice_env(jobset_name: str, slices: int) -> list[dict]:
 def _container(spec: JobSetSpec, jobset_name: str, name: str, command: list[str], args: list[str],
                mounts: list[dict]) -> dict:
     requests = tpu_pod_requests(spec.shape)
-    ports = [{"name": "tpu-runtime", "containerPort": TPU_RUNTIME_PORT}]
+    ports = [{"name": "tpu-runtime", "containerPort": TPU_RUNTIME_PORT}, dict(TPU_METRICS_PORT)]
     if spec.slices > 1:
         ports.append({"name": "megascale", "containerPort": int(MEGASCALE_PORT)})
     container: dict = {

@@ -21,11 +21,12 @@ class PathwaysWorkload(pulumi.ComponentResource):
 
     def __init__(self, name: str, config: StackConfig, namespace: pulumi.Resource,
                  service_account: pulumi.Resource, cluster: pulumi.Resource,
-                 opts: pulumi.ResourceOptions | None = None):
+                 opts: pulumi.ResourceOptions | None = None, nodes_ready: list[pulumi.Resource] | None = None):
         super().__init__(component_type("workloads", "PathwaysWorkload"), name, None, opts)
         objects = pathways_objects(config)
         # Pathways on GKE is a JobSet: its controller and webhooks must serve before the JobSet is applied.
-        self.controllers = WorkloadControllers("controllers", config, opts=child_options(self, deleted_with=cluster))
+        self.controllers = WorkloadControllers("controllers", config, nodes_ready,
+                                               opts=child_options(self, deleted_with=cluster))
         self.resources: dict[str, pulumi.CustomResource] = {}
         for logical_name, obj in objects.items():
             self.resources[logical_name] = register(logical_name, obj, child_options(

@@ -11,7 +11,7 @@ import yaml
 
 from core.tpu_catalog import SliceShape
 from core.tpu_env import tpu_worker_env
-from workloads.common import (CODE_MOUNT, code_mount, code_volume, labels, tpu_node_selector,
+from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, code_volume, labels, tpu_node_selector,
                               tpu_pod_requests)
 
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
@@ -103,6 +103,7 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
             "limits": dict(requests),
         },
         "env": tpu_worker_env(shape.generation, spec.slices, spec.dcn_nics),
+        "ports": [dict(TPU_METRICS_PORT)],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     pod_spec: dict = {
