@@ -77,8 +77,7 @@ def _backend_settings(v: dict[str, Any], chips_per_slice: int) -> BackendSetting
             elastic_timeout_seconds=v["pathwaysElasticTimeoutSeconds"], profiling=v["pathwaysProfiling"],
             server_image=v["pathwaysServerImage"], proxy_image=v["pathwaysProxyImage"],
             trainer_image=v["pathwaysTrainerImage"])
-    spot = v["capacity"] == Capacity.SPOT.value
     return RaySettings(
         image=v["rayImage"], cluster_name=v["rayClusterName"], job_name=v["rayJobName"],
-        max_failures=v["maxFailures"] if v["maxFailures"] is not None else (-1 if spot else 3),
+        max_failures=v["maxFailures"],
         dashboard_exposure=v["dashboardExposure"], dashboard_source_ranges=tuple(v["dashboardSourceRanges"]))

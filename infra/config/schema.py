@@ -163,8 +163,9 @@ KEYS: tuple[Key, ...] = (
         applies_to=(AppliesTo("workloadBackend", ("rayjob",), "elastic training on fewer slices is Ray Train's; "
                               "JobSet restarts the whole JobSet and Pathways restores on the full mesh (use "
                               "pathwaysElasticSlices there)"),)),
-    Key("maxFailures", "integer", "Ray Train FailureConfig.max_failures (-1 = retry forever). Unset: -1 on spot, "
-        "3 otherwise.", DERIVED,
+    Key("maxFailures", "integer", "Ray Train FailureConfig.max_failures: how often a failure other than a "
+        "preemption is retried (-1 = forever). Preemptions are always retried (max_preemption_failures=-1), so a "
+        "deterministic error (an import error, a wrong model) stops instead of looping on spot.", 3,
         check=check.at_least(-1, "-1 (retry forever) or at least 0"),
         applies_to=(AppliesTo("workloadBackend", ("rayjob",), "Ray Train's failure config; JobSets use "
                               "maxRestarts"),)),
@@ -193,14 +194,15 @@ KEYS: tuple[Key, ...] = (
                                        "has source ranges"))),
     # --- JobSet + Kueue backend (workloadBackend=jobset) ---
     Key("smokeTest", "boolean", "Run the multislice smoke job (trainer/smoke.py: device count and a cross-slice "
-        "all-reduce) next to training (Ray and JobSet backends).", True,
+        "all-reduce) first, in the training job's own pods, and start training only if it passed (Ray and JobSet "
+        "backends).", True,
         applies_to=(AppliesTo("workloadBackend", ("rayjob", "jobset"), "the Pathways backend has no smoke job"),)),
-    Key("jobsetImage", "string", "Container image of the JobSet training and smoke pods (pinned tag or digest, "
-        "Python 3.12); the pinned MaxText and JAX are pip-installed at start unless the image has them.",
+    Key("jobsetImage", "string", "Container image of the JobSet training pods (pinned tag or digest, Python "
+        "3.12); the workers' locked environment is installed at start (workerEnvironment=runtime).",
         "python:3.12.11-slim-bookworm",
         check=check.pinned_image("python:3.12.11-slim-bookworm"), applies_to=(_ON_JOBSET,)),
     Key("jobsetName", "string", "Prefix of the training JobSet's name (DNS-1035, at most 24 characters); a hash "
-        "of its inputs is appended, and the smoke JobSet is PREFIX-smoke-HASH.", "maxtext",
+        "of its inputs is appended.", "maxtext",
         check=check.dns1035(naming.JOBSET_PREFIX_MAX), applies_to=(_ON_JOBSET,)),
     Key("maxRestarts", "integer", "JobSet failurePolicy.maxRestarts: how often a failed JobSet is recreated "
         "as a whole (0 or more).", 3,
