@@ -12,17 +12,17 @@ from core.tpu_catalog import Generation
 # overwriting pod values (ray.train.v2.jax.config) — so those three are deliberately not set here.
 MEGASCALE_PORT = "8081"
 
-# Flags that let XLA overlap the data-parallel gradient all-reduce over DCN with compute, as MaxText's
-# multislice runs and its high-performance configs set them (AI-Hypercomputer/maxtext end_to_end scripts and
-# docs on multislice): the all-reduce is split and scheduled asynchronously next to the backward pass.
+# Flags that let XLA overlap the data-parallel gradient all-reduce over DCN with compute: MaxText's
+# DATA_PARALLEL_OVERLAP group (benchmarks/xla_flags_library.py, tag tpu-recipes-v0.1.4: "optimize DCN all-reduces
+# used for data parallel sharding"). Only these two: the continuation-fusion group for all-gathers that used to
+# follow them here (CF_FOR_ALL_GATHER) overlaps the ICI (FSDP) all-gathers, not DCN traffic, and from libtpu
+# 0.0.43.2 on `--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true` with
+# `--xla_enable_async_all_gather=true` fails every compile on v4, v5p, v6e and tpu7x ("FAILED_PRECONDITION:
+# Continuation fusion for AllGather is enabled on platform ..., but it is not supported/recommended on platforms
+# other than TPU v5e"); the workers run libtpu 0.0.52 (worker_env/requirements.lock).
 _DCN_OVERLAP_FLAGS = (
     "--xla_tpu_enable_data_parallel_all_reduce_opt=true",
     "--xla_tpu_data_parallel_opt_different_sized_ops=true",
-    "--xla_tpu_enable_async_collective_fusion=true",
-    "--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true",
-    "--xla_tpu_enable_async_collective_fusion_multiple_steps=true",
-    "--xla_tpu_overlap_compute_collective_tc=true",
-    "--xla_enable_async_all_gather=true",
 )
 
 # Per generation: flags beyond the common set. v6e: the tuned Trillium recipes raise the scoped VMEM limit
