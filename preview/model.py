@@ -21,6 +21,7 @@ from preview.harness import ProgramRun, Registration
 from core.tpu_catalog import CATALOG, Generation, MachineType
 from core.maxtext_args import GOODPUT_OVERRIDES, RunSettings, maxtext_overrides
 from infra.dashboard import chart_summaries
+from preview.assumptions import assumptions
 from workloads.jobset import spec as jobset_spec
 from workloads.pathways import spec as pathways_spec
 from workloads.ray import spec as ray_spec
@@ -321,6 +322,7 @@ class Plan:
     graph: DependencyGraph
     dashboard: DashboardSummary | None = None
     notes: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)   # what cannot be verified offline
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -333,6 +335,7 @@ class Plan:
             "critical_path": {"deploy": self.deploy.as_dict(), "destroy": self.destroy.as_dict()},
             "dashboard": self.dashboard.as_dict() if self.dashboard else None,
             "notes": self.notes,
+            "assumptions": self.assumptions,
         }
 
 
@@ -373,4 +376,4 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
         gcp_resources=[r for r in resources if r.custom and r.type.startswith("gcp:")],
         exports=exports, tpu=tpu_summary(pools, config), validation=validation,
         deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
-        dashboard=dashboard_summary(run.resources, config), notes=notes)
+        dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config))

@@ -1,0 +1,54 @@
+"""What the offline plan cannot verify, shown as assumptions to check rather than facts.
+
+Each line names the rule, what the plan assumed, and how to check it against the real system. The sources are
+in README ("What the stack assumes about GCP and Kubernetes").
+"""
+from __future__ import annotations
+
+from infra.config import StackConfig
+from infra.gke_versions import NO_CHANNEL
+from preview.harness import OFFERED_GKE_VERSIONS
+
+
+def _images(config: StackConfig) -> list[str]:
+    backend = config.workload.backend
+    if config.workload.worker_environment == "image" and backend != "pathways":
+        return []
+    if backend == "rayjob":
+        return [config.ray.image]
+    if backend == "jobset":
+        return [config.jobset.image]
+    pathways = config.pathways
+    return [pathways.server_image, pathways.proxy_image, pathways.trainer_image]
+
+
+def assumptions(config: StackConfig) -> list[str]:
+    cluster = config.cluster
+    lines = []
+    if cluster.gke_version is None:
+        channel = cluster.release_channel
+        offered = (OFFERED_GKE_VERSIONS["defaultClusterVersion"] if channel == NO_CHANNEL
+                   else OFFERED_GKE_VERSIONS["releaseChannelDefaultVersion"].get(channel, "?"))
+        lines.append(f"GKE version: the cluster is created at the {channel} channel's default, assumed here to be "
+                     f"{offered} (a public copy of GKE's release notes); `pulumi up` asks GKE for the location's "
+                     f"versions and refuses a default below {cluster.minimum_version}")
+    else:
+        lines.append(f"GKE version: gkeVersion={cluster.gke_version} is assumed to be offered in the location; "
+                     "`pulumi up` checks it against GKE's list first")
+    for image in _images(config):
+        lines.append(f"image {image}: its tag or digest cannot be checked offline; check it exists "
+                     "(gcloud artifacts docker images describe / docker manifest inspect)")
+    if config.workload.worker_environment == "image" and config.workload.backend != "pathways":
+        lines.append("worker image: built from worker_env/Dockerfile during `pulumi up` (needs Docker with BuildKit "
+                     "where it runs); never built offline")
+    if config.workload.backend == "rayjob":
+        lines.append("KubeRay: the GKE Ray add-on is assumed to run KubeRay >= 1.6.0 (authOptions, upgradeStrategy); "
+                     "after `pulumi up` check the RayCluster's .spec.authOptions.mode and .spec.upgradeStrategy.type")
+    if config.network.dcn:
+        lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
+                     "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")
+    lines.append("dashboard: per-slice charts group by the node-pool label and TPU charts read libtpu's metrics "
+                 "port 8431; check them once in Metrics Explorer")
+    lines.append("TPU pod size: a 2 vCPU / 4 GiB allowance for the node's DaemonSets is assumed "
+                 "(core/node_sizing.py); check `kubectl describe node` allocatable against the pods' requests")
+    return lines

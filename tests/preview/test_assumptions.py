@@ -1,0 +1,30 @@
+"""The offline plan shows what it cannot verify as assumptions, not as facts: the versions GKE offers today, that an
+image tag exists, the KubeRay of the GKE Ray add-on, the MegaScale NIC flag."""
+from __future__ import annotations
+
+import pytest
+
+from infra.config import build
+from preview.assumptions import assumptions
+from preview.stack_files import load_stack_config
+from tests.conftest import REPO
+
+
+@pytest.mark.parametrize("stack, expected", [
+    ("prod", ["REGULAR channel's default", "image rayproject/ray:2.60.0-py312", "KubeRay >= 1.6.0", "MegaScale"]),
+    ("dev", ["REGULAR channel's default", "image rayproject/ray:2.60.0-py312", "KubeRay"]),
+    ("jobset", ["image python:3.12.11-slim-bookworm", "MegaScale"]),
+    ("pathways", ["pathways/server", "pathways/proxy_server", "tpu_pre_training"]),
+])
+def test_each_stack_lists_what_it_cannot_verify(stack, expected):
+    lines = assumptions(build(load_stack_config(stack, REPO)))
+    for word in expected:
+        assert any(word in line for line in lines), (word, lines)
+
+
+def test_a_version_the_user_pins_is_an_assumption_too_and_the_image_path_is_built_at_deploy():
+    config = build({**load_stack_config("prod", REPO), "gkeVersion": "1.35", "workerEnvironment": "image"})
+    lines = assumptions(config)
+    assert any("gkeVersion=1.35 is assumed to be offered" in line for line in lines)
+    assert any("built from worker_env/Dockerfile during `pulumi up`" in line for line in lines)
+    assert not any(line.startswith("image rayproject") for line in lines)
