@@ -28,8 +28,8 @@ if version_problems:
     raise pulumi.RunError(str(ConfigError(version_problems)))
 
 services = ProjectServices("apis", config.gcp.project)
-network = ClusterNetwork("network", config, depends_on=services.ready)
-node_account = NodeServiceAccount("node-identity", config, depends_on=services.ready)
+network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)
+node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready)
 bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready)
 cluster = GkeCluster("gke", config, network, node_account.email, depends_on=services.ready)
 pools = None if config.cluster.autopilot else TpuSlicePools(

@@ -5,6 +5,7 @@ import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
+from infra import naming
 from infra.component import child_options, component_type
 from infra.config import StackConfig
 
@@ -38,13 +39,12 @@ class NodeServiceAccount(pulumi.ComponentResource):
     """A dedicated service account for every node pool instead of the Compute Engine default account
     (which holds Editor on the project in many organisations)."""
 
-    def __init__(self, name: str, config: StackConfig, depends_on: list[pulumi.Resource],
+    def __init__(self, name: str, project: str, names: naming.Names, depends_on: list[pulumi.Resource],
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "NodeServiceAccount"), name, None, opts)
-        project = config.gcp.project
         self.account = gcp.serviceaccount.Account(
-            "nodes", account_id=config.names.node_service_account, project=project,
-            display_name=f"GKE nodes of {config.cluster.name}",
+            "nodes", account_id=names.node_service_account, project=project,
+            display_name=f"GKE nodes of {names.cluster}",
             opts=child_options(self, depends_on=depends_on))
         self.bindings = [
             gcp.projects.IAMMember(

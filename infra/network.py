@@ -6,8 +6,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_gcp as gcp
 
+from infra import naming
 from infra.component import child_options, component_type
-from infra.config import StackConfig
+from infra.config import GcpSettings, NetworkSettings
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,10 @@ class ClusterNetwork(pulumi.ComponentResource):
     extra NICs is dropped.
     """
 
-    def __init__(self, name: str, config: StackConfig, depends_on: list[pulumi.Resource],
-                 opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, gcp_settings: GcpSettings, net: NetworkSettings, names: naming.Names,
+                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "ClusterNetwork"), name, None, opts)
-        project, region, names, net = config.gcp.project, config.gcp.region, config.names, config.network
+        project, region = gcp_settings.project, gcp_settings.region
 
         def options(**kwargs) -> pulumi.ResourceOptions:
             return child_options(self, depends_on=depends_on, **kwargs)
