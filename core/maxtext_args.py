@@ -10,6 +10,7 @@ from typing import Mapping
 
 from core.errors import PlanError
 from core.planner import Plan, check_overrides_free
+from core.recipes import recipe_kernel_settings
 
 # `python -m PRE_TRAIN_MODULE <base.yml> key=value ...` is MaxText's pre-training entry point (maxtext 0.2.x).
 PRE_TRAIN_MODULE = "maxtext.trainers.pre_train.train"
@@ -111,6 +112,15 @@ def _jax_cache_dir(run: RunSettings) -> str:
     return run.jax_cache_dir or f"{run.base_output_directory.rstrip('/')}/jax_cache"
 
 
+def recipe_settings(plan: Plan, hardware: str) -> dict[str, str]:
+    """MaxText kernel settings of the tuned recipe the plan's model follows on its TPU generation
+    (core/recipes.py: splash-attention blocks and fused backward kernel with flash attention, iota embedding).
+    None on CPU: the local run has no splash kernel, and its tiny model no recipe."""
+    if hardware != "tpu":
+        return {}
+    return recipe_kernel_settings(plan.model.name, plan.shape.generation.name, plan.attention)
+
+
 def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
     """MaxText `key=value` overrides for pre-training `plan` with `run` settings.
 
@@ -118,8 +128,8 @@ def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
       plan: from core.planner.plan(); decides model, mesh, batch, remat and weight dtype.
       run: run name, output directory, steps, checkpoint period, dataset, hardware, extra keys.
     Returns:
-      The list of "key=value" strings to pass after the base config path. Order is stable (planned keys,
-      then run keys, then `run.extra`), so manifests built from it diff cleanly.
+      The list of "key=value" strings to pass after the base config path. Order is stable (planned keys, the
+      recipe's kernel settings on TPU, run keys, then `run.extra`), so manifests built from it diff cleanly.
     Raises:
       PlanError: invalid run settings, or `run.extra` trying to replace a planned key.
     """
@@ -129,6 +139,7 @@ def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
     if plan.model.cpu_only and run.hardware != "cpu":
         raise PlanError(f"model {plan.model.name} is a CPU test model; it needs hardware=cpu (local mode)")
     keys = dict(planned)
+    keys.update(recipe_settings(plan, run.hardware))
     keys.update({
         "run_name": run.run_name,
         "base_output_directory": run.base_output_directory,
@@ -146,7 +157,9 @@ def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
         keys["metrics_file"] = run.metrics_file
     if run.records_goodput:
         keys.update(GOODPUT_OVERRIDES)
-    check_overrides_free(keys, run.extra)
+    # The recipe's kernel settings are tuning defaults, not planned values: `run.extra` may replace them.
+    check_overrides_free({key: value for key, value in keys.items() if key not in recipe_settings(plan, run.hardware)},
+                         run.extra)
     keys.update(run.extra)
     return [f"{key}={value}" for key, value in keys.items()]
 

@@ -38,6 +38,7 @@ class JobSetSpec:
     service_account: str
     image: str
     shape: SliceShape
+    model: str                                 # core/presets.py name: selects the recipe's libtpu flags
     slices: int
     local_queue: str
     cluster_queue: str
@@ -163,7 +164,7 @@ def _container(spec: JobSetSpec, jobset_name: str, name: str, command: list[str]
         "imagePullPolicy": "IfNotPresent",
         "command": command,
         "args": args,
-        "env": (tpu_worker_env(spec.shape.generation, spec.slices, spec.dcn_nics)
+        "env": (tpu_worker_env(spec.model, spec.shape.generation, spec.slices, spec.dcn_nics)
                 + multislice_env(jobset_name, spec.slices)),
         "ports": ports,
         # No `privileged`: the device plugin exposes the chips and DRANET hands NICs over through the claim.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from core.pathways import PATHWAYS_TPU_VERSIONS, PROXY_RESOURCES, RM_RESOURCES, TRAINER_RESOURCES
 from core.tpu_catalog import TPU_RESOURCE, SliceShape
-from core.tpu_env import megascale_interface_flag
+from core.tpu_env import dcn_transport_flags
 from workloads.common import labels, tpu_node_selector
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -212,11 +212,13 @@ def _worker_env(spec: PathwaysSpec) -> list[dict]:
         _field_env("PATHWAYS_HEAD", COORDINATOR_LABEL),
         _field_env("MEGASCALE_COORDINATOR_ADDRESS", COORDINATOR_LABEL),
     ]
-    if spec.slices > 1 and spec.dcn_nics > 0:
+    transport = dcn_transport_flags(spec.slices, spec.dcn_nics)
+    if transport:
         # The workers are where the TPU runtime (libtpu, and its megascale transport between slices) runs on
         # the Pathways path: the head only runs the proxy, the resource manager and the JAX client. Only the
-        # interface flag is set: the XLA flags of core.tpu_env are for the multi-controller JAX processes.
-        env.append({"name": "LIBTPU_INIT_ARGS", "value": megascale_interface_flag(spec.dcn_nics)})
+        # transport flags are set: the recipes' XLA flags (core.tpu_env.libtpu_init_args) are for the processes
+        # that compile, which on Pathways is not the worker (MaxText's benchmark runner hands them to the proxy).
+        env.append({"name": "LIBTPU_INIT_ARGS", "value": " ".join(transport)})
     return env
 
 

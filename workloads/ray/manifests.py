@@ -34,6 +34,7 @@ class RaySpec:
     cluster_name: str           # RayCluster name
     image: str
     shape: SliceShape
+    model: str                  # core/presets.py name: selects the recipe's libtpu flags
     slices: int
     min_slices: int             # == slices when not elastic
     bucket: str
@@ -102,7 +103,7 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
             "requests": dict(requests),
             "limits": dict(requests),
         },
-        "env": tpu_worker_env(shape.generation, spec.slices, spec.dcn_nics),
+        "env": tpu_worker_env(spec.model, shape.generation, spec.slices, spec.dcn_nics),
         "ports": [dict(TPU_METRICS_PORT)],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }

@@ -29,6 +29,7 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         cluster_name=ray.cluster_name,
         image=worker_image or ray.image,
         shape=tpu.shape,
+        model=config.workload.model,
         slices=tpu.slices,
         min_slices=config.workload.plan.min_slices,
         bucket=config.storage.bucket_name,
