@@ -13,6 +13,10 @@ FSDP inside the slice (`ici_fsdp_parallelism=-1`), 8192-token sequences, flash a
 remat policy that offloads the decoder-layer input and the q/k/v (8B: also out) projections to host memory.
 The seed runs used MaxText defaults instead (full remat, fp32 weights for 70B), which the planner still
 accepts when asked explicitly, as long as they fit.
+
+The rest of each recipe — its libtpu flags and MaxText kernel settings (splash-attention blocks, fused backward
+kernel, iota embedding), with the commit each comes from and the flags left out — is data in core/recipes.py,
+keyed by preset and TPU generation; tests/core/test_recipes.py keeps these defaults equal to the recipe's.
 """
 from __future__ import annotations
 
@@ -77,7 +81,7 @@ PRESETS: Mapping[str, ModelPreset] = {
             emb_dim=4096, num_query_heads=32, num_kv_heads=8, head_dim=128, mlp_dim=14336, num_layers=32,
             vocab_size=128256,
             per_device_batch_size=3, remat_policy="custom", remat_offload=_LLAMA3_8B_OFFLOAD,
-            source="tpu-recipes trillium Llama3.1-8B-MaxText v6e-16",
+            source="tpu-recipes trillium Llama3.1-8B-MaxText v6e-16 (core/recipes.py)",
         ),
         ModelPreset(
             name="llama3-70b", maxtext_model_name="llama3-70b",
@@ -87,7 +91,7 @@ PRESETS: Mapping[str, ModelPreset] = {
             # what lets 70B train on 32 v6e chips at all (see tests/test_trainer_planner.py).
             per_device_batch_size=2, remat_policy="custom", remat_offload=_LLAMA3_70B_OFFLOAD,
             weight_dtype="bfloat16",
-            source="tpu-recipes trillium Llama3.1-70B-MaxText v6e-32",
+            source="tpu-recipes trillium Llama3.1-70B-MaxText v6e-32 (core/recipes.py)",
         ),
         ModelPreset(
             name="qwen3-0.6b", maxtext_model_name="qwen3-0.6b",
@@ -95,7 +99,7 @@ PRESETS: Mapping[str, ModelPreset] = {
             vocab_size=151936, tied_embeddings=True, qk_norm=True,
             # No public Trillium recipe: MaxText defaults (full remat, fp32 weights) at a 4096 context.
             max_target_length=4096, per_device_batch_size=4,
-            source="MaxText defaults (no tuned Trillium recipe published)",
+            source="MaxText defaults (no tuned recipe published; core/recipes.py NO_RECIPE)",
         ),
         ModelPreset(
             # MaxText's own CPU test model (docs/platform-notes.md §5), embedding widened 28 -> 32 so that 8- and 16-way FSDP
