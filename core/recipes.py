@@ -1,4 +1,4 @@
-"""The public tuned recipes each preset follows, per TPU generation, as data (pure, no imports beyond core).
+"""The public tuned recipes each preset follows, per TPU generation, as data (pure: standard library and core only).
 
 A recipe row holds what a published, measured MaxText run set: its libtpu flag groups (LIBTPU_INIT_ARGS) and
 its MaxText kernel settings, with a citation (repository, path, commit, date) of where each came from, and the
@@ -49,7 +49,8 @@ class FlagGroup:
 
 @dataclass(frozen=True)
 class LeftOut:
-    """Recipe flags we do not send, and why. `evidence` names the check recorded in LIBTPU_CHECKS."""
+    """Recipe flags we do not send, and why; LIBTPU_CHECKS records libtpu refusing them (scripts/libtpu_flag_check.py
+    adds each LeftOut to what we send and compiles)."""
 
     flags: tuple[str, ...]
     reason: str
