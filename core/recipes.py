@@ -276,6 +276,10 @@ class LibtpuCheck:
         return hashlib.sha256(flags.encode()).hexdigest()[:16]
 
 
+# Also checked once by hand (2026-11-22), beyond the small probe: MaxText 0.2.5's own ahead-of-time compile
+# (maxtext.trainers.pre_train.train_compile, JAX 0.10.2 loading libtpu 0.0.52's libtpu.so) of the full train step
+# with the argv of core/maxtext_args.py and the LIBTPU_INIT_ARGS of core/tpu_env.py, both models cut to 2 decoder
+# layers: llama3-8b on 2 x v6e-16 (flags incl. the DCN part) and llama3-70b on 1 x v6e-32 both compiled.
 # BEGIN LIBTPU_CHECKS (written by `python scripts/libtpu_flag_check.py --write`; do not edit by hand)
 # libtpu 0.0.52 rows: 2026-11-22, 19 probes, 14 OK.
 # libtpu 0.0.42.1 rows: 2026-11-22, 19 probes, 17 OK.
