@@ -7,8 +7,20 @@ Choices, in order, when the request leaves them open:
 - DCN (across slices): data parallelism first (one gradient all-reduce per step crosses DCN), FSDP across
   slices only when one slice cannot hold the weights and optimizer state (then weights are all-gathered over
   DCN every layer: slower, but it runs). Explicit values must multiply to the number of slices.
-- Batch: the preset's tuned per-device batch, halved until the estimate fits (only when not given).
-Elastic runs (min_slices < slices) keep the one DCN axis and resize it; the plan must fit at both ends.
+- Batch (only when not given): the preset's tuned per-device batch, else the largest smaller one that lays out and
+  fits. Every per-device batch that lays out is tried, not only halvings: with tensor parallelism t the global
+  batch must split into whole sequences over the devices/t data+FSDP shards, i.e. per_device_batch_size x t must
+  be a whole number (3, 2, 1 with t = 1; 3, 2.5, 2, ... with t = 2).
+Shapes MaxText would refuse or pad are refused here: FSDP ways (ICI x DCN) must divide the embedding width
+(every weight's `embed` axis is FSDP-sharded), tensor parallelism must divide the query and KV heads, the MLP
+width and the vocabulary (the axes MaxText's logical rules put on `tensor`).
+Memory: core/memory.py's estimate (held to XLA's own peak by tests/core/test_xla_calibration.py) against what XLA
+fits without recomputing. The estimate is an estimate: refusals say so and name the command that asks XLA.
+Elastic runs (min_slices < slices) keep the one DCN axis and resize it. Every slice count from min to max must
+lay out and fit, not only the two ends (70B with FSDP over 2..4 slices of 16 chips: 48-way FSDP at 3 slices does
+not divide its 8192-wide embedding). On a resize per_device_batch_size stays what it was, so the global batch
+follows the slices (per_device_batch_size x devices: a 2-slice run that drops to 1 trains on half the sequences
+per step; MaxText's step count and learning-rate schedule do not change, so the run sees fewer tokens in total).
 All parallelism values are passed to MaxText explicitly (never -1) so MaxText cannot pick another mesh.
 """
 from __future__ import annotations
@@ -19,7 +31,7 @@ from typing import Mapping
 
 from core.tpu_catalog import CatalogError, SliceShape, slice_shape
 from core.errors import PlanError
-from core.memory import MemoryEstimate, estimate
+from core.memory import GIB, MemoryEstimate, estimate
 from core.presets import ModelPreset, preset
 
 
@@ -42,6 +54,8 @@ class PlanRequest:
     remat_offload: tuple[str, ...] | None = None
     weight_dtype: str | None = None
     attention: str | None = None
+    # False: keep a plan whose estimate is over the limit (the compile, not the estimate, decides).
+    memory_check: bool = True
 
 
 @dataclass(frozen=True)
@@ -132,16 +146,19 @@ def _number(value: float) -> str:
 
 
 def _estimate(plan: Plan) -> MemoryEstimate:
+    generation = plan.shape.generation
     return estimate(
         plan.model,
-        weight_shards=plan.ici_fsdp * plan.dcn_fsdp * plan.ici_tensor,
+        fsdp=plan.ici_fsdp * plan.dcn_fsdp,
+        tensor=plan.ici_tensor,
         per_device_batch_size=plan.per_device_batch_size,
         seq_len=plan.max_target_length,
         remat_policy=plan.remat_policy,
         remat_offload=plan.remat_offload,
         weight_dtype=plan.weight_dtype,
         attention=plan.attention,
-        hbm_gib_per_device=plan.shape.generation.hbm_gib_per_chip / plan.shape.generation.devices_per_chip,
+        generation=generation.name,
+        hbm_gib_per_device=generation.hbm_gib_per_chip / generation.devices_per_chip,
     )
 
 
@@ -186,15 +203,52 @@ def _check_batch(pdbs: float, shape: SliceShape, slices: int, tensor: int) -> st
     return None
 
 
-def _batch_candidates(default: float, shape: SliceShape, slice_counts: set[int], tensor: int) -> list[float]:
-    """The tuned batch, then halvings while the global batch still splits into whole shards."""
-    out, pdbs = [], default
-    while all(_check_batch(pdbs, shape, n, tensor) is None for n in slice_counts):
-        out.append(pdbs)
-        pdbs = pdbs / 2
+def _batch_candidates(default: float, shape: SliceShape, slice_counts: range, tensor: int) -> list[float]:
+    """The tuned batch, then every smaller per-device batch that lays out at every slice count, largest first:
+    multiples of 1/tensor (see the module docstring)."""
+    steps = int(default * tensor)
+    out = [default] + [k / tensor for k in range(steps, 0, -1) if k / tensor < default]
+    out = [b for b in out if all(_check_batch(b, shape, n, tensor) is None for n in slice_counts)]
     if not out:
-        raise PlanError(_check_batch(default, shape, min(slice_counts), tensor) or "no valid batch")
+        raise PlanError(_check_batch(default, shape, slice_counts[0], tensor) or "no valid batch")
     return out
+
+
+def _tensor_problem(model: ModelPreset, tensor: int) -> str | None:
+    """Why `tensor`-way tensor parallelism cannot split this model's axes, or None (MaxText's logical rules shard
+    heads, kv heads, the MLP width and the vocabulary over `tensor`: maxtext base.yml logical_axis_rules)."""
+    for what, size in (("attention heads", model.num_query_heads), ("KV heads", model.num_kv_heads),
+                       ("MLP width", model.mlp_dim), ("vocabulary", model.vocab_size)):
+        if size % tensor:
+            return f"ici_tensor_parallelism={tensor} does not divide {model.name}'s {size} {what}"
+    return None
+
+
+def _layout_problem(model: ModelPreset, ici_fsdp: int, dcn_fsdp: int, slices: int, elastic: bool) -> str | None:
+    """Why FSDP over ici_fsdp x dcn_fsdp ways cannot shard the model's embedding width, or None."""
+    ways = ici_fsdp * dcn_fsdp
+    if model.emb_dim % ways:
+        at = f" (at {slices} slices of the elastic range)" if elastic else ""
+        return (f"FSDP ici {ici_fsdp} x dcn {dcn_fsdp} = {ways} ways does not divide {model.name}'s embedding "
+                f"dimension {model.emb_dim}{at}")
+    return None
+
+
+def _compile_hint(request: PlanRequest, chosen: "Plan") -> str:
+    """The command that asks XLA instead of the estimate (preview/compile.py: MaxText's AOT compile)."""
+    flags = [f"--model {chosen.model.name}", f"--generation {chosen.shape.generation.name}",
+             f"--topology {chosen.shape.topology}", f"--slices {chosen.slices}",
+             f"--dcn-data {chosen.dcn_data}", f"--dcn-fsdp {chosen.dcn_fsdp}", f"--ici-tensor {chosen.ici_tensor}",
+             f"--per-device-batch-size {_number(chosen.per_device_batch_size)}"]
+    for flag, value, default in (("--max-target-length", request.max_target_length, None),
+                                 ("--remat-policy", request.remat_policy, None),
+                                 ("--weight-dtype", request.weight_dtype, None),
+                                 ("--attention", request.attention, None)):
+        if value is not None and value != default:
+            flags.append(f"{flag} {value}")
+    if request.remat_offload is not None:
+        flags.append(f"--remat-offload {','.join(request.remat_offload) or ''}")
+    return "python -m preview.compile " + " ".join(flags)
 
 
 def plan(request: PlanRequest) -> Plan:
@@ -206,29 +260,36 @@ def plan(request: PlanRequest) -> Plan:
     min_slices = request.slices if request.min_slices is None else request.min_slices
     if not 1 <= min_slices <= request.slices:
         raise PlanError(f"elastic bounds {min_slices},{request.slices} slices: need 1 <= min <= max")
+    elastic = min_slices < request.slices
+    counts = range(min_slices, request.slices + 1)
 
     ici_fsdp, ici_tensor = _split(shape.devices, request.ici_fsdp, request.ici_tensor,
                                   ("ici_fsdp_parallelism", "ici_tensor_parallelism"),
                                   f"devices per {shape.pod_type} slice")
-    if model.num_query_heads % ici_tensor:
-        raise PlanError(f"ici_tensor_parallelism={ici_tensor} does not divide {model.name}'s "
-                        f"{model.num_query_heads} attention heads")
+    problem = _tensor_problem(model, ici_tensor)
+    if problem:
+        raise PlanError(problem)
 
     if request.dcn_data is not None or request.dcn_fsdp is not None or request.slices == 1:
         dcn_options = [_split(request.slices, request.dcn_data, request.dcn_fsdp,
                               ("dcn_data_parallelism", "dcn_fsdp_parallelism"), "slices")]
     else:
         dcn_options = [(request.slices, 1), (1, request.slices)]
-    # MaxText shards the embedding dimension of every weight over all FSDP axes.
-    divisible = [(d, f) for d, f in dcn_options if model.emb_dim % (ici_fsdp * f) == 0]
-    if not divisible:
-        f = dcn_options[0][1]
-        raise PlanError(f"FSDP ici {ici_fsdp} x dcn {f} = {ici_fsdp * f} ways does not divide "
-                        f"{model.name}'s embedding dimension {model.emb_dim}")
-    dcn_options = divisible
-    if min_slices < request.slices and all(d > 1 and f > 1 for d, f in dcn_options):
+    if elastic and all(d > 1 and f > 1 for d, f in dcn_options):
         raise PlanError(f"elastic run needs one DCN axis; got dcn_data_parallelism={dcn_options[0][0]} "
                         f"x dcn_fsdp_parallelism={dcn_options[0][1]}")
+    # MaxText shards the embedding dimension of every weight over all FSDP axes, at every slice count the run
+    # may have (an elastic resize changes the DCN FSDP ways when that is the axis across slices).
+    problems: dict[tuple[int, int], str] = {}
+    for d, f in dcn_options:
+        for n in counts:
+            reason = _layout_problem(model, ici_fsdp, n if f > 1 else 1, n, elastic)
+            if reason:
+                problems[(d, f)] = reason
+                break
+    dcn_options = [option for option in dcn_options if option not in problems]
+    if not dcn_options:
+        raise PlanError("; ".join(dict.fromkeys(problems.values())))
 
     base = dict(
         model=model, shape=shape, slices=request.slices, min_slices=min_slices,
@@ -244,35 +305,52 @@ def plan(request: PlanRequest) -> Plan:
         raise PlanError(f"max_target_length={base['max_target_length']} must be >= 1")
 
     if request.per_device_batch_size is not None:
-        for slices in sorted({request.slices, min_slices}):
+        for slices in counts:
             reason = _check_batch(request.per_device_batch_size, shape, slices, ici_tensor)
             if reason:
                 raise PlanError(reason)
         batches = [request.per_device_batch_size]
     else:
-        batches = _batch_candidates(model.per_device_batch_size, shape, {request.slices, min_slices}, ici_tensor)
+        batches = _batch_candidates(model.per_device_batch_size, shape, counts, ici_tensor)
 
     tried: list[Plan] = []
+    first: Plan | None = None
     for dcn_data, dcn_fsdp in dcn_options:
         for pdbs in batches:
             candidate = Plan(dcn_data=dcn_data, dcn_fsdp=dcn_fsdp, per_device_batch_size=pdbs,
                              memory=None, **base)  # type: ignore[arg-type]
             candidate = dataclasses.replace(candidate, memory=_estimate(candidate))
-            # Fewest slices = fewest weight shards (FSDP over DCN) = most bytes per chip: check there.
-            worst = candidate.at_slices(min_slices)
+            first = first or candidate
+            # Every slice count the run may have; the fewest slices hold the most bytes per device.
+            worst = max((candidate.at_slices(n) for n in counts), key=lambda p: p.memory.total)
             tried.append(worst)
             if worst.memory.fits:
                 return dataclasses.replace(candidate, notes=_notes(request, candidate, model))
+    if not request.memory_check:
+        assert first is not None
+        return dataclasses.replace(first, notes=(
+            f"memory check off: estimated {first.memory.total / GIB:.1f} GiB per device is over "
+            f"{first.memory.usable / GIB:.2f} GiB; compile it to know ({_compile_hint(request, first)})",))
     best = min(tried, key=lambda p: p.memory.total)
-    elastic = f" (elastic minimum of {min_slices}..{request.slices} slices)" if min_slices < request.slices else ""
-    raise PlanError(f"{model.name} does not fit on {best.slices} x {shape.pod_type}{elastic}"
+    resized = f" (elastic: at {best.slices} of {min_slices}..{request.slices} slices)" if elastic else ""
+    hint = _compile_hint(request, best)
+    raise PlanError(f"{model.name} does not fit on {best.slices} x {shape.pod_type}{resized}"
                     f" (dcn data {best.dcn_data} x fsdp {best.dcn_fsdp}, ici fsdp {best.ici_fsdp} x tensor {best.ici_tensor},"
                     f" per_device_batch_size {_number(best.per_device_batch_size)}, seq {best.max_target_length},"
-                    f" remat {best.remat_policy}, weights {best.weight_dtype}): {best.memory.describe()}")
+                    f" remat {best.remat_policy}, weights {best.weight_dtype}): {best.memory.describe()}."
+                    f" This is the planner's estimate (within 10 % of XLA's peak on core/xla_calibration.json);"
+                    f" for XLA's verdict compile it: {hint} --no-memory-check"
+                    + "".join(f". Not tried: {reason}" for reason in dict.fromkeys(problems.values())))
 
 
 def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset) -> tuple[str, ...]:
     notes = []
+    if chosen.elastic:
+        low = chosen.at_slices(chosen.min_slices)
+        notes.append(f"elastic: per_device_batch_size stays {_number(chosen.per_device_batch_size)} on a resize, so "
+                     f"the global batch follows the slices ({_number(low.global_batch_size)} sequences per step on "
+                     f"{chosen.min_slices} slice(s) .. {_number(chosen.global_batch_size)} on {chosen.slices}); the "
+                     f"step count and learning-rate schedule do not change")
     if request.per_device_batch_size is None and chosen.per_device_batch_size != model.per_device_batch_size:
         notes.append(f"per_device_batch_size lowered from {_number(model.per_device_batch_size)} "
                      f"to {_number(chosen.per_device_batch_size)} to fit HBM")

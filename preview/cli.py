@@ -1,12 +1,13 @@
 """Offline plan: everything `pulumi up` would create, with no cloud, credentials or Pulumi CLI.
 
-    python -m preview --stack prod [--set slices=8] [--out DIR] [--graph FILE.svg] [--json] [--schemas DIR]
+    python -m preview --stack prod [--set slices=8] [--out DIR] [--graph FILE.svg] [--json] [--schemas DIR] [--compile]
 
 Runs the real program (__main__.py) under the project's mocks, then prints the resource tree, TPU
 capacity and price, the exports, the validation of every Kubernetes object, and the critical paths of
-deploy and destroy.
+deploy and destroy. `--compile` then compiles the MaxText training step the stack launches for its TPU target
+and slice count with MaxText's ahead-of-time compiler (preview/compile.py) and prints XLA's peak HBM per device.
 Exit codes: 0 plan valid · 1 Kubernetes validation errors · 2 bad config or arguments · 3 the program
-failed under mocks.
+failed under mocks · 4 (`--compile`) the step does not fit or does not compile.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from preview.model import DashboardSummary, Plan, PlannedResource
 from preview.stack_files import StackFileError, load_stack_config
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
-EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_PROGRAM = 0, 1, 2, 3
+EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_PROGRAM, EXIT_COMPILE = 0, 1, 2, 3, 4
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,6 +38,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--graph", type=Path, help="write the dependency graph (.svg/.png/.pdf via Graphviz, or .dot)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
     parser.add_argument("--schemas", type=Path, help="directory of CRD YAML files (default: ../shared/schemas)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also compile the stack's MaxText training step for its TPU target and slice count "
+                             "(MaxText's AOT compiler, on this CPU; 1.5-10 min): XLA's peak HBM per device, or why "
+                             "it does not fit")
+    parser.add_argument("--compile-timeout", type=float, default=3600.0, metavar="SECONDS",
+                        help="give up on the compile after this long (default 3600)")
     parser.add_argument("--root", type=Path, default=PROJECT_ROOT, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -183,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         path, what = write_graph(plan.graph.to_dot(plan.deploy), args.graph)
         messages.append(f"graph: {what}: {path}")
 
+    compiled = None
+    if args.compile:
+        compiled = compile_stack(config, plan, args.root, args.compile_timeout)
+        plan.compile = compiled.as_dict()
+
     if args.json:
         document = plan.as_dict()
         document["files"] = messages
@@ -192,7 +204,27 @@ def main(argv: list[str] | None = None) -> int:
         render_text(plan, None if plan.validation.cr_check_skipped else schemas_dir, sys.stdout)
         for message in messages:
             print(message)
-    return EXIT_OK if plan.validation.ok else EXIT_INVALID
+        if compiled is not None:
+            from preview.compile import render
+            render(compiled, sys.stdout)
+    if not plan.validation.ok:
+        return EXIT_INVALID
+    if compiled is not None and not compiled.compiled:
+        print(f"compile: {compiled.reason}", file=sys.stderr)
+        return EXIT_COMPILE
+    return EXIT_OK
+
+
+def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float):
+    """preview/compile.py on the stack's own argv and its TPU pods' LIBTPU_INIT_ARGS (from the manifests)."""
+    from preview.compile import CompileSetupError, failed_setup, run_compile, stack_target
+
+    try:
+        target = stack_target(config, [entry.obj for entry in plan.manifests], root)
+        print(f"compile: {target.plan}", file=sys.stderr)
+        return run_compile(target, timeout=timeout, progress=sys.stderr)
+    except CompileSetupError as error:
+        return failed_setup(config, str(error))
 
 
 if __name__ == "__main__":

@@ -323,9 +323,10 @@ class Plan:
     dashboard: DashboardSummary | None = None
     notes: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)   # what cannot be verified offline
+    compile: dict[str, Any] | None = None   # `--compile`: preview/compile.py CompileResult.as_dict()
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        document = {
             "stack": self.stack,
             "resources": [r.as_dict() for r in self.resources],
             "manifests": [m.obj for m in self.manifests],
@@ -337,6 +338,9 @@ class Plan:
             "notes": self.notes,
             "assumptions": self.assumptions,
         }
+        if self.compile is not None:
+            document["compile"] = self.compile
+        return document
 
 
 def cluster_version(run: ProgramRun, config: StackConfig) -> str:

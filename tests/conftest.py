@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from preview.harness import ProgramRun, run_program
+# requirements-trainer.txt installs libtpu (for the pre-flight compile); JAX in the tests and the processes they start
+# stays on CPU instead of asking libtpu for a TPU first.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from preview.harness import ProgramRun, run_program  # noqa: E402
 from preview.k8s.validation import default_schemas_dir
 from preview.stack_files import load_stack_config
 

@@ -59,6 +59,10 @@ def add_plan_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, A
                    help="tensors the custom remat policy offloads to host memory")
     g.add_argument("--weight-dtype", default=_env("weight_dtype", None), choices=("float32", "bfloat16"))
     g.add_argument("--attention", default=_env("attention", None))
+    g.add_argument("--no-memory-check", dest="memory_check", action="store_false",
+                   default=_env("memory_check", "true").lower() != "false",
+                   help="keep a plan whose HBM estimate is over the limit (the estimate is not XLA's verdict: "
+                        "compile it first, python -m preview.compile)")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
@@ -98,6 +102,7 @@ def plan_request(args: argparse.Namespace, default_slices: int) -> PlanRequest:
         remat_policy=args.remat_policy,
         remat_offload=tuple(t for t in args.remat_offload.split(",") if t) if args.remat_offload is not None else None,
         weight_dtype=args.weight_dtype, attention=args.attention,
+        memory_check=getattr(args, "memory_check", True),
     )
 
 

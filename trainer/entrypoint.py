@@ -20,7 +20,7 @@ from trainer import cli, maxtext_runtime
 from core.errors import PlanError
 from core.maxtext_args import RunSettings
 from core.planner import Plan, plan, worker_bounds
-from trainer.worker import request_to_dict, run_to_dict, train_loop_per_worker
+from trainer.worker import request_to_dict, run_to_dict, train_loop_per_worker, worker_plan_and_argv
 
 # The MaxText release this project runs and tests (requirements-trainer.txt, scripts/install_maxtext.sh).
 ENTRYPOINT_DEFAULTS = {"model": "llama3-8b", "generation": "v6e", "topology": "4x4", "slices": 2, "steps": 1000}
@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exact MaxText release the workers must have")
     g.add_argument("--progress-dir", default=cli._env("progress_dir", None),
                    help="directory (shared with worker 0) for the progress log")
+    g.add_argument("--print-argv", action="store_true",
+                   help="print, as JSON, the plan and the MaxText argv every worker of the full worker group "
+                        "would run, and exit without starting Ray (preview/compile.py compiles it)")
     g.add_argument("--local-cpu", action="store_true", default=bool(cli._env("local_cpu", "")),
                    help="fake TPU hosts on this machine (see trainer.local): JAX on CPU, hardware=cpu")
     return parser
@@ -129,14 +132,32 @@ def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
     runtime_env: dict[str, Any] = {"env_vars": worker_env(plan_, args.local_cpu, args.maxtext_version)}
     trainer = JaxTrainer(
         train_loop_per_worker=train_loop_per_worker,
-        train_loop_config={"plan_request": request_to_dict(_request_of(args, plan_)), "run": run_to_dict(run),
-                           "progress_dir": args.progress_dir},
+        train_loop_config=_train_loop_config(args, plan_, run),
         scaling_config=ScalingConfig(**scaling_kwargs(plan_, args.resize_interval)),
         run_config=RunConfig(name=run.run_name, storage_path=storage,
                              failure_config=FailureConfig(**failure_config_kwargs(args.max_failures)),
                              worker_runtime_env=runtime_env),
     )
     return trainer.fit()
+
+
+def _train_loop_config(args: argparse.Namespace, plan_: Plan, run: RunSettings) -> dict[str, Any]:
+    return {"plan_request": request_to_dict(_request_of(args, plan_)), "run": run_to_dict(run),
+            "progress_dir": args.progress_dir}
+
+
+def print_argv(args: argparse.Namespace, plan_: Plan, run: RunSettings) -> None:
+    """The workers' argv at full size, from the function the workers run (trainer.worker.worker_plan_and_argv)."""
+    import json
+
+    current, argv = worker_plan_and_argv(_train_loop_config(args, plan_, run), plan_.workers,
+                                         maxtext_runtime.base_config_path())
+    shape = current.shape
+    print(json.dumps({"argv": argv, "plan": current.describe(), "model": current.model.name,
+                      "generation": shape.generation.name,
+                      "topology": shape.topology, "devices_per_slice": shape.devices, "slices": current.slices,
+                      "min_slices": current.min_slices, "workers": plan_.workers,
+                      "estimate_bytes": current.memory.total}))
 
 
 def _request_of(args: argparse.Namespace, plan_: Plan):
@@ -150,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     except (PlanError, maxtext_runtime.MaxTextVersionError) as err:
         print(f"trainer: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.print_argv:
+        print_argv(args, plan_, run)
+        return 0
     print(f"trainer: {plan_.describe()}", flush=True)
     for note in plan_.notes:
         print(f"trainer: note: {note}", flush=True)

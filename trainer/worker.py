@@ -36,6 +36,14 @@ def plan_for_world(full_plan: Plan, world_size: int) -> Plan:
     return full_plan.at_slices(world_size // hosts)
 
 
+def worker_plan_and_argv(config: dict, world: int, base_config: str) -> tuple[Plan, list[str]]:
+    """What a worker group of `world` workers runs: the plan for the slices it has and MaxText's argv.
+    train_loop_per_worker runs exactly this; `python -m trainer.entrypoint ... --print-argv` prints it for the
+    full worker group (preview/compile.py compiles that argv ahead of time)."""
+    current = plan_for_world(plan(request_from_dict(config["plan_request"])), world)
+    return current, pre_train_argv(current, RunSettings(**config["run"]), base_config)
+
+
 def train_loop_per_worker(config: dict) -> None:
     import ray.train
 
@@ -45,9 +53,7 @@ def train_loop_per_worker(config: dict) -> None:
     pinned = os.environ.get("TRAINER_MAXTEXT_VERSION")
     if pinned and version != pinned:
         raise maxtext_runtime.MaxTextVersionError(f"worker has maxtext {version}, the job pins {pinned}")
-    current = plan_for_world(plan(request_from_dict(config["plan_request"])), world)
-    run = RunSettings(**config["run"])
-    argv = pre_train_argv(current, run, maxtext_runtime.base_config_path())
+    current, argv = worker_plan_and_argv(config, world, maxtext_runtime.base_config_path())
 
     progress_dir = config.get("progress_dir")
     attempt = uuid.uuid4().hex[:8]

@@ -31,7 +31,7 @@ def test_tpu_argv_carries_the_plan_and_the_run():
 
 
 def test_argv_is_stable():
-    p = plan(PlanRequest("llama3-70b", "v6e", "4x4", slices=2))
+    p = plan(PlanRequest("llama3-70b", "v6e", "4x8", slices=2))
     assert maxtext_overrides(p, RUN) == maxtext_overrides(p, RUN)
 
 

@@ -46,7 +46,7 @@ def test_local_refuses_before_starting_ray(argv, names, no_ray, capsys):
 
 @pytest.mark.parametrize("argv, names", [
     (["--model", "llama3-70b", "--slices", "1"], ["llama3-70b", "1 x v6e-16", "GiB per device"]),
-    (["--model", "llama3-70b", "--elastic", "1,2"], ["elastic minimum of 1..2"]),
+    (["--model", "llama3-70b", "--elastic", "1,2"], ["elastic: at 1 of 1..2 slices", "(estimated)"]),
     (["--model", "tiny"], ["CPU test model"]),
     (["--maxtext-version", "0.2.1", "--base-output-directory", "gs://b"], ["0.2.1", "0.2.2"]),
 ])

@@ -1,0 +1,737 @@
+"""Pre-flight: compile the stack's exact MaxText training step for its real TPU target, here, on CPU.
+
+    python -m preview --stack dev --compile        # the offline plan, then this compile (preview/cli.py)
+    python -m preview.compile --calibrate          # recompile every CALIBRATION_CASES row -> core/xla_calibration.json
+    python -m preview.compile --calibrate --case llama3-70b-2x4x4-b1     # only some rows (others are kept)
+
+What runs: MaxText's own ahead-of-time compiler, `python -m maxtext.trainers.pre_train.train_compile <base.yml>
+<argv> compile_topology=<name> compile_topology_num_slices=<N>` (maxtext 0.2.5,
+maxtext/trainers/pre_train/train_compile.py: "you will see the same OOM error message during this compilation as
+you would on the target hardware"). It builds the mesh from a TPU topology description
+(jax.experimental.topologies.get_topology_desc, through libtpu's PJRT plugin) instead of real chips, and XLA's
+TPU backend compiles the whole training step for it, memory assignment included. JAX itself stays on CPU
+(JAX_PLATFORMS=cpu); no TPU, no Google Cloud (DECOUPLE_GCLOUD=TRUE, TPU_SKIP_MDS_QUERY=1).
+
+The argv is never built here. It comes from the builder of the stack's backend:
+- Ray: the RayJob's `python -m trainer.entrypoint ...` (workloads/ray/spec.py `entrypoint`) run with
+  `--print-argv`, which prints what trainer.worker.worker_plan_and_argv gives every worker of the full group;
+- JobSet: workloads/jobset/spec.py `training_argv`;
+- Pathways: workloads/pathways/spec.py `trainer_command`.
+Only what cannot mean the same thing on this machine is replaced: `base_output_directory` (a local scratch
+directory; gs:// needs credentials), `run_name`, `jax_cache_dir` (off), and the base config path (the installed
+package's base.yml, maxtext/configs/base.yml). `elastic_enabled` is left out (AOT_DROPPED says why).
+The TPU pods' LIBTPU_INIT_ARGS (core/tpu_env.py, as rendered into the stack's manifests) are passed too: the XLA
+flags change what the compiler does.
+
+The peak is libtpu's own report, which its INFO log (TPU_LOG_DIR) carries at the end of a TPU compile:
+    XLA::TPU program HBM usage: 14.43G / 31.25G
+    Total hbm usage >= 20.29G:
+        reserved        260.00M
+        program          14.43G
+        arguments         5.61G
+The limit after the slash is what XLA may use per device (31.25 GiB on v6e, 15.75 GiB on v5e). MaxText's
+printout, CompiledMemoryStats, is not used: its temp size counts buffers that XLA overlaps and its host figures
+are the offloaded activations (maxtext/utils/max_utils.py print_compiled_memory_stats says the compiler "could
+over-estimate"). A step that does not fit fails with XLA's
+`RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm ... Used X of Y hbm`, which is reported as is.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import importlib.metadata
+import importlib.resources
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, TextIO
+
+from core.tpu_catalog import Generation
+from core.tpu_env import libtpu_init_args
+
+AOT_MODULE = "maxtext.trainers.pre_train.train_compile"
+GIB = 1024**3
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CALIBRATION_PATH = PROJECT_ROOT / "core" / "xla_calibration.json"
+DEFAULT_TIMEOUT_S = 3600.0
+EXIT_OK, EXIT_BAD_INPUT, EXIT_DOES_NOT_COMPILE = 0, 2, 4
+
+# MaxText keys left out of the compile only, with the reason shown to the user.
+AOT_DROPPED = {
+    # maxtext/utils/maxtext_utils.py create_device_mesh: with elastic_enabled it ignores the devices it is given
+    # (here: the compile topology's) and lays the mesh out over elastic_utils.live_devices(), i.e. the
+    # process's own jax.devices() — one CPU device in an AOT compile, which fails with "Number of devices per
+    # slice 1 does not match the product of the ICI parallelism". Elastic mode only decides which slices are
+    # live; the step compiled for all slices is the same program.
+    "elastic_enabled": "elastic mode lays the mesh out over the live devices (maxtext_utils.create_device_mesh), "
+                       "which an ahead-of-time compile does not have; the step for all slices is the same program",
+}
+
+# Environment of the compile process.
+COMPILE_ENV = {
+    "JAX_PLATFORMS": "cpu",              # JAX computes on CPU; the TPU plugin is loaded only for the topology
+    "DECOUPLE_GCLOUD": "TRUE",           # MaxText stubs Google Cloud services (GCS, Cloud Logging)
+    "TPU_SKIP_MDS_QUERY": "1",           # libtpu does not wait for a GCE metadata server
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",   # libtpu otherwise allows one process per machine (/tmp/libtpu_lockfile)
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# What to compile
+
+
+@dataclass(frozen=True)
+class CompileTarget:
+    """One backend's launch command for one TPU target."""
+
+    argv: tuple[str, ...]            # as launched: MaxText's module, the base config, key=value ...
+    source: str                      # the builder it came from
+    generation: Generation
+    topology: str                    # slice topology, e.g. "4x4"
+    devices_per_slice: int
+    slices: int
+    plan: str                        # the planner's description of the plan this argv runs
+    model: str = ""                  # core/presets.py name
+    libtpu_init_args: str = ""
+    estimate_bytes: int | None = None   # the planner's estimate per device, for the report
+
+    @property
+    def keys(self) -> dict[str, str]:
+        return dict(item.partition("=")[::2] for item in self.argv[2:])
+
+
+def compile_topology(generation: Generation, topology: str, devices_per_slice: int) -> str:
+    """MaxText's compile_topology name for one slice, looked up in MaxText's own table
+    (maxtext/utils/accelerator_to_spec_map.py UserFacingNameToSystemCharacteristics: name "<generation>-<devices>",
+    topology_name "<platform>:<topology>", e.g. "v6e-8" -> "v6e:2x4", "v5p-16" -> "v5:2x2x2")."""
+    from maxtext.utils.accelerator_to_spec_map import UserFacingNameToSystemCharacteristics as table
+
+    for name, spec in table.items():
+        if (name.startswith(f"{generation.name}-") and spec.topology_name.split(":")[-1] == topology
+                and spec.devices_per_slice == devices_per_slice):
+            return name
+    raise CompileSetupError(f"MaxText {installed('maxtext')} has no compile_topology for {generation.name} "
+                            f"{topology} ({devices_per_slice} devices)")
+
+
+class CompileSetupError(Exception):
+    """The compile cannot be set up (not a MaxText/XLA verdict)."""
+
+
+def installed(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def ray_target(entrypoint_args: Iterable[str], libtpu_args: str, root: Path = PROJECT_ROOT) -> CompileTarget:
+    """The argv every Ray worker of the full worker group runs for `python -m trainer.entrypoint ARGS`."""
+    from core.tpu_catalog import CATALOG
+
+    command = [sys.executable, "-m", "trainer.entrypoint", *entrypoint_args, "--print-argv"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        raise CompileSetupError(lines[-1] if lines else f"trainer.entrypoint exited with {proc.returncode}")
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    return CompileTarget(argv=tuple(printed["argv"]), source="ray: trainer.entrypoint --print-argv (trainer.worker)",
+                         generation=CATALOG[printed["generation"]], topology=printed["topology"],
+                         devices_per_slice=printed["devices_per_slice"], slices=printed["slices"],
+                         plan=printed["plan"], model=printed["model"], libtpu_init_args=libtpu_args,
+                         estimate_bytes=printed["estimate_bytes"])
+
+
+def stack_target(config, manifests: Iterable[Mapping[str, Any]] = (), root: Path = PROJECT_ROOT) -> CompileTarget:
+    """The training argv of the stack's backend (config: infra.config.StackConfig), with the LIBTPU_INIT_ARGS of
+    its TPU pods read from the rendered manifests."""
+    plan = config.workload.plan
+    shape = config.tpu.shape
+    flags = pod_libtpu_init_args(manifests)
+    backend = str(getattr(config.workload.backend, "value", config.workload.backend))
+    common = dict(generation=shape.generation, topology=shape.topology, devices_per_slice=shape.devices,
+                  slices=plan.slices, plan=plan.describe(), model=plan.model.name, libtpu_init_args=flags,
+                  estimate_bytes=plan.memory.total)
+    if backend == "jobset":
+        from workloads.jobset import spec as jobset_spec
+        return CompileTarget(argv=tuple(jobset_spec.training_argv(config)),
+                             source="jobset: workloads/jobset/spec.py training_argv", **common)
+    if backend == "pathways":
+        from workloads.pathways import spec as pathways_spec
+        command = pathways_spec.trainer_command(config)
+        if command[1] != "-m":
+            raise CompileSetupError(f"unexpected Pathways trainer command {command[:3]}")
+        return CompileTarget(argv=tuple(command[2:]), source="pathways: workloads/pathways/spec.py trainer_command",
+                             **common)
+    from workloads.ray import spec as ray_spec
+    command = ray_spec.entrypoint(config)
+    if command[:3] != ["python", "-m", "trainer.entrypoint"]:
+        raise CompileSetupError(f"unexpected RayJob command {command[:3]}")
+    return ray_target(command[3:], flags, root)
+
+
+def pod_libtpu_init_args(manifests: Iterable[Mapping[str, Any]]) -> str:
+    """LIBTPU_INIT_ARGS of the containers that request TPU chips (google.com/tpu) in the rendered manifests;
+    the Pathways MaxText client requests none and its workers carry the TPU runtime's flags."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            resources = node.get("resources")
+            limits = (resources.get("limits") or {}) if isinstance(resources, dict) else {}
+            if "google.com/tpu" in limits and isinstance(node.get("env"), list):
+                for env in node["env"]:
+                    if isinstance(env, dict) and env.get("name") == "LIBTPU_INIT_ARGS" and "value" in env:
+                        found.append(str(env["value"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for manifest in manifests:
+        walk(manifest)
+    distinct = sorted(set(found))
+    if len(distinct) > 1:
+        raise CompileSetupError(f"TPU pods disagree on LIBTPU_INIT_ARGS: {distinct}")
+    return distinct[0] if distinct else ""
+
+
+def aot_argv(target: CompileTarget, base_config: str, out_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """train_compile's argv for the target and the keys it leaves out ({key: why})."""
+    local = {"base_output_directory": str(out_dir), "run_name": "preflight", "jax_cache_dir": ""}
+    keys, dropped = [], {}
+    for item in target.argv[2:]:
+        key, _, value = item.partition("=")
+        if key in AOT_DROPPED:
+            dropped[key] = AOT_DROPPED[key]
+            continue
+        keys.append(f"{key}={local.get(key, value)}")
+    name = compile_topology(target.generation, target.topology, target.devices_per_slice)
+    keys += [f"compile_topology={name}", f"compile_topology_num_slices={target.slices}"]
+    return [base_config, *keys], dropped
+
+
+# ---------------------------------------------------------------------------------------------------
+# What the compiler said (pure; tests feed canned output)
+
+_SIZE = r"([\d.]+)\s*([KMGT]?)(?:i?B)?"
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def _size(number: str, unit: str) -> int:
+    # libtpu prints binary sizes with one letter: 31.25G = 31.25 GiB.
+    return int(float(number) * _UNITS[unit])
+
+
+@dataclass(frozen=True)
+class CompilerVerdict:
+    compiled: bool
+    peak_bytes_per_device: int | None
+    hbm_bytes: int | None
+    reason: str | None
+    breakdown: Mapping[str, int] = field(default_factory=dict)
+    # When it does not fit: the bytes XLA says the step needs ("Used X of Y hbm").
+    required_bytes: int | None = None
+    # When XLA had to recompute to fit (its own rematerialization pass, run when the step is over 95 % of the
+    # limit): what the step needed before ("rematerialization hbm reduction: BEFORE => AFTER").
+    before_remat_bytes: int | None = None
+
+
+def parse_compiler_output(output: str, libtpu_log: str, returncode: int | None) -> CompilerVerdict:
+    """The verdict from train_compile's output (stdout+stderr) and libtpu's INFO log.
+
+    compiled: MaxText printed "Jitting and compilation complete!" and exited 0.
+    peak: libtpu's "Total hbm usage >= X" (the largest, if several programs were compiled).
+    required: when the step does not fit, XLA's "Used X of Y hbm" (libtpu's log; the RESOURCE_EXHAUSTED error says
+    "HLO temporaries (X) exceeds available HBM (Y)"; its memory report lists the parameters among them).
+    before_remat: XLA's "rematerialization hbm reduction: X => Y" (the largest X): the step's need before the
+    compiler recomputed tensors to squeeze it under the limit; a step that only fits that way runs slower.
+    hbm: the per-device limit XLA compiled against ("program HBM usage: P / LIMIT", or Y above).
+    reason: the first line that explains a failure, in XLA's or MaxText's own words."""
+    text = libtpu_log + "\n" + output
+    breakdown: dict[str, int] = {}
+    peak = hbm = None
+    totals = list(re.finditer(r"Total hbm usage >= " + _SIZE + r":\s*\n\s*reserved\s+" + _SIZE
+                              + r"\s*\n\s*program\s+" + _SIZE + r"\s*\n\s*arguments\s+" + _SIZE, libtpu_log))
+    if totals:
+        best = max(totals, key=lambda m: _size(m.group(1), m.group(2)))
+        peak = _size(best.group(1), best.group(2))
+        breakdown = {"reserved": _size(best.group(3), best.group(4)), "program": _size(best.group(5), best.group(6)),
+                     "arguments": _size(best.group(7), best.group(8))}
+    limit = re.search(r"program HBM usage: " + _SIZE + r" / " + _SIZE, libtpu_log)
+    if limit:
+        hbm = _size(limit.group(3), limit.group(4))
+    used = (re.search(r"Used " + _SIZE + r" of " + _SIZE + r" hbm", text)
+            or re.search(r"HLO temporaries \(" + _SIZE + r"\) exceeds available HBM \(" + _SIZE + r"\)", text))
+    compiled = returncode == 0 and "Jitting and compilation complete!" in output
+    remats = [_size(m.group(1), m.group(2)) for m in
+              re.finditer(r"rematerialization hbm reduction:\s*" + _SIZE + r"\s*=>\s*" + _SIZE, libtpu_log)]
+    required = None
+    if used and not compiled:
+        required, hbm = _size(used.group(1), used.group(2)), _size(used.group(3), used.group(4))
+        peak, breakdown = None, {}
+    return CompilerVerdict(compiled=compiled, peak_bytes_per_device=peak if compiled else None, hbm_bytes=hbm,
+                           reason=None if compiled else failure_reason(output, returncode), breakdown=breakdown,
+                           required_bytes=required, before_remat_bytes=max(remats) if remats else None)
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Exhausted))(?::\s*(.*))?$")
+
+
+def failure_reason(output: str, returncode: int | None) -> str:
+    """MaxText's or XLA's own line for a failed compile."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if "RESOURCE_EXHAUSTED" in line:
+            return line[line.index("RESOURCE_EXHAUSTED"):]
+    for line in lines:
+        # libtpu rejects LIBTPU_INIT_ARGS by printing this and exiting the process.
+        if line.startswith("ERROR: ") and "flag" in line:
+            return line
+    for line in reversed(lines):
+        match = _EXCEPTION_LINE.match(line)
+        if match and match.group(1) not in ("KeyboardInterrupt",):
+            return line
+    if returncode is None:
+        return "the compile was stopped before it finished"
+    tail = lines[-1] if lines else "no output"
+    return f"train_compile exited with status {returncode}: {tail}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running it
+
+
+@dataclass
+class CompileResult:
+    compiled: bool
+    peak_bytes_per_device: int | None
+    hbm_bytes: int | None
+    topology: str
+    num_slices: int
+    seconds: float
+    reason: str | None
+    required_bytes: int | None = None
+    before_remat_bytes: int | None = None
+    source: str = ""
+    plan: str = ""
+    estimate_bytes: int | None = None
+    dropped: Mapping[str, str] = field(default_factory=dict)
+    breakdown: Mapping[str, int] = field(default_factory=dict)
+    libtpu_init_args: str = ""
+    command: str = ""
+    argv: tuple[str, ...] = ()         # train_compile's argv (base config, key=value ...)
+    libtpu: str = ""
+    log: str | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.compiled
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "compiled": self.compiled, "peak_bytes_per_device": self.peak_bytes_per_device,
+            "hbm_bytes": self.hbm_bytes, "topology": self.topology, "num_slices": self.num_slices,
+            "seconds": round(self.seconds, 1), "reason": self.reason, "required_bytes": self.required_bytes,
+            "before_remat_bytes": self.before_remat_bytes,
+            "estimate_bytes_per_device": self.estimate_bytes, "breakdown": dict(self.breakdown),
+            "argv_source": self.source, "dropped": dict(self.dropped), "libtpu_init_args": self.libtpu_init_args,
+            "command": self.command, "libtpu": self.libtpu, "maxtext": installed("maxtext"), "log": self.log,
+        }
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class _Ticker:
+    """Elapsed time to stderr while the compile runs: rewritten in place on a terminal, a line every 30 s else."""
+
+    def __init__(self, label: str, out: TextIO | None, interval: float | None = None):
+        self.label, self.out, self.last = label, out, ""
+        self.start = time.monotonic()
+        self.stop = threading.Event()
+        self.tty = bool(out is not None and hasattr(out, "isatty") and out.isatty())
+        self.interval = interval or (1.0 if self.tty else 30.0)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.interval):
+            line = f"compile: {self.label}: {_clock(time.monotonic() - self.start)} elapsed"
+            if self.last:
+                line += f" ({self.last[:70]})"
+            if self.tty:
+                self.out.write("\r\033[K" + line)
+            else:
+                self.out.write(line + "\n")
+            self.out.flush()
+
+    def __enter__(self) -> "_Ticker":
+        if self.out is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.out is not None:
+            self.thread.join()
+            if self.tty:
+                self.out.write("\r\033[K")
+                self.out.flush()
+
+
+def _progress_line(line: str) -> str | None:
+    """MaxText's own stage messages, for the ticker."""
+    for marker in ("Starting train_compile", "Jitting and compiling", "Jitting and compilation complete"):
+        if marker in line:
+            return line.strip()
+    return None
+
+
+def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, progress: TextIO | None = None,
+                keep_dir: Path | None = None, compiler: tuple[str, ...] | None = None,
+                tick_s: float | None = None) -> CompileResult:
+    """Compile `target` in a subprocess; the scratch directory is removed unless the compile failed (its
+    output and libtpu's log are then kept there) or `keep_dir` is given. `compiler`: the command before the argv
+    (default `python -m maxtext.trainers.pre_train.train_compile`; tests pass a stand-in)."""
+    for package in ("maxtext", "libtpu"):
+        if installed(package) == "not installed":
+            raise CompileSetupError(f"{package} is not installed here (bash scripts/setup.sh installs it: "
+                                    "requirements-trainer.txt pins libtpu, scripts/install_maxtext.sh MaxText)")
+    base_config = str(importlib.resources.files("maxtext") / "configs" / "base.yml")
+    work = Path(tempfile.mkdtemp(prefix="preflight-")) if keep_dir is None else keep_dir
+    work.mkdir(parents=True, exist_ok=True)
+    log_dir, out_dir = work / "libtpu_logs", work / "out"
+    log_dir.mkdir(exist_ok=True)
+    argv, dropped = aot_argv(target, base_config, out_dir)
+    env = {**os.environ, **COMPILE_ENV, "TPU_LOG_DIR": str(log_dir), "LIBTPU_INIT_ARGS": target.libtpu_init_args}
+    env.pop("PYTHONPATH", None)
+    command = [*(compiler or (sys.executable, "-m", AOT_MODULE)), *argv]
+    name = argv[-2].partition("=")[2]
+    output_path = work / "compile.log"
+    start = time.monotonic()
+    returncode: int | None = None
+    with open(output_path, "w") as output, _Ticker(f"{name} x {target.slices}", progress, tick_s) as ticker:
+        proc = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace")
+        timed_out = threading.Event()
+
+        def expire() -> None:
+            timed_out.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                output.write(line)
+                stage = _progress_line(line)
+                if stage:
+                    ticker.last = stage
+            proc.wait()
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            timer.cancel()
+        killed = timed_out.is_set()
+        returncode = None if killed else proc.returncode
+    seconds = time.monotonic() - start
+    text = output_path.read_text(errors="replace")
+    libtpu_log = "".join(path.read_text(errors="replace") for path in sorted(log_dir.glob("*.INFO.*")))
+    verdict = parse_compiler_output(text, libtpu_log, returncode)
+    reason = verdict.reason
+    if killed:
+        reason = f"the compile did not finish within {timeout:.0f} s"
+    result = CompileResult(
+        compiled=verdict.compiled, peak_bytes_per_device=verdict.peak_bytes_per_device, hbm_bytes=verdict.hbm_bytes,
+        topology=name, num_slices=target.slices, seconds=seconds, reason=reason,
+        required_bytes=verdict.required_bytes, before_remat_bytes=verdict.before_remat_bytes, source=target.source,
+        plan=target.plan, estimate_bytes=target.estimate_bytes, dropped=dropped, breakdown=verdict.breakdown,
+        libtpu_init_args=target.libtpu_init_args,
+        command=" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(COMPILE_ENV.items()) if k != "PYTHONUNBUFFERED")
+        + (f" LIBTPU_INIT_ARGS={shlex.quote(target.libtpu_init_args)}" if target.libtpu_init_args else "")
+        + " python -m " + shlex.join([AOT_MODULE, *argv]),
+        argv=tuple(argv), libtpu=installed("libtpu"))
+    if verdict.compiled and keep_dir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        result.log = str(output_path)
+    return result
+
+
+def failed_setup(config, reason: str) -> CompileResult:
+    """The result when the compile could not even start (no MaxText or libtpu here, no topology for the shape)."""
+    shape = config.tpu.shape
+    return CompileResult(compiled=False, peak_bytes_per_device=None, hbm_bytes=None,
+                         topology=f"{shape.generation.name} {shape.topology}", num_slices=config.tpu.slices,
+                         seconds=0.0, reason=f"could not set up the compile: {reason}", libtpu=installed("libtpu"))
+
+
+def render(result: CompileResult, out: TextIO) -> None:
+    """The text report: peak against HBM and the time, or the compiler's reason."""
+    def gib(value: int | None) -> str:
+        return "?" if value is None else f"{value / GIB:.2f} GiB"
+
+    out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s), {_clock(result.seconds)} "
+              f"(MaxText {installed('maxtext')}, libtpu {result.libtpu}; argv from {result.source})\n")
+    for key, why in result.dropped.items():
+        out.write(f"  left out for the compile: {key} ({why})\n")
+    if result.compiled:
+        share = (f" ({result.peak_bytes_per_device / result.hbm_bytes:.0%})"
+                 if result.peak_bytes_per_device and result.hbm_bytes else "")
+        out.write(f"  FITS: XLA peak {gib(result.peak_bytes_per_device)} per device of {gib(result.hbm_bytes)} HBM"
+                  f"{share}")
+        if result.breakdown:
+            out.write(" = " + " + ".join(f"{k} {v / GIB:.2f}" for k, v in result.breakdown.items()))
+        out.write("\n")
+        if result.before_remat_bytes:
+            out.write(f"  XLA recomputed tensors to get there: the step needed {gib(result.before_remat_bytes)} "
+                      "before (slower steps; little headroom)\n")
+    else:
+        verb = "DOES NOT FIT" if result.required_bytes else "DOES NOT COMPILE"
+        out.write(f"  {verb}: {result.reason}\n")
+        if result.log:
+            out.write(f"  compiler output: {result.log}\n")
+    if result.estimate_bytes:
+        out.write(f"  planner estimate: {gib(result.estimate_bytes)} per device\n")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Calibration: the planner's truth (core/xla_calibration.json, checked by tests/core/test_xla_calibration.py)
+
+
+@dataclass(frozen=True)
+class CalibrationCase:
+    """A model on slices with every planner choice explicit, compiled through the Ray entrypoint."""
+
+    case: str
+    model: str
+    generation: str
+    topology: str
+    slices: int
+    per_device_batch_size: float
+    dcn_data: int = 0          # 0: slices (dcn_fsdp 1)
+    dcn_fsdp: int = 1
+    ici_tensor: int = 1
+    max_target_length: int | None = None
+    remat_policy: str | None = None
+    remat_offload: tuple[str, ...] | None = None
+    weight_dtype: str | None = None
+    why: str = ""
+
+    def entrypoint_args(self) -> list[str]:
+        args = ["--model", self.model, "--generation", self.generation, "--topology", self.topology,
+                "--slices", str(self.slices), "--per-device-batch-size", f"{self.per_device_batch_size:g}",
+                "--dcn-data", str(self.dcn_data or self.slices // self.dcn_fsdp), "--dcn-fsdp", str(self.dcn_fsdp),
+                "--ici-tensor", str(self.ici_tensor),
+                *RUN_PLACEHOLDER, "--no-memory-check"]
+        for flag, value in (("--max-target-length", self.max_target_length), ("--remat-policy", self.remat_policy),
+                            ("--weight-dtype", self.weight_dtype)):
+            if value is not None:
+                args += [flag, str(value)]
+        if self.remat_offload is not None:
+            args += ["--remat-offload", ",".join(self.remat_offload)]
+        return args
+
+
+# Run settings of a compile without a stack: they do not change the compiled step (the output directory and run
+# name are replaced anyway; steps only shape the learning-rate schedule, a traced input of the same shape).
+RUN_PLACEHOLDER = ("--run-name", "preflight", "--base-output-directory", "gs://preflight/maxtext", "--steps", "1000")
+
+# The stacks' plans and the decisions the planner makes near the limit. Each row takes 1.5-10 min here.
+CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
+    CalibrationCase("llama3-70b-2xv6e-16-seed-fp32", "llama3-70b", "v6e", "4x4", 2, 1, dcn_fsdp=2,
+                    max_target_length=4096, remat_policy="full", weight_dtype="float32",
+                    why="the seed's 70B run as written: fp32 weights (MaxText's default), full remat, batch 1 x 4096"),
+    CalibrationCase("qwen3-0.6b-3xv5e-16-b4", "qwen3-0.6b", "v5e", "4x4", 3, 4,
+                    why="stack pathways: the same model on v5e (16 GiB per chip)"),
+    CalibrationCase("llama3-70b-2xv6e-16-fsdp-b1", "llama3-70b", "v6e", "4x4", 2, 1, dcn_fsdp=2,
+                    why="70B on 2 x v6e-16 at batch 1: fits only after XLA recomputes; the planner refuses it"),
+    CalibrationCase("llama3-70b-2xv6e-16-fsdp-b2", "llama3-70b", "v6e", "4x4", 2, 2, dcn_fsdp=2,
+                    why="70B on the default 2 x v6e-16, the recipe's batch 2: at the limit"),
+    CalibrationCase("llama3-70b-2xv6e-32-b2", "llama3-70b", "v6e", "4x8", 2, 2,
+                    why="70B on 2 x v6e-32 (the recipe's slice), batch 2, data parallel across slices"),
+    CalibrationCase("llama3-70b-2xv6e-32-fsdp-b2", "llama3-70b", "v6e", "4x8", 2, 2, dcn_fsdp=2,
+                    why="70B on 2 x v6e-32 with FSDP across both slices (64-way), the recipe's batch 2: the "
+                        "planner's choice for 70B on 2 x v6e-32, with a clear margin"),
+    CalibrationCase("qwen3-0.6b-2xv6e-8-b4", "qwen3-0.6b", "v6e", "2x4", 2, 4,
+                    why="stack dev (Ray, Spot): full remat, fp32 weights, tied 152k vocabulary"),
+    CalibrationCase("qwen3-0.6b-2xv6e-8-b2", "qwen3-0.6b", "v6e", "2x4", 2, 2,
+                    why="the dev plan at half the batch: what a sequence costs (logits, saved activations)"),
+    CalibrationCase("qwen3-0.6b-1xv6e-8-b4", "qwen3-0.6b", "v6e", "2x4", 1, 4,
+                    why="the dev plan on one slice: the same per-device tensors as on two, yet XLA's peak differs by a "
+                        "third (how XLA schedules a step with HBM to spare is not a memory need)"),
+    CalibrationCase("llama3-8b-2xv6e-16-b3", "llama3-8b", "v6e", "4x4", 2, 3,
+                    why="stacks prod and jobset: the tuned Trillium 8B recipe"),
+    CalibrationCase("llama3-8b-1xv6e-8-b2", "llama3-8b", "v6e", "2x4", 1, 2,
+                    why="8B on one v6e-8: batch 2 (the old halving search went 3 -> 1.5 and refused)"),
+    CalibrationCase("llama3-8b-2xv6e-16-tp4-b4", "llama3-8b", "v6e", "4x4", 2, 4, ici_tensor=4,
+                    max_target_length=4096, remat_policy="full",
+                    why="the seed's 8B run: fsdp 4 x tensor 4, full remat, batch 4 x 4096"),
+    CalibrationCase("llama3-8b-2xv5e-64-b2", "llama3-8b", "v5e", "8x8", 2, 2,
+                    why="8B on 2 x v5e-64 (16 GiB per chip): batch 2 (the old halving search refused)"),
+)
+
+
+def request_target(entrypoint_args: list[str], root: Path = PROJECT_ROOT) -> CompileTarget:
+    """A model on slices without a stack: planned and built by the Ray entrypoint (`--no-memory-check`: the
+    compile, not the estimate, decides), with a Ray worker's LIBTPU_INIT_ARGS without DCN NICs
+    (core/tpu_env.py; the megascale interface flag only picks network interfaces at run time)."""
+    target = ray_target([*entrypoint_args, "--no-memory-check"], "", root)
+    return dataclasses.replace(target, libtpu_init_args=libtpu_init_args(target.model, target.generation,
+                                                                         target.slices, 0))
+
+
+# One small sharded program per generation: libtpu's log then states the per-device HBM limit XLA compiles against
+# ("program HBM usage: P / LIMIT") and what the runtime reserves ("reserved R"), which core/memory.py tabulates.
+_PROBE = """
+import sys
+import jax, jax.numpy as jnp
+from jax.experimental.topologies import get_topology_desc
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from maxtext.utils.accelerator_to_spec_map import get_system_characteristics
+spec = get_system_characteristics(sys.argv[1])
+devices = get_topology_desc(platform="tpu", topology_name=spec.topology_name, chip_config_name=spec.chip_config_name,
+                            chips_per_host_bounds=spec.chips_per_host_bounds, num_slices=1, wrap=spec.wrap).devices
+x = jax.ShapeDtypeStruct((len(devices) * 1024, 2048), jnp.float32,
+                         sharding=NamedSharding(Mesh(devices, ("x",)), PartitionSpec("x")))
+jax.jit(lambda a: jnp.tanh(a @ a.T).sum()).lower(x).compile()
+"""
+
+
+def probe_generation(generation: Generation) -> dict[str, int]:
+    """{"hbm_limit_bytes", "reserved_bytes"} per device of `generation`, from libtpu's report on a tiny compile."""
+    from maxtext.utils.accelerator_to_spec_map import UserFacingNameToSystemCharacteristics as table
+
+    name = min((n for n in table if n.startswith(f"{generation.name}-")), key=lambda n: table[n].devices_per_slice)
+    with tempfile.TemporaryDirectory(prefix="preflight-probe-") as work:
+        env = {**os.environ, **COMPILE_ENV, "TPU_LOG_DIR": work}
+        proc = subprocess.run([sys.executable, "-c", _PROBE, name], env=env, capture_output=True, text=True,
+                              timeout=300)
+        log = "".join(path.read_text(errors="replace") for path in sorted(Path(work).glob("*.INFO.*")))
+    limit = re.search(r"program HBM usage: " + _SIZE + r" / " + _SIZE, log)
+    reserved = re.search(r"Total hbm usage >= " + _SIZE + r":\s*\n\s*reserved\s+" + _SIZE, log)
+    if proc.returncode != 0 or not limit or not reserved:
+        raise CompileSetupError(f"probe of {name} failed: {failure_reason(proc.stdout + proc.stderr, proc.returncode)}")
+    return {"hbm_limit_bytes": _size(limit.group(3), limit.group(4)),
+            "reserved_bytes": _size(reserved.group(3), reserved.group(4))}
+
+
+def calibration_row(case: CalibrationCase, result: CompileResult) -> dict[str, Any]:
+    keys = dict(item.partition("=")[::2] for item in result.argv[1:])
+    return {
+        "case": case.case, "why": case.why, "model": case.model, "generation": case.generation,
+        "topology": case.topology, "slices": case.slices,
+        "ici_fsdp": int(keys["ici_fsdp_parallelism"]), "ici_tensor": int(keys["ici_tensor_parallelism"]),
+        "dcn_data": int(keys["dcn_data_parallelism"]), "dcn_fsdp": int(keys["dcn_fsdp_parallelism"]),
+        "per_device_batch_size": float(keys["per_device_batch_size"]),
+        "max_target_length": int(keys["max_target_length"]), "remat_policy": keys["remat_policy"],
+        "remat_offload": sorted(k for k, v in keys.items() if v == "offload"),
+        "weight_dtype": keys["weight_dtype"], "attention": keys["attention"],
+        "libtpu_init_args": result.libtpu_init_args,
+        "compile_topology": result.topology, "compiled": result.compiled,
+        "peak_bytes_per_device": result.peak_bytes_per_device, "hbm_bytes": result.hbm_bytes,
+        "required_bytes": result.required_bytes, "before_remat_bytes": result.before_remat_bytes, "breakdown": dict(result.breakdown), "reason": result.reason, "seconds": round(result.seconds),
+        "libtpu": result.libtpu, "maxtext": installed("maxtext"), "jax": installed("jax"),
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def calibrate(names: list[str], path: Path, progress: TextIO, timeout: float) -> int:
+    cases = [c for c in CALIBRATION_CASES if not names or c.case in names]
+    unknown = sorted(set(names) - {c.case for c in CALIBRATION_CASES})
+    if unknown:
+        progress.write(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(c.case for c in CALIBRATION_CASES)}\n")
+        return 2
+    from core.tpu_catalog import CATALOG
+
+    data = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    rows = {row["case"]: row for row in data.get("rows", [])}
+    hbm = data.get("hbm", {})
+    if not names:
+        for generation in CATALOG.values():
+            hbm[generation.name] = {**probe_generation(generation), "libtpu": installed("libtpu")}
+            progress.write(f"calibrate: {generation.name}: XLA limit {hbm[generation.name]['hbm_limit_bytes'] / GIB:.2f}"
+                           f" GiB per device, runtime reserves {hbm[generation.name]['reserved_bytes'] / GIB:.2f} GiB\n")
+    for case in CALIBRATION_CASES:          # the table's reasons, also for rows kept from an earlier run
+        if case.case in rows:
+            rows[case.case]["why"] = case.why
+    for case in cases:
+        progress.write(f"calibrate: {case.case}: {case.why}\n")
+        result = run_compile(request_target(case.entrypoint_args()), timeout=timeout, progress=progress)
+        rows[case.case] = calibration_row(case, result)
+        verdict = (f"peak {result.peak_bytes_per_device / GIB:.2f} GiB" if result.peak_bytes_per_device else "")
+        progress.write(f"calibrate: {case.case}: compiled={result.compiled} {verdict} in {_clock(result.seconds)}"
+                       + (f" ({result.reason})" if result.reason else "") + "\n")
+        order = [c.case for c in CALIBRATION_CASES]
+        data = {
+            "about": "XLA's per-device HBM peak for MaxText training steps, compiled ahead of time for real TPU "
+                     "targets on CPU by `python -m preview.compile --calibrate` (libtpu's 'Total hbm usage', or "
+                     "'Used X of Y hbm' when the step does not fit). tests/core/test_xla_calibration.py holds "
+                     "core/memory.py's estimate to these rows. 'hbm': per generation, the per-device limit XLA "
+                     "compiles against and what the TPU runtime reserves of it (a tiny compile's report).",
+            "hbm": hbm,
+            "rows": sorted(rows.values(), key=lambda r: order.index(r["case"]) if r["case"] in order else len(order)),
+        }
+        path.write_text(json.dumps(data, indent=1) + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m preview.compile", description=__doc__.split("\n\n")[0],
+        epilog="Any other option goes to the planner as `python -m trainer.entrypoint` takes it, e.g. "
+               "python -m preview.compile --model llama3-70b --topology 4x4 --slices 2 --per-device-batch-size 1. "
+               "A stack's own step: python -m preview --stack NAME --compile.")
+    parser.add_argument("--calibrate", action="store_true",
+                        help=f"compile every calibration case and write {CALIBRATION_PATH.relative_to(PROJECT_ROOT)}")
+    parser.add_argument("--case", action="append", default=[], help="with --calibrate: only this case (repeatable)")
+    parser.add_argument("--out", type=Path, default=CALIBRATION_PATH, help=argparse.SUPPRESS)
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per compile")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args, planner_args = parser.parse_known_args(argv)
+    if args.calibrate:
+        if planner_args:
+            parser.error(f"--calibrate takes no planner options ({' '.join(planner_args)})")
+        return calibrate(args.case, args.out, sys.stderr, args.timeout)
+    if "--model" not in planner_args:
+        parser.error("give --calibrate, or a model to plan and compile (--model NAME ...)")
+    given = {a.split("=")[0] for a in planner_args}
+    placeholders = [item for flag, value in zip(RUN_PLACEHOLDER[::2], RUN_PLACEHOLDER[1::2]) if flag not in given
+                    for item in (flag, value)]
+    try:
+        target = request_target([*planner_args, *placeholders])
+    except CompileSetupError as err:
+        print(f"compile: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"compile: {target.plan}", file=sys.stderr)
+    result = run_compile(target, timeout=args.timeout, progress=sys.stderr)
+    if args.json:
+        json.dump(result.as_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        render(result, sys.stdout)
+    if not result.compiled:
+        print(f"compile: {result.reason}", file=sys.stderr)
+    return EXIT_OK if result.compiled else EXIT_DOES_NOT_COMPILE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

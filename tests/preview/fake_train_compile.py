@@ -1,0 +1,48 @@
+"""Stand-in for MaxText's train_compile in tests/preview/test_compile.py: records its argv and environment, then
+prints what train_compile and libtpu print for the case FAKE_COMPILE names (text copied from real compiles
+on this project's stacks: libtpu 0.0.42.1, MaxText 0.2.5)."""
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+case = os.environ["FAKE_COMPILE"]
+Path(os.environ["FAKE_COMPILE_RECORD"]).write_text(json.dumps({"argv": sys.argv[1:], "env": dict(os.environ)}))
+log = Path(os.environ["TPU_LOG_DIR"]) / "tpu_driver.vm.root.log.INFO.20261122-211314.9008"
+print("Starting train_compile.py...", flush=True)
+print("Jitting and compiling train step...", flush=True)
+if case == "hang":
+    time.sleep(60)
+if case in ("fits", "remat"):
+    remat = "I1122 21:02:59.483198   28746 deepsea_compiler_hlo_passes.cc:5728] XLA::TPU rematerialization hbm reduction:  36.02G => 31.36G\n"
+    log.write_text(
+        "I1122 21:13:14.43 9008 deepsea_compiler_backend.cc:2127] XLA::TPU program HBM usage: 121.5K / 15.75G\n"
+        "I1122 21:13:14.43 9008 deepsea_compiler_backend.cc:2171] Total hbm usage >= 260.15M:\n"
+        "    reserved        260.00M \n    program          121.5K \n    arguments            0B \n"
+        + (remat if case == "remat" else "") +
+        "I1122 21:14:28.393051    9119 deepsea_compiler_backend.cc:2127] XLA::TPU program HBM usage: 6.83G / 15.75G\n"
+        "I1122 21:14:28.393057    9119 deepsea_compiler_backend.cc:2160] XLA::TPU program VMEM usage: 127.00M / 128.00M\n"
+        "I1122 21:14:28.393067    9119 deepsea_compiler_backend.cc:2171] Total hbm usage >= 7.49G:\n"
+        "    reserved        258.01M \n    program           6.83G \n    arguments       427.46M \n\n"
+        "Output size 427.15M; shares 427.15M with arguments.\n")
+    print("Jitting and compilation complete!", flush=True)
+    print("Finished train_compile.py successfully!", flush=True)
+    sys.exit(0)
+if case == "oom":
+    log.write_text("E1122 21:31:56.691380     933 deepsea_compiler_base.cc:3781] XLA:TPU compile permanent error. Ran out "
+                   "of memory in memory space hbm. Used 44.02G of 31.25G hbm. Exceeded hbm capacity by 12.77G. Memory "
+                   "usage report: \n")
+    print("Traceback (most recent call last):\n  File \"train_compile.py\", line 311, in main\n    raise e\n"
+          "jax.errors.JaxRuntimeError: RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for "
+          "HLO temporaries (44.02G) exceeds available HBM (31.25G).", flush=True)
+    sys.exit(1)
+if case == "badflag":
+    print("=== Source Location Trace: === \nlearning/45eac/tfrc/runtime/libtpu_init_utils.cc:327\n"
+          "ERROR: Unknown command line flag 'xla_tpu_this_flag_does_not_exist'", flush=True)
+    sys.exit(1)
+if case == "assert":
+    print("Traceback (most recent call last):\n  File \"max_utils.py\", line 480, in fill_unspecified_mesh_axes\n"
+          "AssertionError: Number of devices per slice 1 does not match the product of the ICI parallelism 16", flush=True)
+    sys.exit(1)
+sys.exit(3)
