@@ -148,6 +148,10 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
     for note in report.notes + plan.notes:
         out.write(f"  note: {note}\n")
 
+    out.write("\nRecipe:\n")
+    for line in plan.recipe:
+        out.write(f"  {line}\n")
+
     out.write("\nAssumptions to check (the offline plan cannot verify them):\n")
     for line in plan.assumptions:
         out.write(f"  - {line}\n")

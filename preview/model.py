@@ -21,6 +21,7 @@ from preview.harness import ProgramRun, Registration
 from core.tpu_catalog import CATALOG, Generation, MachineType
 from core.maxtext_args import GOODPUT_OVERRIDES, RunSettings, maxtext_overrides
 from infra.dashboard import chart_summaries
+from core.recipes import recipe_summary
 from preview.assumptions import assumptions
 from workloads.jobset import spec as jobset_spec
 from workloads.pathways import spec as pathways_spec
@@ -323,6 +324,7 @@ class Plan:
     dashboard: DashboardSummary | None = None
     notes: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)   # what cannot be verified offline
+    recipe: list[str] = field(default_factory=list)        # the tuned recipe the run follows, and how it departs
     compile: dict[str, Any] | None = None   # `--compile`: preview/compile.py CompileResult.as_dict()
 
     def as_dict(self) -> dict[str, Any]:
@@ -337,6 +339,7 @@ class Plan:
             "dashboard": self.dashboard.as_dict() if self.dashboard else None,
             "notes": self.notes,
             "assumptions": self.assumptions,
+            "recipe": self.recipe,
         }
         if self.compile is not None:
             document["compile"] = self.compile
@@ -380,4 +383,5 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
         gcp_resources=[r for r in resources if r.custom and r.type.startswith("gcp:")],
         exports=exports, tpu=tpu_summary(pools, config), validation=validation,
         deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
-        dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config))
+        dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config),
+        recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology))

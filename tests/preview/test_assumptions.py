@@ -28,3 +28,12 @@ def test_a_version_the_user_pins_is_an_assumption_too_and_the_image_path_is_buil
     assert any("gkeVersion=1.35 is assumed to be offered" in line for line in lines)
     assert any("built from worker_env/Dockerfile during `pulumi up`" in line for line in lines)
     assert not any(line.startswith("image rayproject") for line in lines)
+
+
+def test_the_plan_names_the_recipe_the_run_follows():
+    from preview.model import build_plan
+    from preview.k8s.validation import default_schemas_dir
+    from tests.conftest import committed_stack_run
+    plan = build_plan(committed_stack_run("prod"), build(load_stack_config("prod", REPO)), "prod", default_schemas_dir())
+    assert plan.recipe[0].startswith("recipe: AI-Hypercomputer/tpu-recipes")
+    assert plan.as_dict()["recipe"] == plan.recipe
