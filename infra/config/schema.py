@@ -87,8 +87,9 @@ KEYS: tuple[Key, ...] = (
         "tpu-multislice",
         check=check.matches(naming.CLUSTER_NAME, "1-40 lowercase letters, digits or '-', starting with a letter and not ending with '-'")),
     Key("clusterMode", "string", "GKE mode of operation.", "standard", ("standard", "autopilot")),
-    Key("gkeVersion", "string", "Minimum GKE control-plane version (e.g. 1.34 or 1.34.1-gke.1829001); unset means "
-        "the release channel's default raised to the minimum every enabled feature needs.", DERIVED),
+    Key("gkeVersion", "string", "GKE control-plane version to create the cluster at (e.g. 1.35, or an exact offered "
+        "patch); unset: the release channel's default. Either must be offered in the location and meet the minimum "
+        "of every enabled feature (checked before anything is created).", DERIVED),
     Key("releaseChannel", "string", "GKE release channel.", "REGULAR",
         ("RAPID", "REGULAR", "STABLE", "EXTENDED", "UNSPECIFIED")),
     Key("deletionProtection", "boolean", "Refuse to delete the GKE cluster (set false for throw-away stacks).", True),
