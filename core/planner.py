@@ -4,9 +4,12 @@ Choices, in order, when the request leaves them open:
 - ICI (inside a slice): full FSDP, tensor 1 — what the tuned Trillium recipes use (`ici_fsdp_parallelism=-1`;
   see trainer/presets.py for the sources). Explicit values must multiply to the JAX devices of one slice
   (chips x devices per chip: TPU7x has two devices per chip, see core/tpu_catalog.py).
-- DCN (across slices): data parallelism first (one gradient all-reduce per step crosses DCN), FSDP across
-  slices only when one slice cannot hold the weights and optimizer state (then weights are all-gathered over
-  DCN every layer: slower, but it runs). Explicit values must multiply to the number of slices.
+- DCN (across slices): data parallelism first (one gradient all-reduce per step crosses DCN), at every batch;
+  FSDP across slices only when data parallelism fits at no batch (then weights are all-gathered over DCN every
+  layer: slower, but it runs). Explicit values must multiply to the number of slices. llama3-70b on 2 x v6e-32
+  is the case (core/xla_calibration.json): data parallel it is 32-way FSDP, which needs 31.2 GiB per device at
+  the recipe's batch 2 and 29.8 at batch 1, both over the 29.7 GiB where XLA starts recomputing; FSDP over both
+  slices (64-way) compiles the recipe's batch 2 at 23.9 GiB of 31.25, nothing recomputed.
 - Batch (only when not given): the preset's tuned per-device batch, else the largest smaller one that lays out and
   fits. Every per-device batch that lays out is tried, not only halvings: with tensor parallelism t the global
   batch must split into whole sequences over the devices/t data+FSDP shards, i.e. per_device_batch_size x t must
@@ -355,7 +358,8 @@ def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset) -> tuple[str,
         notes.append(f"per_device_batch_size lowered from {_number(model.per_device_batch_size)} "
                      f"to {_number(chosen.per_device_batch_size)} to fit HBM")
     if request.dcn_fsdp is None and chosen.dcn_fsdp > 1:
-        notes.append("FSDP across slices: one slice cannot hold weights + optimizer state")
+        notes.append("FSDP across slices: with data parallelism across slices each slice holds the whole model's "
+                     "weights, gradients and optimizer state, which is over the plannable bytes at every batch")
     return tuple(notes)
 
 

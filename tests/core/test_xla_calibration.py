@@ -22,7 +22,7 @@ import json
 import pytest
 
 from core.errors import PlanError
-from core.memory import ESTIMATE_ERROR, GIB, RUNTIME_RESERVED_GIB, XLA_HBM_LIMIT_GIB
+from core.memory import ESTIMATE_ERROR, GIB, REMAT_THRESHOLD, RUNTIME_RESERVED_GIB, XLA_HBM_LIMIT_GIB
 from core.planner import PlanRequest, plan
 from infra.config import build
 from preview.stack_files import load_stack_config
@@ -121,3 +121,20 @@ def test_every_committed_stacks_plan_was_compiled_and_fits_as_written(stack):
     row = _row_for(p)
     assert row is not None, f"no calibration row for stack {stack}'s plan: {p.describe()}"
     assert row["compiled"] and not row["before_remat_bytes"]
+
+
+def test_llama3_70b_default_has_a_clear_margin_proved_by_compile():
+    """70B: on 2 x v6e-32 the planner puts FSDP over both slices at the recipe's batch 2 (64-way FSDP), which XLA
+    compiles at 23.9 GiB of 31.25 without recomputing; 32-way FSDP (2 x v6e-16 with FSDP across slices, or
+    2 x v6e-32 data parallel) needs more than XLA's 95 % recompute point at batch 2 and at batch 1, so the
+    planner refuses 70B on 2 x v6e-16."""
+    chosen = plan(PlanRequest("llama3-70b", "v6e", "4x8", slices=2))
+    assert (chosen.dcn_data, chosen.dcn_fsdp, chosen.per_device_batch_size) == (1, 2, 2)
+    row = _row_for(chosen)
+    assert row is not None and row["compiled"] and not row["before_remat_bytes"]
+    assert row["peak_bytes_per_device"] <= 0.8 * row["hbm_bytes"]
+    with pytest.raises(PlanError, match=r"does not fit on 2 x v6e-16.*\(estimated\)"):
+        plan(PlanRequest("llama3-70b", "v6e", "4x4", slices=2))
+    for case in ("llama3-70b-2xv6e-16-fsdp-b1", "llama3-70b-2xv6e-16-fsdp-b2", "llama3-70b-2xv6e-32-b2"):
+        row = next(r for r in ROWS if r["case"] == case)
+        assert row["before_remat_bytes"] > REMAT_THRESHOLD * row["hbm_bytes"]
