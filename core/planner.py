@@ -341,8 +341,8 @@ def plan(request: PlanRequest) -> Plan:
                     f" (dcn data {best.dcn_data} x fsdp {best.dcn_fsdp}, ici fsdp {best.ici_fsdp} x tensor {best.ici_tensor},"
                     f" per_device_batch_size {_number(best.per_device_batch_size)}, seq {best.max_target_length},"
                     f" remat {best.remat_policy}, weights {best.weight_dtype}): {best.memory.describe()}."
-                    f" This is the planner's estimate (within 10 % of XLA's peak on core/xla_calibration.json);"
-                    f" for XLA's verdict compile it: {hint} --no-memory-check"
+                    f" This is an estimate (core/xla_calibration.json: within 10 % of XLA near the limit, above it"
+                    f" elsewhere); for XLA's verdict compile it: {hint} --no-memory-check"
                     + "".join(f". Not tried: {reason}" for reason in dict.fromkeys(problems.values())))
 
 
