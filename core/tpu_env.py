@@ -36,7 +36,7 @@ def megascale_interface_flag(dcn_nics: int) -> str:
     """libtpu flag naming the interfaces the megascale (cross-slice) gRPC traffic may use: the DCN NICs
     eth1..ethN and loopback. Without it cross-slice traffic leaves through eth0 and the DCN VPCs carry
     nothing. Source: the GKE multislice tutorial's worker env (`eth1,eth2,lo` for its two DCN networks; see
-    README "What the stack assumes about GCP and Kubernetes"); no Google document states the flag."""
+    docs/assumptions.md); no Google document states the flag."""
     interfaces = [f"eth{index}" for index in range(1, dcn_nics + 1)] + ["lo"]
     return "--megascale_grpc_interface_prefixes=" + ",".join(interfaces)
 

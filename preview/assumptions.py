@@ -1,7 +1,7 @@
 """What the offline plan cannot verify, shown as assumptions to check rather than facts.
 
 Each line names the rule, what the plan assumed, and how to check it against the real system. The sources are
-in README ("What the stack assumes about GCP and Kubernetes").
+in docs/assumptions.md.
 """
 from __future__ import annotations
 

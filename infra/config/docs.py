@@ -1,6 +1,7 @@
-"""Pulumi.yaml's config schema and the README's config table, generated from infra/config/schema.py.
+"""Pulumi.yaml's config schema and the config reference's table (docs/configuration.md), generated from
+infra/config/schema.py.
 
-`python -m infra.config.docs` prints the README table; `--write` rewrites both files in place.
+`python -m infra.config.docs` prints the table; `--write` rewrites both files in place.
 tests/infra/test_config_schema.py fails when either copy is stale.
 """
 from __future__ import annotations
@@ -13,8 +14,9 @@ import yaml
 from infra.config.schema import DERIVED, KEYS, REQUIRED, Key
 
 REPO = Path(__file__).resolve().parents[2]
-README_TABLE_HEADER = "| key | type | default | applies to | description |"
-# How write() finds the table, whatever columns an older README had.
+TABLE_HEADER = "| key | type | default | applies to | description |"
+# How write() finds the table, whatever columns an older copy had.
+REFERENCE_PAGE = "docs/configuration.md"
 _TABLE_START = "| key | type | default |"
 PULUMI_YAML_HEADER = ("# Config schema: types and descriptions only. Defaults live in infra/config/schema.py (one place);\n"
                       "# regenerate with `.venv/bin/python -m infra.config.docs --write`.\n")
@@ -41,7 +43,7 @@ def _applies_to(key: Key) -> str:
 
 
 def markdown_table() -> str:
-    rows = [README_TABLE_HEADER, "| --- | --- | --- | --- | --- |"]
+    rows = [TABLE_HEADER, "| --- | --- | --- | --- | --- |"]
     for key in KEYS:
         description = key.description
         if key.choices:
@@ -65,16 +67,16 @@ def write(repo: Path = REPO) -> None:
     project = yaml.safe_load(project_file.read_text())
     project["config"] = pulumi_config_schema()
     project_file.write_text(PULUMI_YAML_HEADER + yaml.safe_dump(project, sort_keys=False, width=120))
-    readme_file = repo / "README.md"
-    readme = readme_file.read_text()
-    start = readme.index(_TABLE_START)
-    end = readme.find("\n\n", start)
-    readme_file.write_text(readme[:start] + markdown_table() + (readme[end:] if end != -1 else "\n"))
+    page_file = repo / REFERENCE_PAGE
+    page = page_file.read_text()
+    start = page.index(_TABLE_START)
+    end = page.find("\n\n", start)
+    page_file.write_text(page[:start] + markdown_table() + (page[end:] if end != -1 else "\n"))
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true", help="rewrite Pulumi.yaml's config block and README's table")
+    parser.add_argument("--write", action="store_true", help="rewrite Pulumi.yaml's config block and docs/configuration.md's table")
     if parser.parse_args().write:
         write()
     else:

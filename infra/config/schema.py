@@ -1,7 +1,7 @@
 """The stack's config keys: name, type, default and description, in one table.
 
-Pulumi.yaml's `config:` block and the README's config table are checked against this table by tests,
-so the three never drift. Defaults live here only (Pulumi.yaml carries types and descriptions).
+Pulumi.yaml's `config:` block and the config reference's table (docs/configuration.md) are checked against this
+table by tests, so the three never drift. Defaults live here only (Pulumi.yaml carries types and descriptions).
 """
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-# The workload backends and cluster modes keys belong to (README's "applies to" column).
+# The workload backends and cluster modes keys belong to (the config reference's "applies to" column).
 _ON_RAY = AppliesTo("workloadBackend", ("rayjob",), "only the Ray backend (RayCluster + RayJob) reads it")
 _ON_JOBSET = AppliesTo("workloadBackend", ("jobset",), "only the JobSet + Kueue backend reads it")
 _ON_PATHWAYS = AppliesTo("workloadBackend", ("pathways",), "only the Pathways backend reads it")

@@ -1,9 +1,10 @@
-"""Pulumi.yaml's config schema, the code's key table and the README's config table say the same thing."""
+"""Pulumi.yaml's config schema, the code's key table and the config reference (docs/configuration.md) say the
+same thing."""
 from pathlib import Path
 
 import yaml
 
-from infra.config.docs import markdown_table, pulumi_config_schema
+from infra.config.docs import REFERENCE_PAGE, markdown_table, pulumi_config_schema
 from infra.config.schema import KEYS, NAMESPACE
 from preview.stack_files import load_stack_config
 from infra.config import build
@@ -25,9 +26,9 @@ def test_pulumi_yaml_declares_every_key_with_type_and_description_and_no_default
         assert "default" not in entry, f"{key.name}: defaults live in infra/config_schema.py only"
 
 
-def test_readme_config_table_is_current():
-    readme = (REPO / "README.md").read_text()
-    assert markdown_table() in readme, "regenerate with: .venv/bin/python -m infra.config.docs --write"
+def test_config_reference_table_is_current():
+    page = (REPO / REFERENCE_PAGE).read_text()
+    assert markdown_table() in page, "regenerate with: .venv/bin/python -m infra.config.docs --write"
 
 
 def test_every_committed_stack_config_is_valid():

@@ -2,8 +2,8 @@
 
 Rule: with extra DCN networks, the TPU worker env carries `--megascale_grpc_interface_prefixes=eth1,eth2,lo` in
 LIBTPU_INIT_ARGS, one ethN per DCN NIC plus loopback (the GKE multislice tutorial's worker env, docs FACTS §8:
-"without it cross-slice traffic uses eth0"; no Google document names the flag, so README lists it under "What the
-stack assumes about GCP and Kubernetes"). The flag is only right where the pod really has those NICs: through the
+"without it cross-slice traffic uses eth0"; no Google document names the flag, so docs/assumptions.md lists it
+among what the stack assumes about GCP and Kubernetes). The flag is only right where the pod really has those NICs: through the
 DRANET claim, or on the host network of a node the slice pool attached the DCN networks to.
 """
 from __future__ import annotations

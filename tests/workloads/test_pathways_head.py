@@ -4,7 +4,7 @@
   `pathways/proxy_server:jax-<jax version>`, the proxy and the servers of one release); the server must match the
   JAX of the client. MaxText's docs/release_notes.md (AI-Hypercomputer/maxtext @e591f30c): v0.2.4 "Upgraded JAX to
   version 0.10.2 for pre-training", v0.2.3 "to version 0.10.0". The 0.10.2 server/proxy release is pinned by digest
-  (README "What the stack assumes about GCP and Kubernetes": the tags cannot be verified offline).
+  (docs/assumptions.md: the tags cannot be verified offline).
 - Head sizing: xpk (AI-Hypercomputer/xpk @367c8382) src/xpk/templates/pathways_workload_create.yaml.j2 (proxy cpu 16 /
   memory 100G, resource manager cpu 8 / memory 32G) and src/xpk/core/docker_resources.py
   get_main_container_resources (the Pathways user container: cpu 24 / memory 100G).

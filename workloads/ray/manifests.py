@@ -136,13 +136,13 @@ def ray_cluster(spec: RaySpec, ray_version: str) -> dict:
         "spec": {
             "rayVersion": ray_version,
             # Ray >= 2.52 can require a token for the dashboard and job API; KubeRay creates and wires it.
-            # The field exists from KubeRay 1.5.1 (README "What the stack assumes about GCP and Kubernetes").
+            # The field exists from KubeRay 1.5.1 (docs/assumptions.md).
             "authOptions": {"mode": "token"},
             # KubeRay leaves running pods alone when the pod templates change unless the strategy is Recreate
             # (ray-project/kuberay v1.7.0 raycluster_controller.go shouldRecreatePodsForUpgrade: the default
             # None never recreates). With Recreate, a new image, env or flag reaches the pods: KubeRay hashes
             # the spec without replicas/min/max (utils.GenerateHashWithoutReplicasAndWorkersToDelete), so an
-            # elastic resize or an unchanged `pulumi up` recreates nothing. KubeRay >= 1.6.0 (same README section).
+            # elastic resize or an unchanged `pulumi up` recreates nothing. KubeRay >= 1.6.0 (same page).
             "upgradeStrategy": {"type": "Recreate"},
             "headGroupSpec": _head_group(spec),
             "workerGroupSpecs": [_tpu_worker_group(spec)],
