@@ -15,6 +15,18 @@ NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
 
 # Read and write objects, nothing on the bucket itself (no IAM or lifecycle changes).
 CHECKPOINT_ROLE = "roles/storage.objectUser"
+# MaxText opens its checkpoint directory through maxtext/utils/gcs_utils.py `mkdir_and_check_permissions`
+# (called from maxtext/common/checkpointing.py), which calls `storage.Client().get_bucket(name)` and fails the run
+# with "GCS bucket ... not found or accessible" without `storage.buckets.get`; objectUser does not carry it (IAM
+# predefined roles, Cloud Storage). The least predefined role that does: roles/storage.legacyBucketReader
+# (storage.buckets.get + storage.objects.list, and objects.list is already in objectUser), granted on this bucket
+# only. roles/storage.bucketViewer also carries buckets.get but adds storage.buckets.list and more bucket metadata
+# reads. Google's TPU Ray sample grants the same role for the same call (GoogleCloudPlatform/kubernetes-engine-samples
+# ai-ml/gke-ray/tpu/get-started/cluster/main.tf, "workload_data_bucketread"), on a bucket with uniform
+# bucket-level access like ours.
+BUCKET_METADATA_ROLE = "roles/storage.legacyBucketReader"
+# Logical name of each bucket binding → role (names stable: a binding's URN is its identity).
+BUCKET_ROLES = (("checkpoints-object-user", CHECKPOINT_ROLE), ("checkpoints-bucket-reader", BUCKET_METADATA_ROLE))
 
 # What MaxText's goodput recording and monitoring (core.maxtext_args GOODPUT_OVERRIDES) do as the training
 # pod, read in ml-goodput-measurement 0.2.3 (github.com/AI-Hypercomputer/ml-goodput-measurement,
@@ -83,9 +95,11 @@ class WorkloadIdentity(pulumi.ComponentResource):
             opts=k8s_options)
         self.principal = workload_identity_principal(project_number, project, ns, ksa)
         # The identity pool PROJECT.svc.id.goog exists once the cluster exists: bind after it.
-        self.bucket_binding = gcp.storage.BucketIAMMember(
-            "checkpoints-object-user", bucket=bucket.name, role=CHECKPOINT_ROLE, member=self.principal,
-            opts=child_options(self, depends_on=[cluster]))
+        self.bucket_bindings = [
+            gcp.storage.BucketIAMMember(logical_name, bucket=bucket.name, role=role, member=self.principal,
+                                        opts=child_options(self, depends_on=[cluster]))
+            for logical_name, role in BUCKET_ROLES
+        ]
         self.telemetry_bindings = [
             gcp.projects.IAMMember(
                 f"goodput-{role.split('/')[-1]}", project=project, role=role, member=self.principal,
@@ -96,9 +110,11 @@ class WorkloadIdentity(pulumi.ComponentResource):
             # Host-network pods authenticate as the node: give the node account the same object access, on
             # this bucket only (nothing project-wide).
             node_member = pulumi.Output.concat("serviceAccount:", node_service_account)
-            self.node_bucket_binding = gcp.storage.BucketIAMMember(
-                "checkpoints-object-user-nodes", bucket=bucket.name, role=CHECKPOINT_ROLE,
-                member=node_member, opts=child_options(self))
+            self.bucket_bindings += [
+                gcp.storage.BucketIAMMember(f"{logical_name}-nodes", bucket=bucket.name, role=role,
+                                            member=node_member, opts=child_options(self))
+                for logical_name, role in BUCKET_ROLES
+            ]
             # ... and the goodput roles, granted explicitly rather than assumed to be inside the node role.
             self.telemetry_bindings += [
                 gcp.projects.IAMMember(

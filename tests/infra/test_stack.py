@@ -123,7 +123,7 @@ def test_prod_bucket_is_private_atomic_and_survives_destroy(prod):
 
 
 def test_prod_workload_identity_binding_uses_the_looked_up_project_number(prod):
-    binding = prod.one(BUCKET_IAM).inputs
+    binding = prod.one(BUCKET_IAM, "checkpoints-object-user").inputs
     assert binding["role"] == "roles/storage.objectUser"
     assert binding["member"] == (
         f"principal://iam.googleapis.com/projects/{FAKE_PROJECT_NUMBER}/locations/global/workloadIdentityPools/"
@@ -170,7 +170,7 @@ def test_kubernetes_objects_use_the_cluster_provider_and_go_with_the_cluster(pro
     for obj in objects:
         assert "pulumi:providers:kubernetes::gke" in obj.provider
         assert obj.deleted_with == cluster.urn
-    assert depends_on(prod, prod.one(BUCKET_IAM), cluster)
+    assert depends_on(prod, prod.one(BUCKET_IAM, "checkpoints-object-user"), cluster)
 
 
 def test_component_type_tokens_name_the_project(prod):
@@ -275,6 +275,30 @@ def test_flex_start_pools_scale_per_zone_without_queued_provisioning_or_auto_rep
         assert "queuedProvisioning" not in inputs and "nodeCount" not in inputs
         assert inputs["management"]["autoRepair"] is False
         assert inputs["nodeConfig"]["flexStart"] is True
+
+
+@pytest.mark.parametrize("capacity, extra, warm", [
+    ("on-demand", {}, 0), ("spot", {}, 0), ("spot", {"warmSlices": 1}, 1),
+    ("reservation", {"reservationName": "r1"}, 2), ("reservation", {"reservationName": "r1", "warmSlices": 0}, 0),
+])
+def test_idle_slice_pools_scale_to_zero_and_warm_ones_keep_a_whole_slice(capacity, extra, warm):
+    """GKE scales a multi-host TPU slice pool atomically, to 0 and back ("About TPUs in GKE",
+    https://cloud.google.com/kubernetes-engine/docs/concepts/tpus); a pool that may scale holds 0..hosts per
+    zone (a per-zone maximum below the hosts could never hold the slice, vllm-project/ci-infra#545). Warm pools
+    (warmSlices; a reservation's default) keep exactly one slice. No initial node count: it is create-only in the
+    provider and would replace pools that existed with a fixed count."""
+    from preview.harness import run_program
+    run = run_program({**MINIMAL, "capacity": capacity, **extra}, stack=f"pools-{capacity}-{warm}")
+    pools = slice_pools(run)
+    assert len(pools) == 2
+    for index, pool in enumerate(pools):
+        inputs = pool.inputs
+        assert "initialNodeCount" not in inputs
+        if index < warm:
+            assert inputs["nodeCount"] == 4 and "autoscaling" not in inputs
+        else:
+            assert inputs["autoscaling"] == {"minNodeCount": 0, "maxNodeCount": 4, "locationPolicy": "ANY"}
+            assert "nodeCount" not in inputs
 
 
 def test_only_ct6e_pools_turn_smt_off(prod):

@@ -1,0 +1,42 @@
+"""What the training identities are granted, read against what the code they run calls."""
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import committed_stack_run
+
+BUCKET_IAM = "gcp:storage/bucketIAMMember:BucketIAMMember"
+
+# Cloud Storage IAM predefined roles (https://cloud.google.com/storage/docs/access-control/iam-roles): the bucket-level
+# permissions each role the stack may grant on the checkpoint bucket carries.
+BUCKET_PERMISSIONS = {
+    "roles/storage.objectUser": set(),   # objects.*, folders.*, managedFolders.*, multipartUploads.*: no buckets.*
+    "roles/storage.legacyBucketReader": {"storage.buckets.get"},
+}
+
+
+@pytest.mark.parametrize("stack", ["prod", "dev", "jobset", "pathways"])
+def test_every_principal_that_writes_checkpoints_can_get_the_bucket(stack):
+    """MaxText 0.2.5 maxtext/utils/gcs_utils.py `mkdir_and_check_permissions` (called from
+    maxtext/common/checkpointing.py) calls `storage.Client().get_bucket(name)`: storage.buckets.get. Every principal
+    that gets roles/storage.objectUser must get it too, on the bucket only (GoogleCloudPlatform/kubernetes-engine-samples
+    ai-ml/gke-ray/tpu/get-started/cluster/main.tf grants roles/storage.legacyBucketReader for the same call)."""
+    run = committed_stack_run(stack)
+    bindings = [b.inputs for b in run.of_type(BUCKET_IAM)]
+    writers = {b["member"] for b in bindings if b["role"] == "roles/storage.objectUser"}
+    assert writers
+    for member in writers:
+        roles = {b["role"] for b in bindings if b["member"] == member}
+        granted = set().union(*(BUCKET_PERMISSIONS[role] for role in roles))
+        assert "storage.buckets.get" in granted, (stack, member, roles)
+        assert roles == {"roles/storage.objectUser", "roles/storage.legacyBucketReader"}, roles
+
+
+def test_maxtext_really_gets_the_bucket_before_it_writes():
+    """The installed MaxText is what the rule is about: if it stopped calling get_bucket the role could go."""
+    import inspect
+
+    from maxtext.utils import gcs_utils
+
+    source = inspect.getsource(gcs_utils.mkdir_and_check_permissions)
+    assert ".get_bucket(" in source
