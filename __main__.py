@@ -8,7 +8,7 @@ from infra.gke_versions import check_offered, fetch_offered
 from infra.identity import NodeServiceAccount, WorkloadIdentity
 from infra.monitoring import TrainingDashboard, dashboard_inputs
 from infra.network import ClusterNetwork
-from infra.services import ProjectServices
+from infra.services import ProjectServices, required_apis
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
 from infra.worker_image import WorkerImage, WorkerImageSpec, content_tag
@@ -27,7 +27,7 @@ version_problems = check_offered(config.cluster, cluster_location,
 if version_problems:
     raise pulumi.RunError(str(ConfigError(version_problems)))
 
-services = ProjectServices("apis", config.gcp.project)
+services = ProjectServices("apis", config.gcp.project, required_apis(config.worker_image is not None))
 network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)
 node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready)
 bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready)

@@ -18,12 +18,22 @@ REQUIRED_APIS = (
     "logging.googleapis.com",
     "monitoring.googleapis.com",
 )
+# workerEnvironment=image: the stack creates an Artifact Registry repository and pushes the worker image to it; the
+# Artifact Registry API is off in a new project ("Enable the Artifact Registry API",
+# https://cloud.google.com/artifact-registry/docs/enable-service).
+IMAGE_APIS = ("artifactregistry.googleapis.com",)
+
+
+def required_apis(worker_image: bool) -> tuple[str, ...]:
+    """The APIs this stack's resources need: the base set, plus Artifact Registry when it builds an image."""
+    return REQUIRED_APIS + (IMAGE_APIS if worker_image else ())
 
 
 class ProjectServices(pulumi.ComponentResource):
     """Enables the APIs; everything else in the stack waits for `self.ready`."""
 
-    def __init__(self, name: str, project: str, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, project: str, apis: tuple[str, ...] = REQUIRED_APIS,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "ProjectServices"), name, None, opts)
         self.services = [
             gcp.projects.Service(
@@ -35,7 +45,7 @@ class ProjectServices(pulumi.ComponentResource):
                 disable_dependent_services=False,
                 opts=child_options(self),
             )
-            for api in REQUIRED_APIS
+            for api in apis
         ]
         self.ready: list[pulumi.Resource] = list(self.services)
         self.register_outputs({"services": [s.service for s in self.services]})

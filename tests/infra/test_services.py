@@ -1,0 +1,23 @@
+"""The APIs the stack enables for what it creates."""
+from __future__ import annotations
+
+from preview.harness import run_program
+from tests.conftest import MINIMAL
+from tests.infra.test_stack import SERVICE, depends_on
+
+REPOSITORY = "gcp:artifactregistry/repository:Repository"
+
+
+def test_the_image_path_enables_artifact_registry_before_creating_its_repository():
+    """A new project has the Artifact Registry API off; creating a repository then fails ("Enable the Artifact
+    Registry API", https://cloud.google.com/artifact-registry/docs/enable-service)."""
+    run = run_program({**MINIMAL, "workerEnvironment": "image"}, stack="img")
+    api = run.one(SERVICE, "artifactregistry")
+    assert api.inputs["service"] == "artifactregistry.googleapis.com"
+    assert api.inputs["disableOnDestroy"] is False
+    assert depends_on(run, run.one(REPOSITORY), api)
+
+
+def test_the_runtime_path_enables_no_registry_it_does_not_use():
+    run = run_program(MINIMAL, stack="runtime")
+    assert "artifactregistry.googleapis.com" not in {s.inputs["service"] for s in run.of_type(SERVICE)}
