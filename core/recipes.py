@@ -160,12 +160,12 @@ DISABLE_COLLECTIVE_MATMUL = FlagGroup("DISABLE_COLLECTIVE_MATMUL", (
 # --- Flags the workers' libtpu refuses (see LIBTPU_CHECKS for the recorded runs) ---------------------------------
 CHIP_CONFIG_UNKNOWN = LeftOut(
     ("--2a886c8_chip_config_name=megachip_tccontrol",),
-    "unknown to libtpu 0.0.42.1 and 0.0.52 (\"ERROR: Unknown command line flag '2a886c8_chip_config_name'\", "
+    "unknown to libtpu 0.0.42.1, 0.0.50.1 and 0.0.52 (\"ERROR: Unknown command line flag '2a886c8_chip_config_name'\", "
     "libtpu exits); MaxText dropped it from ENABLE_SPARSECORE_OFFLOADING_BASE_FLAGS in commit 5b2712d6 "
     "(2026-01-26, PR AI-Hypercomputer/maxtext#3009)")
 CF_ALL_GATHER_REFUSED = LeftOut(
     ("--xla_tpu_enable_async_collective_fusion_fuse_all_gather=true", "--xla_enable_async_all_gather=true"),
-    "this pair fails every compile on v4/v5p/v6e/tpu7x from libtpu 0.0.43.2 on (checked: 0.0.52, the workers'): "
+    "this pair fails every compile on v4/v5p/v6e/tpu7x from libtpu 0.0.43.2 on (checked: 0.0.50.1, the workers', and 0.0.52): "
     "\"FAILED_PRECONDITION: Continuation fusion for AllGather is enabled on platform ... not supported/recommended "
     "on platforms other than TPU v5e\"; libtpu 0.0.42.1 still accepts it. The rest of CF_FOR_ALL_GATHER is kept")
 
@@ -279,10 +279,13 @@ class LibtpuCheck:
 # Also checked once by hand (2026-11-22), beyond the small probe: MaxText 0.2.5's own ahead-of-time compile
 # (maxtext.trainers.pre_train.train_compile, JAX 0.10.2 loading libtpu 0.0.52's libtpu.so) of the full train step
 # with the argv of core/maxtext_args.py and the LIBTPU_INIT_ARGS of core/tpu_env.py, both models cut to 2 decoder
-# layers: llama3-8b on 2 x v6e-16 (flags incl. the DCN part) and llama3-70b on 1 x v6e-32 both compiled.
+# layers: llama3-8b on 2 x v6e-16 (flags incl. the DCN part) and llama3-70b on 1 x v6e-32 both compiled. That was
+# libtpu 0.0.52, before the worker lock paired libtpu with jax (jax[tpu] 0.12.0.1 -> libtpu 0.0.50.1); under 0.0.50.1
+# only the small probes below were re-run (same verdicts as 0.0.52), not MaxText's full compile.
 # BEGIN LIBTPU_CHECKS (written by `python scripts/libtpu_flag_check.py --write`; do not edit by hand)
 # libtpu 0.0.52 rows: 2026-11-22, 19 probes, 14 OK.
 # libtpu 0.0.42.1 rows: 2026-11-22, 19 probes, 17 OK.
+# libtpu 0.0.50.1 rows: 2026-11-25, 19 probes, 14 OK.
 LIBTPU_CHECKS: tuple[LibtpuCheck, ...] = (
     LibtpuCheck('0.0.42.1', 'tpu7x:2x2x1', 1, 'llama3-8b, llama3-70b, qwen3-0.6b send', 'e3b0c44298fc1c14',
                 'OK'),
@@ -321,6 +324,44 @@ LIBTPU_CHECKS: tuple[LibtpuCheck, ...] = (
     LibtpuCheck('0.0.42.1', 'v6e:2x2', 2, 'llama3-8b send', 'cdda1e09321f76f7',
                 'OK'),
     LibtpuCheck('0.0.42.1', 'v6e:2x2', 2, 'qwen3-0.6b send', '1b4bd04404841de0',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'tpu7x:2x2x1', 1, 'llama3-8b, llama3-70b, qwen3-0.6b send', 'e3b0c44298fc1c14',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'tpu7x:2x2x1', 2, 'llama3-8b, llama3-70b, qwen3-0.6b send', '1b4bd04404841de0',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v4:2x2x1', 1, 'llama3-8b, llama3-70b, qwen3-0.6b send', 'e3b0c44298fc1c14',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v4:2x2x1', 2, 'llama3-8b, llama3-70b, qwen3-0.6b send', '1b4bd04404841de0',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v5e:2x2', 1, 'llama3-8b, llama3-70b, qwen3-0.6b send', 'e3b0c44298fc1c14',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v5e:2x2', 2, 'llama3-8b, llama3-70b, qwen3-0.6b send', '1b4bd04404841de0',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v5p:2x2x1', 1, 'llama3-8b, llama3-70b, qwen3-0.6b send', 'e3b0c44298fc1c14',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v5p:2x2x1', 2, 'llama3-8b, llama3-70b, qwen3-0.6b send', '1b4bd04404841de0',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 1, 'llama3-70b + left out --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true', '1c4fb4f5105803f9',
+                'FAILED_PRECONDITION: Continuation fusion for AllGather is enabled on platform ghostlite (variant: ), but it is not supported/recommended on platforms '),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 1, 'llama3-70b recipe as published', '9457b2f16e3d2cec',
+                'FAILED_PRECONDITION: Continuation fusion for AllGather is enabled on platform ghostlite (variant: ), but it is not supported/recommended on platforms '),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 1, 'llama3-70b send', '482a490dd834a070',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 1, 'llama3-8b + left out --2a886c8_chip_config_name=megachip_tccontrol', 'bb947d15b9c9c6b5',
+                "ERROR: Unknown command line flag '2a886c8_chip_config_name'"),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 1, 'llama3-8b + left out --xla_tpu_enable_async_collective_fusion_fuse_all_gather=true', '8bfb2242c75a3ea7',
+                'FAILED_PRECONDITION: Continuation fusion for AllGather is enabled on platform ghostlite (variant: ), but it is not supported/recommended on platforms '),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 1, 'llama3-8b recipe as published', '19d32d9218d244cc',
+                "ERROR: Unknown command line flag '2a886c8_chip_config_name'"),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 1, 'llama3-8b send', 'f8bba3c47061bbeb',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 1, 'qwen3-0.6b send', 'e3b0c44298fc1c14',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 2, 'llama3-70b send', '9ec1fc146210fb10',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 2, 'llama3-8b send', 'cdda1e09321f76f7',
+                'OK'),
+    LibtpuCheck('0.0.50.1', 'v6e:2x2', 2, 'qwen3-0.6b send', '1b4bd04404841de0',
                 'OK'),
     LibtpuCheck('0.0.52', 'tpu7x:2x2x1', 1, 'llama3-8b, llama3-70b, qwen3-0.6b send', 'e3b0c44298fc1c14',
                 'OK'),

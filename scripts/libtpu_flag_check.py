@@ -16,7 +16,7 @@ This proves that libtpu takes the flags and compiles with them, not that they ma
     python scripts/libtpu_flag_check.py --python /venv/bin/python           # another interpreter (with jax)
     ... --write     # replace the rows of that libtpu version in core/recipes.py LIBTPU_CHECKS
 
-libtpu's .so does not depend on the Python version; jax 0.10.2 loads libtpu 0.0.52's through TPU_LIBRARY_PATH.
+libtpu's .so does not depend on the Python version; jax 0.10.2 loads the workers' (libtpu 0.0.50.1's) through TPU_LIBRARY_PATH.
 """
 from __future__ import annotations
 

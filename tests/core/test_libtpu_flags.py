@@ -3,12 +3,13 @@
 Two libtpu versions matter:
 - the pre-flight one, libtpu 0.0.42.1 (the JAX 0.10.2 of this project's venv; requirements-trainer.txt pins it):
   checked live whenever this interpreter has it installed;
-- the cluster's, worker_env/requirements.lock's (0.0.52). It publishes cp311 wheels too, but jax 0.10.2 here pins
-  0.0.42.1 and one environment holds one libtpu, so it is not installed here: its result is the committed
-  LIBTPU_CHECKS table (scripts/libtpu_flag_check.py --write), which must cover exactly what we send now. Set
+- the cluster's, worker_env/requirements.lock's (0.0.50.1, what jax[tpu] 0.12.0.1 pins). It publishes cp311
+  wheels too, but jax 0.10.2 here pins 0.0.42.1 and one environment holds one libtpu, so it is not installed
+  here: its result is the committed LIBTPU_CHECKS table (scripts/libtpu_flag_check.py --write), which must cover exactly what we send now. Set
   CLUSTER_LIBTPU_SO=/path/to/site-packages/libtpu/libtpu.so (of that version) to re-check it live: jax 0.10.2
   loads a newer libtpu.so through TPU_LIBRARY_PATH.
-libtpu 0.0.42.1 alone would not have caught the continuation-fusion failure: it accepts the pair 0.0.52 refuses.
+libtpu 0.0.42.1 alone would not have caught the continuation-fusion failure: it accepts the pair that 0.0.50.1 and
+0.0.52 refuse.
 """
 import importlib.metadata
 import importlib.util

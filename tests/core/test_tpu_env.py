@@ -31,7 +31,7 @@ def enables_all_gather_continuation_fusion(args: str) -> bool:
 @pytest.mark.parametrize("slices", [1, 2])
 def test_no_generation_but_v5e_gets_all_gather_continuation_fusion(model, generation, slices):
     """The multislice flags once carried MaxText's CF_FOR_ALL_GATHER group, and every public v6e Llama recipe
-    does; with the workers' libtpu 0.0.52 every compile on v4/v5p/v6e/tpu7x then fails before step 0."""
+    does; with the workers' libtpu (0.0.50.1; 0.0.52 too) every compile on v4/v5p/v6e/tpu7x then fails before step 0."""
     env = {e["name"]: e["value"] for e in tpu_worker_env(model, GENERATIONS[generation], slices, dcn_nics=2)}
     assert not enables_all_gather_continuation_fusion(env["LIBTPU_INIT_ARGS"]), env["LIBTPU_INIT_ARGS"]
 
