@@ -96,7 +96,7 @@ KEYS: tuple[Key, ...] = (
     Key("systemPoolMachineType", "string", "Machine type of the CPU node pool for system pods and the Ray or "
         "Pathways head. Unset: e2-standard-16, or n2-standard-64 with workloadBackend=pathways (the Pathways head "
         "needs more than e2-standard-16 holds; n2-standard-64 is the Pathways on GKE guide's CPU machine type).",
-        DERIVED, check=check.machine_type("e2-standard-16"), applies_to=(_ON_STANDARD,)),
+        DERIVED, check=check.cpu_machine_type, applies_to=(_ON_STANDARD,)),
     Key("systemPoolNodes", "integer", "Nodes in the CPU node pool.", 1,
         check=check.at_least(1, "at least 1 (the Ray head runs there)"), applies_to=(_ON_STANDARD,)),
     # --- TPU slices ---

@@ -144,11 +144,28 @@ def test_tpu_env_and_image_are_pinned_and_unprivileged(prod):
         assert re.fullmatch(r"rayproject/ray:\d+\.\d+\.\d+-py312", container["image"])
         assert container["imagePullPolicy"] == "IfNotPresent"
         assert "securityContext" not in container
-    env = {e["name"]: e["value"] for e in worker["env"]}
+    env = {e["name"]: e.get("value") for e in worker["env"]}
     assert env["JAX_PLATFORMS"] == "tpu,cpu" and env["ENABLE_PJRT_COMPATIBILITY"] == "true"
     assert env["MEGASCALE_PORT"] == "8081"
     assert "--xla_tpu_enable_data_parallel_all_reduce_opt=true" in env["LIBTPU_INIT_ARGS"]
     assert cluster["spec"]["rayVersion"] == "2.60.0"
+
+
+@pytest.mark.parametrize("stack", RAY_STACKS)
+def test_tpu_workers_tell_the_ray_dashboard_where_the_tpu_metrics_are(stack):
+    """Ray's dashboard agent reads per-chip TPU metrics from the GKE TPU device plugin at
+    $TPU_DEVICE_PLUGIN_ADDR = "{HOST_IP}:2112" (ray-project/ray python/ray/dashboard/modules/reporter/
+    reporter_agent.py, Ray 2.60); the KubeRay TPU webhook fills both variables only when the pod leaves them out
+    (kuberay-tpu-webhook `mutatePod`), and which webhook the GKE Ray add-on runs is unknown, so the pods set them.
+    Kubernetes expands $(VAR) only from variables defined earlier in the list."""
+    cluster = by_kind(registered_objects(committed_stack_run(stack)), "RayCluster")[0]
+    env = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"]
+    names = [e["name"] for e in env]
+    host_ip = env[names.index("TPU_DEVICE_PLUGIN_HOST_IP")]
+    assert host_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    address = env[names.index("TPU_DEVICE_PLUGIN_ADDR")]
+    assert address["value"] == "$(TPU_DEVICE_PLUGIN_HOST_IP):2112"
+    assert names.index("TPU_DEVICE_PLUGIN_HOST_IP") < names.index("TPU_DEVICE_PLUGIN_ADDR")
 
 
 def test_head_mounts_the_bucket_and_shm_on_the_system_pool(prod):

@@ -19,6 +19,12 @@ DASHBOARD_PORT = 8265
 GCS_PORT = 6379
 CLIENT_PORT = 10001
 METRICS_PORT = 8080
+# The GKE TPU device plugin serves per-chip metrics (TensorCore and HBM use, duty cycle) on each TPU node at
+# port 2112. Ray's dashboard agent on a TPU worker reads them from $TPU_DEVICE_PLUGIN_ADDR ("{HOST_IP}:2112",
+# ray/dashboard/modules/reporter/reporter_agent.py in Ray 2.60); without it the dashboard shows no TPU charts.
+# The KubeRay TPU webhook sets both variables only when a pod does not (kuberay-tpu-webhook `mutatePod`), and
+# which webhook the GKE Ray add-on runs is not published, so the worker pods set them themselves.
+TPU_DEVICE_PLUGIN_METRICS_PORT = 2112
 CHECKPOINT_MOUNT = "/data/checkpoints"
 # Seed head sizing: 8 CPU, 16 GiB (the tutorial's head group).
 HEAD_CPU = "8"
@@ -89,6 +95,14 @@ def _head_group(spec: RaySpec) -> dict:
     }
 
 
+def device_plugin_env() -> list[dict]:
+    """Where Ray's dashboard agent finds the node's TPU device plugin metrics (the node's own IP)."""
+    return [
+        {"name": "TPU_DEVICE_PLUGIN_HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": "TPU_DEVICE_PLUGIN_ADDR", "value": f"$(TPU_DEVICE_PLUGIN_HOST_IP):{TPU_DEVICE_PLUGIN_METRICS_PORT}"},
+    ]
+
+
 def _tpu_worker_group(spec: RaySpec) -> dict:
     shape = spec.shape
     requests = tpu_pod_requests(shape)
@@ -103,7 +117,7 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
             "requests": dict(requests),
             "limits": dict(requests),
         },
-        "env": tpu_worker_env(spec.model, shape.generation, spec.slices, spec.dcn_nics),
+        "env": tpu_worker_env(spec.model, shape.generation, spec.slices, spec.dcn_nics) + device_plugin_env(),
         "ports": [dict(TPU_METRICS_PORT)],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
