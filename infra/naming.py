@@ -28,6 +28,17 @@ RESERVATION = re.compile(rf"^(?:projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/reservat
 # Compute Engine machine types: FAMILY-... in lowercase letters and digits, e.g. e2-standard-16, n2-custom-8-16384,
 # ct6e-standard-4t (https://cloud.google.com/compute/docs/machine-resource).
 MACHINE_TYPE = re.compile(r"^(?=.{1,63}$)[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
+# A CPU machine type the system pool can be created with. Compute Engine names a predefined type
+# SERIES-TYPE-VCPUS[-SUFFIX] (e2-standard-16, n2-highmem-8, c3-standard-8-lssd, c3-highcpu-192-metal;
+# https://cloud.google.com/compute/docs/machine-resource, "machine type terminology"), a shared-core type by its size
+# (e2-micro, e2-small, e2-medium, f1-micro, g1-small; https://cloud.google.com/compute/docs/general-purpose-machines),
+# and a custom type SERIES-custom-VCPUS-MEMORY_MB[-ext], N1 without the series (custom-4-16384;
+# https://cloud.google.com/compute/docs/instances/creating-instance-with-custom-machine-type). A family and type
+# without a size (e2-standard) names no machine.
+CPU_MACHINE_TYPE = re.compile(
+    r"^(?:[a-z][a-z0-9]*-(?:standard|highmem|highcpu|megamem|ultramem|hypermem)-\d+(?:-[a-z]+)?"
+    r"|e2-(?:micro|small|medium)|f1-micro|g1-small"
+    r"|(?:[a-z][a-z0-9]*-)?custom-\d+-\d+(?:-ext)?)$")
 # Bucket names without dots (dotted names need domain verification): 3-63 characters.
 BUCKET = re.compile(r"^[a-z0-9](?:[-_a-z0-9]{1,61})[a-z0-9]$")
 # Kubernetes DNS-1123 label (namespaces) and subdomain (service accounts).

@@ -14,35 +14,47 @@ DRANET_NODE_LABEL = "cloud.google.com/gke-networking-dra-driver"
 SLICE_LABEL = "tpu-multislice/slice"
 
 
-def capacity_settings(config: StackConfig) -> tuple[dict, dict]:
-    """(node_config kwargs, node pool kwargs) for the configured capacity.
-
-    flex-start: the pool starts empty and pending TPU pods make the cluster autoscaler ask for the whole slice.
-    GKE checks a multi-host slice against the per-zone maximum, so the bounds are per zone (`min/max_node_count`):
-    with the total bounds the per-zone maximum is 0 and GKE refuses the pool ("Maximum node count 0 is not a valid
-    size of TPU pod slice", vllm-project/ci-infra#545; cluster-toolkit gke-node-pool main.tf uses per-zone
-    limits for TPU flex-start). No queued provisioning: nothing here creates ProvisioningRequests, and without
-    them a queued pool never gets a node (xpk never uses it for TPUs either).
-    """
-    hosts = config.tpu.shape.hosts
+def capacity_settings(config: StackConfig) -> dict:
+    """node_config kwargs for the configured capacity."""
     capacity = config.tpu.capacity
     if capacity is Capacity.SPOT:
-        return {"spot": True}, {"node_count": hosts}
+        return {"spot": True}
     if capacity is Capacity.RESERVATION:
         return {"reservation_affinity": gcp.container.NodePoolNodeConfigReservationAffinityArgs(
             consume_reservation_type="SPECIFIC_RESERVATION",
             key="compute.googleapis.com/reservation-name",
-            values=[config.tpu.reservation_name])}, {"node_count": hosts}
+            values=[config.tpu.reservation_name])}
     if capacity is Capacity.FLEX_START:
-        return (
-            {"flex_start": True,
-             "reservation_affinity": gcp.container.NodePoolNodeConfigReservationAffinityArgs(
-                 consume_reservation_type="NO_RESERVATION")},
-            {"initial_node_count": 0,
-             "autoscaling": gcp.container.NodePoolAutoscalingArgs(
-                 min_node_count=0, max_node_count=hosts, location_policy="ANY")},
-        )
-    return {}, {"node_count": hosts}
+        return {"flex_start": True,
+                "reservation_affinity": gcp.container.NodePoolNodeConfigReservationAffinityArgs(
+                    consume_reservation_type="NO_RESERVATION")}
+    return {}
+
+
+def size_settings(config: StackConfig, index: int) -> dict:
+    """Node pool kwargs for slice `index`'s size: a fixed whole slice when warm, else autoscaling 0..hosts.
+
+    GKE creates and removes a multi-host slice's VMs as one unit ("About TPUs in GKE": multi-host TPU slice
+    node pools scale atomically), so a pool that may scale holds 0 or all of its hosts and costs nothing while no
+    pod asks for it. The bounds are per zone (`min/max_node_count`): GKE checks a multi-host slice against the
+    per-zone maximum, and with only the total bounds that maximum is 0 and GKE refuses the pool ("Maximum node
+    count 0 is not a valid size of TPU pod slice", vllm-project/ci-infra#545; cluster-toolkit gke-node-pool
+    main.tf uses per-zone limits for TPU pools). location_policy ANY: take capacity wherever the pool's zone has
+    it (the flex-start and Spot recommendation; the pool has one zone). No queued provisioning: nothing here
+    creates ProvisioningRequests, and without them a queued pool never gets a node (xpk never uses it for TPUs).
+    A warm pool (config warmSlices; flex-start never) keeps its hosts: a fixed node count, as before autoscaling.
+    No initial node count on spot/on-demand/reservation pools: the provider then creates them empty (0), and
+    since the field is create-only (ForceNew in terraform-provider-google's google_container_node_pool), setting
+    it on a pool created with a fixed count would replace the pool instead of turning autoscaling on.
+    """
+    low, high = config.tpu.pool_bounds(index)
+    if low == high and config.tpu.capacity is not Capacity.FLEX_START:
+        return {"node_count": high}
+    autoscaling = gcp.container.NodePoolAutoscalingArgs(min_node_count=low, max_node_count=high,
+                                                        location_policy="ANY")
+    if config.tpu.capacity is Capacity.FLEX_START:
+        return {"initial_node_count": 0, "autoscaling": autoscaling}
+    return {"autoscaling": autoscaling}
 
 
 class TpuSlicePools(pulumi.ComponentResource):
@@ -53,7 +65,7 @@ class TpuSlicePools(pulumi.ComponentResource):
                  node_service_account: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "TpuSlicePools"), name, None, opts)
         shape, names = config.tpu.shape, config.names
-        node_kwargs, pool_kwargs = capacity_settings(config)
+        node_kwargs = capacity_settings(config)
 
         if shape.generation.uses_workload_policy:
             # TPU7x multi-host slices are shaped by a workload policy instead of tpu_topology.
@@ -105,7 +117,7 @@ class TpuSlicePools(pulumi.ComponentResource):
                 # needs node auto_repair set to false"; xpk adds --no-enable-autorepair).
                 management=gcp.container.NodePoolManagementArgs(
                     auto_repair=config.tpu.capacity is not Capacity.FLEX_START, auto_upgrade=True),
-                **pool_kwargs,
+                **size_settings(config, index),
                 opts=child_options(self),
             ))
         self.names = [pool.name for pool in self.pools]

@@ -97,6 +97,21 @@ class PlannedResource:
                 "facts": self.facts, "flags": self.flags}
 
 
+def pool_node_range(inputs: dict) -> tuple[int, int]:
+    """(nodes while idle, nodes at most) of a node pool's inputs: a fixed count, or its autoscaling bounds
+    (per zone or total; each pool here has one zone), or the flex-start pool's initial 0."""
+    if "nodeCount" in inputs:
+        count = _number(inputs["nodeCount"])
+        return count, count
+    autoscaling = inputs.get("autoscaling") or {}
+    if autoscaling:
+        low = _number(autoscaling.get("minNodeCount", autoscaling.get("totalMinNodeCount")))
+        high = _number(autoscaling.get("maxNodeCount", autoscaling.get("totalMaxNodeCount")))
+        return low, high
+    initial = _number(inputs.get("initialNodeCount"))
+    return initial, initial
+
+
 def _facts_node_pool(inputs: dict) -> str:
     node, placement = inputs.get("nodeConfig") or {}, inputs.get("placementPolicy") or {}
     parts = [node.get("machineType", "?")]
@@ -108,8 +123,9 @@ def _facts_node_pool(inputs: dict) -> str:
         parts.append(f"{_number(inputs['nodeCount'])} nodes")
     autoscaling = inputs.get("autoscaling") or {}
     if autoscaling:
-        parts.append(f"autoscaling {_number(autoscaling.get('totalMinNodeCount'))}-"
-                     f"{_number(autoscaling.get('totalMaxNodeCount'))} nodes")
+        low, high = pool_node_range(inputs)
+        per_zone = "" if "totalMaxNodeCount" in autoscaling else " per zone"
+        parts.append(f"autoscaling {low}-{high} nodes{per_zone}")
     if node.get("spot"):
         parts.append("spot")
     if node.get("flexStart"):
@@ -218,8 +234,7 @@ def tpu_pools(registrations: list[Registration]) -> list[TpuPool]:
             continue
         generation, machine = found
         topology = placement.get("tpuTopology") or topology_of_policy.get(str(placement.get("policyName")), "")
-        nodes = _number(r.inputs.get("nodeCount")) or _number((r.inputs.get("autoscaling") or {}).get(
-            "totalMaxNodeCount")) or _number(r.inputs.get("initialNodeCount"))
+        nodes = pool_node_range(r.inputs)[1]
         pools.append(TpuPool(name=str(r.inputs.get("name", r.name)), accelerator_label=generation.accelerator_label,
                              machine_type=machine.name, chips_per_vm=machine.chips_per_vm, topology=topology,
                              nodes=nodes))

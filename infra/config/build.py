@@ -24,6 +24,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     region = rules.check_location(v, raw, problems)
     rules.check_tpu_zone(v, raw, region, problems)
     shape = rules.check_tpu(v, raw, problems)
+    rules.check_warm_slices(v, raw, problems)
     networks = rules.check_networks(v, problems)
     rules.check_range_sizes(v, raw, shape, networks, problems)
     rules.check_dranet_machine(v, shape, problems)
@@ -46,7 +47,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
             deletion_protection=v["deletionProtection"], system_pool_machine_type=rules.system_pool_machine_type(v),
             system_pool_nodes=v["systemPoolNodes"]),
         tpu=TpuSettings(shape=shape, slices=v["slices"], capacity=Capacity(v["capacity"]),
-                        reservation_name=v["reservationName"]),
+                        reservation_name=v["reservationName"], warm_slices=rules.warm_slices(v)),
         network=NetworkSettings(
             node_cidr=v["nodeCidr"], pod_cidr=v["podCidr"], service_cidr=v["serviceCidr"], dcn=v["dcn"],
             dcn_mtu=v["dcnMtu"], dcn_subnets=tuple(v["dcnSubnets"]) if v["dcn"] else (), dranet=v["dranet"]),

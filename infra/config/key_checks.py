@@ -87,6 +87,14 @@ def machine_type(example: str) -> Check:
     return check
 
 
+def cpu_machine_type(value: str) -> str | None:
+    """A whole Compute Engine CPU machine type (naming.CPU_MACHINE_TYPE), not just its family and type."""
+    if naming.CPU_MACHINE_TYPE.match(value):
+        return None
+    return ("a Compute Engine CPU machine type SERIES-TYPE-VCPUS, e.g. e2-standard-16 or n2-highmem-8 (also e2-medium, "
+            "n2-custom-8-16384)")
+
+
 def bucket_location(value: str) -> str | None:
     """A Cloud Storage location (tpu_zones.py): a region, a predefined dual-region or a multi-region; never a zone."""
     if tpu_zones.is_gcs_location(value):

@@ -70,6 +70,12 @@ class TpuSettings:
     slices: int
     capacity: Capacity
     reservation_name: str
+    warm_slices: int = 0        # pools that keep their hosts while idle; the others scale 0..hosts
+
+    def pool_bounds(self, index: int) -> tuple[int, int]:
+        """(min, max) nodes of slice `index`'s pool in its zone: 0..hosts, or hosts..hosts when warm."""
+        hosts = self.shape.hosts
+        return (hosts if index < self.warm_slices else 0), hosts
 
     @property
     def total_hosts(self) -> int:

@@ -149,6 +149,30 @@ def check_tpu(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) ->
     return shape
 
 
+def warm_slices(v: dict[str, Any]) -> int:
+    """The user's warmSlices, or the default: every slice on a reservation (its capacity is paid for whether
+    nodes run or not), none otherwise (idle TPU pools scale to zero)."""
+    if v["warmSlices"] is not None:
+        return v["warmSlices"]
+    return v["slices"] or 0 if v["capacity"] == Capacity.RESERVATION.value else 0
+
+
+def check_warm_slices(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) -> None:
+    """Warm pools hold whole slices: at most `slices` of them, and none on flex-start, whose capacity is
+    granted per request for at most 7 days and cannot be held idle (GKE "About flex-start provisioning mode",
+    https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start-vms)."""
+    warm = v["warmSlices"]
+    if "warmSlices" not in raw or warm is None or warm == 0:
+        return
+    if v["capacity"] == Capacity.FLEX_START.value:
+        problems.append(f"{NAMESPACE}:warmSlices={warm} conflicts with {_setting('capacity', 'flex-start', raw)}: "
+                        "flex-start capacity is obtained per request and cannot be kept warm; use warmSlices=0, "
+                        "or capacity on-demand, spot or reservation")
+    elif v["slices"] is not None and warm > v["slices"]:
+        problems.append(f"{NAMESPACE}:warmSlices={warm} is more than {_setting('slices', v['slices'], raw)}: "
+                        f"each warm pool holds one whole slice; use 0..{v['slices']}")
+
+
 def check_networks(v: dict[str, Any], problems: list[str]) -> dict[str, ipaddress.IPv4Network]:
     """Every range well formed (with an explicit prefix), private and distinct; returns the ranges that are."""
     ranges: list[tuple[str, Any]] = [(key, v[key]) for key in ("nodeCidr", "podCidr", "serviceCidr")]

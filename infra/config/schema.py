@@ -114,6 +114,12 @@ KEYS: tuple[Key, ...] = (
         "for a shared one); required when capacity is reservation.", "",
         check=check.reservation_name,
         applies_to=(AppliesTo("capacity", ("reservation",), "only capacity=reservation consumes a reservation"),)),
+    Key("warmSlices", "integer", "Slices whose node pools keep their TPU hosts while no job runs (interactive "
+        "work; billed around the clock). The other pools scale from 0 to a whole slice when a job's pods ask and "
+        "back to 0 after it. Unset: slices with capacity=reservation (paid for anyway), else 0. 0..slices; "
+        "flex-start pools always start empty.", DERIVED,
+        check=check.at_least(0, "0 (every slice scales to zero when idle) or more"),
+        applies_to=(_ON_STANDARD,)),
     # --- Networking ---
     Key("nodeCidr", "string", "Primary subnet range for nodes (CIDR with prefix; room for every node the stack "
         "creates).", "10.0.0.0/20"),

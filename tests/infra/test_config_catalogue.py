@@ -50,6 +50,7 @@ VALUES = [
     ("slices a fraction", MINIMAL, {"slices": "1.5"}, "slices='1.5'", ["must be an integer"]),
     ("boolean not a boolean", MINIMAL, {"deletionProtection": "yes"}, "deletionProtection='yes'",
      ["true or false"]),
+    ("warm slices negative", MINIMAL, {"warmSlices": -1}, "warmSlices=-1", ["0 (every slice scales to zero"]),
     ("capacity not a choice", MINIMAL, {"capacity": "preemptible"}, "capacity='preemptible'",
      ["on-demand, spot, reservation, flex-start"]),
     ("cluster mode not a choice", MINIMAL, {"clusterMode": "serverless"}, "clusterMode='serverless'",
@@ -340,6 +341,12 @@ CROSS_KEY = [
     ("Ray image of another Python", MINIMAL, {"rayImage": "rayproject/ray:2.60.0-py311"},
      "rayImage='rayproject/ray:2.60.0-py311'", ["Python 3.12"]),
     ("maxtext other than the lock's", MINIMAL, {"maxtextVersion": "0.2.4"}, "maxtextVersion='0.2.4'", ["0.2.5"]),
+    # GKE flex-start: capacity is obtained per request (at most 7 days) and cannot be held idle
+    # (https://cloud.google.com/kubernetes-engine/docs/concepts/flex-start-vms).
+    ("warm slices on flex-start", MINIMAL, {"capacity": "flex-start", "warmSlices": 1}, "warmSlices=1",
+     ["capacity='flex-start'"]),
+    # A warm pool holds one whole slice: more warm pools than slices cannot exist.
+    ("more warm slices than slices", MINIMAL, {"warmSlices": 3}, "warmSlices=3", ["slices=2", "0..2"]),
 ]
 
 CLASSES = {"values": VALUES, "gcp-facts": GCP_FACTS, "does-nothing": DOES_NOTHING, "messages": MESSAGES,
@@ -426,6 +433,15 @@ VALID = [
     ("default run keeps the default period", MINIMAL, {}, {"workload.checkpoint_period": 50}),
     ("a period the user set is kept", MINIMAL, {"trainSteps": 10, "checkpointPeriod": 5},
      {"workload.checkpoint_period": 5}),
+    # Idle TPU pools scale to zero unless asked; a reservation is paid for anyway and stays warm by default.
+    ("on-demand slices scale to zero", MINIMAL, {}, {"tpu.warm_slices": 0}),
+    ("spot slices scale to zero", MINIMAL, {"capacity": "spot"}, {"tpu.warm_slices": 0}),
+    ("a reservation stays warm", MINIMAL, {"capacity": "reservation", "reservationName": "r1"},
+     {"tpu.warm_slices": 2}),
+    ("a reservation may scale to zero", MINIMAL, {"capacity": "reservation", "reservationName": "r1",
+                                                  "warmSlices": 0}, {"tpu.warm_slices": 0}),
+    ("one warm slice for interactive work", MINIMAL, {"capacity": "spot", "warmSlices": 1}, {"tpu.warm_slices": 1}),
+    ("flex-start with no warm slice", MINIMAL, {"capacity": "flex-start", "warmSlices": 0}, {"tpu.warm_slices": 0}),
     ("new pathways stack gets a head-sized CPU pool", PATHWAYS, {},
      {"cluster.system_pool_machine_type": "n2-standard-64"}),
     ("ray stack keeps the small CPU pool", MINIMAL, {}, {"cluster.system_pool_machine_type": "e2-standard-16"}),

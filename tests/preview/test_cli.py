@@ -150,7 +150,7 @@ def test_text_report_has_every_section():
     text = io.StringIO()
     render_text(plan, default_schemas_dir(), text)
     report = text.getvalue()
-    for expected in ("slice-0  [gcp:container/nodePool:NodePool]  ct6e-standard-4t, topology 4x4, 4 nodes",
+    for expected in ("slice-0  [gcp:container/nodePool:NodePool]  ct6e-standard-4t, topology 4x4, autoscaling 0-4 nodes per zone",
                      "hosts 8, chips 32, HBM 1024 GiB", "estimated TPU price: on-demand",
                      "kubeconfig = [secret]", "0 error(s)", "Critical path, deploy", "Critical path, destroy"):
         assert expected in report
