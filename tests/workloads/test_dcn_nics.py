@@ -120,5 +120,9 @@ def test_tpu_containers_expose_the_libtpu_metrics_port():
     [worker] = ray["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
     jobset = jobset_objects(build(load_stack_config("jobset", REPO)), load_bundle())["jobset"]
     [pod] = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
-    for container in (worker, pod):
-        assert {"name": "tpu-metrics", "containerPort": 8431} in container["ports"]
+    pathways = pathways_objects(build(load_stack_config("pathways", REPO)))["pathways-jobset"]
+    [pathways_job] = [job for job in pathways["spec"]["replicatedJobs"] if job["name"] == "worker"]
+    [pathways_worker] = pathways_job["template"]["spec"]["template"]["spec"]["containers"]
+    for container in (worker, pod, pathways_worker):
+        assert any(port["containerPort"] == 8431 and port.get("name") == "tpu-metrics"
+                   for port in container["ports"]), container["name"]

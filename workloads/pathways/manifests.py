@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from core.pathways import PATHWAYS_TPU_VERSIONS, PROXY_RESOURCES, RM_RESOURCES, TRAINER_RESOURCES
 from core.tpu_catalog import TPU_RESOURCE, SliceShape
 from core.tpu_env import dcn_transport_flags
-from workloads.common import labels, tpu_node_selector
+from workloads.common import TPU_METRICS_PORT, labels, tpu_node_selector
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 HEAD_JOB = "pathways-head"
@@ -255,7 +255,10 @@ def _worker_job(spec: PathwaysSpec) -> dict:
                                 f"--gcs_scratch_location={spec.scratch_location}",
                             ],
                             "env": _worker_env(spec),
-                            "ports": _ports(WORKER_PORT, WORKER_PORT + 1, 8471, 8080),
+                            # 8431: libtpu's runtime metrics, which the dashboard's duty-cycle and HBM charts
+                            # read (workloads/common.py TPU_METRICS_PORT), as on the Ray and JobSet TPU pods.
+                            "ports": [*_ports(WORKER_PORT, WORKER_PORT + 1, 8471, 8080),
+                                      {**TPU_METRICS_PORT, "protocol": "TCP"}],
                             "resources": {"requests": {TPU_RESOURCE: chips},
                                           "limits": {TPU_RESOURCE: chips}},
                             "volumeMounts": [{"name": "shared-tmp", "mountPath": "/tmp"}],
