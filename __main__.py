@@ -14,6 +14,7 @@ from infra.tpu_pools import TpuSlicePools
 from infra.worker_image import WorkerImage, WorkerImageSpec, content_tag
 from workloads.backends import WorkloadContext, deploy_workload, run_name
 from workloads.bundle import image_inputs, load_bundle
+from workloads.next_steps import next_steps, watch_command
 
 try:
     config = build(raw_from_pulumi())
@@ -60,9 +61,10 @@ pulumi.export("clusterName", cluster.name)
 pulumi.export("location", cluster.location)
 pulumi.export("endpoint", cluster.endpoint)
 pulumi.export("kubeconfig", cluster.kubeconfig)
-pulumi.export("getCredentialsCommand", pulumi.Output.concat(
+get_credentials = pulumi.Output.concat(
     "gcloud container clusters get-credentials ", cluster.name,
-    f" --location {cluster.location} --project {config.gcp.project}"))
+    f" --location {cluster.location} --project {config.gcp.project}")
+pulumi.export("getCredentialsCommand", get_credentials)
 pulumi.export("bucketUrl", bucket.url)
 pulumi.export("nodePools", pools.names if pools else [])
 pulumi.export("namespace", identity.namespace_name)
@@ -75,3 +77,7 @@ pulumi.export("plan", config.workload.plan.describe())
 pulumi.export("dashboardUrl", dashboard.url)
 for key, value in workload_exports.items():
     pulumi.export(key, value)
+# What to run next (`pulumi stack output nextSteps`), and one command that follows the job.
+pulumi.export("nextSteps", pulumi.Output.all(get_credentials, dashboard.url).apply(
+    lambda values: next_steps(config.workload.backend, values[0], workload_exports, values[1])))
+pulumi.export("watchCommand", watch_command(config.workload.backend, workload_exports))
