@@ -100,6 +100,12 @@ def check_tpu_zone(v: dict[str, Any], raw: Mapping[str, Any], region: str | None
                             f"{generation!r} in the table of infra/config/tpu_zones.py; unset tpuZoneCheck so the "
                             "zone stays checked")
         return
+    if tpu_zones.single_tenant_only(generation, zone):
+        problems.append(f"{NAMESPACE}:zone={zone!r} has {_setting('tpuGeneration', generation, raw)} only as "
+                        f"single-tenant capacity, not for a general project's node pools; the Cloud TPU zone table "
+                        f"(infra/config/tpu_zones.py) lists it in {', '.join(zones)}; if you hold single-tenant "
+                        f"capacity in {zone}, set tpuZoneCheck=false")
+        return
     if zone not in zones:
         problems.append(f"{NAMESPACE}:zone={zone!r} does not offer {_setting('tpuGeneration', generation, raw)}; "
                         f"the Cloud TPU zone table (infra/config/tpu_zones.py) lists it in {', '.join(zones)}; if "

@@ -57,16 +57,17 @@ _LISTED: dict[str, tuple[str, ...]] = {
     "v5e": ("us-central1-a", "us-south1-a", "us-west1-c", "us-west4-a", "europe-west4-b", "asia-southeast1-b"),
     "v4": ("us-central2-b",),
 }
-# Single-tenant zones of the page's earlier revision ("(single tenant)"; us-west1-c for v6e "except Spot quota").
+# Zones the page's earlier revision listed for a generation only as "(single tenant)" (us-west1-c for v6e "except
+# Spot quota"): capacity dedicated to one customer's contract, not something a general project's node pool gets.
+# The current page lists none of them as a general TPU zone, and GKE points to that page for where TPUs are
+# available ("Plan TPUs in GKE", https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus, "Validate TPU
+# availability"). So they are not offered: a user who holds such capacity sets tpuZoneCheck=false.
 _SINGLE_TENANT: dict[str, tuple[str, ...]] = {
     "v6e": ("us-east5-c", "us-east4-a", "us-east4-b", "us-west1-c"),
     "v5p": ("us-east5-b", "us-east5-c", "us-south1-a"),
     "v5e": ("us-east5-a", "us-east5-b", "us-east5-c"),
 }
-TPU_ZONES: dict[str, tuple[str, ...]] = {
-    generation: tuple(sorted(set(zones) | set(_SINGLE_TENANT.get(generation, ()))))
-    for generation, zones in _LISTED.items()
-}
+TPU_ZONES: dict[str, tuple[str, ...]] = {generation: tuple(sorted(zones)) for generation, zones in _LISTED.items()}
 
 # Cloud Storage locations besides regions (upper case, as the Storage API reports them).
 GCS_MULTI_REGIONS: tuple[str, ...] = ("ASIA", "EU", "US")
@@ -79,6 +80,11 @@ def region_exists(region: str) -> bool:
 
 def zones_offering(generation: str) -> tuple[str, ...]:
     return TPU_ZONES.get(generation, ())
+
+
+def single_tenant_only(generation: str, zone: str) -> bool:
+    """Whether the page lists `zone` for `generation` only as single-tenant capacity."""
+    return zone in _SINGLE_TENANT.get(generation, ()) and zone not in zones_offering(generation)
 
 
 def is_gcs_location(location: str) -> bool:
