@@ -237,3 +237,45 @@ def test_one_device_per_chip_elsewhere():
     for generation, topology in (("v6e", "4x4"), ("v5p", "2x2x2"), ("v4", "2x2x2")):
         p = plan(PlanRequest("qwen3-0.6b", generation, topology, slices=1))
         assert p.ici_fsdp * p.ici_tensor == p.shape.chips == p.devices
+
+
+# --- advice: the best shape of a run that fits, the nearest that fits for one that does not ----------------------
+
+def test_advice_for_a_run_that_fits_is_the_largest_batch_that_still_fits():
+    from core.planner import advise
+    advice = advise(PlanRequest("llama3-8b", "v6e", "4x4", slices=2))
+    assert advice.fits and advice.refusal is None and not advice.alternatives
+    best = advice.largest_batch
+    assert best >= advice.plan.per_device_batch_size
+    # Everything else as planned (data parallel across the two slices); one more sequence per device is refused.
+    same = dict(slices=2, dcn_data=2, dcn_fsdp=1)
+    assert plan(PlanRequest("llama3-8b", "v6e", "4x4", per_device_batch_size=best, **same)).memory.fits
+    with pytest.raises(PlanError, match="does not fit"):
+        plan(PlanRequest("llama3-8b", "v6e", "4x4", per_device_batch_size=best + 1, **same))
+
+
+def test_advice_for_a_run_that_does_not_fit_names_the_nearest_that_does():
+    from core.planner import advise
+    advice = advise(SEED_70B)
+    assert not advice.fits and "does not fit" in advice.refusal
+    assert advice.alternatives
+    for alt in advice.alternatives:
+        assert plan(alt.request).memory.fits                      # each one plans as given
+        assert 1 <= len(alt.kinds) <= 2 and alt.change
+    chips = [alt.extra_chips for alt in advice.alternatives]
+    assert chips == sorted(chips)                                 # no more chips before more chips
+    assert advice.alternatives[0].extra_chips == 0                # the seed's run fits on its own 32 chips
+
+
+def test_advice_adds_slices_only_when_nothing_else_fits():
+    from core.planner import advise
+    advice = advise(PlanRequest("llama3-70b", "v6e", "4x4", slices=1))
+    assert not advice.fits
+    first = advice.alternatives[0]
+    assert "slices" in first.kinds and first.extra_chips > 0 and first.plan.memory.fits
+
+
+def test_advice_has_no_alternatives_for_input_errors():
+    from core.planner import advise
+    advice = advise(PlanRequest("llama3-8b", "v6e", "3x3"))
+    assert not advice.fits and "unknown" in advice.refusal and advice.alternatives == ()
