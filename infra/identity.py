@@ -89,10 +89,6 @@ class WorkloadIdentity(pulumi.ComponentResource):
         self.namespace = k8s.core.v1.Namespace(
             "namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=ns, labels={"app": "tpu-multislice"}),
             opts=k8s_options)
-        self.service_account = k8s.core.v1.ServiceAccount(
-            "trainer", metadata=k8s.meta.v1.ObjectMetaArgs(
-                name=ksa, namespace=self.namespace.metadata.name, labels={"app": "tpu-multislice"}),
-            opts=k8s_options)
         self.principal = workload_identity_principal(project_number, project, ns, ksa)
         # The identity pool PROJECT.svc.id.goog exists once the cluster exists: bind after it.
         self.bucket_bindings = [
@@ -122,6 +118,15 @@ class WorkloadIdentity(pulumi.ComponentResource):
                     opts=child_options(self))
                 for role in TELEMETRY_ROLES
             ]
+        # Every training pod runs as this service account and every workload waits for it (workloads/), so it is
+        # created only once all of the grants above exist: a pod that starts before its bucket binding fails its
+        # first checkpoint with 403 and burns a restart. (IAM changes still take effect eventually, usually within
+        # minutes: https://cloud.google.com/iam/docs/access-change-propagation.)
+        self.service_account = k8s.core.v1.ServiceAccount(
+            "trainer", metadata=k8s.meta.v1.ObjectMetaArgs(
+                name=ksa, namespace=self.namespace.metadata.name, labels={"app": "tpu-multislice"}),
+            opts=child_options(self, provider=k8s_provider, deleted_with=cluster,
+                               depends_on=[*self.bucket_bindings, *self.telemetry_bindings]))
         self.namespace_name = self.namespace.metadata.name
         self.service_account_name = self.service_account.metadata.name
         self.register_outputs({

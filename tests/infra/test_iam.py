@@ -40,3 +40,23 @@ def test_maxtext_really_gets_the_bucket_before_it_writes():
 
     source = inspect.getsource(gcs_utils.mkdir_and_check_permissions)
     assert ".get_bucket(" in source
+
+
+WORKLOAD_KINDS = ("kubernetes:ray.io/v1:RayJob", "kubernetes:ray.io/v1:RayCluster", "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet")
+
+
+@pytest.mark.parametrize("stack", ["prod", "dev", "jobset", "pathways"])
+def test_workloads_start_only_after_every_grant_of_their_identity_exists(stack):
+    """A pod that starts before its bucket or goodput binding exists fails with 403 and burns a restart; Pulumi
+    creates a resource only after everything it depends on (https://www.pulumi.com/docs/iac/concepts/options/dependson/).
+    The grants are the IAM members the training principal (or, for host-network pods, the node account) gets."""
+    from tests.infra.test_stack import depends_on
+
+    run = committed_stack_run(stack)
+    grants = run.of_type(BUCKET_IAM) + run.of_type("gcp:projects/iAMMember:IAMMember")
+    grants = [g for g in grants if not g.name.startswith("nodes-")]   # the node account's own GKE role
+    workloads = [r for r in run.resources if r.type in WORKLOAD_KINDS]
+    assert grants and workloads
+    for workload in workloads:
+        for grant in grants:
+            assert depends_on(run, workload, grant), (workload.name, grant.name)
