@@ -31,12 +31,26 @@ BUCKET_ROLES = (("checkpoints-object-user", CHECKPOINT_ROLE), ("checkpoints-buck
 # What MaxText's goodput recording and monitoring (core.maxtext_args GOODPUT_OVERRIDES) do as the training
 # pod, read in ml-goodput-measurement 0.2.3 (github.com/AI-Hypercomputer/ml-goodput-measurement,
 # ml_goodput_measurement/src/): GoodputRecorder writes job/step events to Cloud Logging (logWriter);
-# GoodputMonitor reads them back with Logger.list_entries (goodput.py read_cloud_logging_entries:
-# logging.logEntries.list, the smallest predefined role holding it is logging.viewer) and uploads goodput,
-# badput and step-deviation series with MetricServiceClient.create_time_series (gcp_metrics.py: metricWriter).
-# Project-level because that is where log entries and time series live; the principal is this stack's
-# training identity only.
-TELEMETRY_ROLES = ("roles/monitoring.metricWriter", "roles/logging.logWriter", "roles/logging.viewer")
+# GoodputMonitor reads them back with Logger.list_entries (goodput.py: entries.list on projects/PROJECT filtered by
+# its log name) and uploads goodput, badput and step-deviation series with MetricServiceClient.create_time_series
+# (gcp_metrics.py: metricWriter). Project-level because that is where log entries and time series live; the
+# principal is this stack's training identity only.
+TELEMETRY_ROLES = ("roles/monitoring.metricWriter", "roles/logging.logWriter")
+# Reading the entries back needs logging.logEntries.list and nothing else (Cloud Logging API entries.list,
+# https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/list, "Authorization requires ...
+# logging.logEntries.list"). roles/logging.viewer, the smallest predefined role holding it, adds reading every
+# sink, log bucket, view, metric, exclusion and log-based alert of the project
+# (https://cloud.google.com/iam/docs/roles-permissions/logging), so the stack grants a custom role with that one
+# permission instead. It still lets the pod read every non-private entry of the project's _Default bucket: the API
+# has no narrower permission for a project-scope read. The Google provider undeletes a soft-deleted custom role of
+# the same id on create (terraform-provider-google resource_google_project_iam_custom_role.go), so destroy + up
+# works; creating it needs iam.roles.create where `pulumi up` runs (roles/iam.roleAdmin, or Owner).
+GOODPUT_LOG_PERMISSIONS = ("logging.logEntries.list",)
+
+
+def goodput_role_id(cluster_name: str) -> str:
+    """Project-unique custom role id ([a-zA-Z0-9_.]{3,64}; cluster names are at most 40 characters)."""
+    return "tpuMultisliceGoodputReader_" + cluster_name.replace("-", "_")
 
 
 def workload_identity_principal(project_number: pulumi.Input[str], project: str, namespace: str,
@@ -96,11 +110,18 @@ class WorkloadIdentity(pulumi.ComponentResource):
                                         opts=child_options(self, depends_on=[cluster]))
             for logical_name, role in BUCKET_ROLES
         ]
+        role_id = goodput_role_id(config.cluster.name)
+        self.goodput_reader_role = gcp.projects.IAMCustomRole(
+            "goodput-log-reader", project=project, role_id=role_id, title="tpu-multislice goodput log reader",
+            description=f"Reads the goodput log entries of the training runs on {config.cluster.name}",
+            permissions=list(GOODPUT_LOG_PERMISSIONS), opts=child_options(self))
+        reader = f"projects/{project}/roles/{role_id}"
+        telemetry = [(f"goodput-{role.split('/')[-1]}", role, []) for role in TELEMETRY_ROLES]
+        telemetry.append(("goodput-log-reader", reader, [self.goodput_reader_role]))
         self.telemetry_bindings = [
-            gcp.projects.IAMMember(
-                f"goodput-{role.split('/')[-1]}", project=project, role=role, member=self.principal,
-                opts=child_options(self, depends_on=[cluster]))
-            for role in TELEMETRY_ROLES
+            gcp.projects.IAMMember(logical_name, project=project, role=role, member=self.principal,
+                                   opts=child_options(self, depends_on=[cluster, *needs]))
+            for logical_name, role, needs in telemetry
         ]
         if config.pods_use_host_network:
             # Host-network pods authenticate as the node: give the node account the same object access, on
@@ -113,10 +134,9 @@ class WorkloadIdentity(pulumi.ComponentResource):
             ]
             # ... and the goodput roles, granted explicitly rather than assumed to be inside the node role.
             self.telemetry_bindings += [
-                gcp.projects.IAMMember(
-                    f"goodput-{role.split('/')[-1]}-nodes", project=project, role=role, member=node_member,
-                    opts=child_options(self))
-                for role in TELEMETRY_ROLES
+                gcp.projects.IAMMember(f"{logical_name}-nodes", project=project, role=role, member=node_member,
+                                       opts=child_options(self, depends_on=needs))
+                for logical_name, role, needs in telemetry
             ]
         # Every training pod runs as this service account and every workload waits for it (workloads/), so it is
         # created only once all of the grants above exist: a pod that starts before its bucket binding fails its

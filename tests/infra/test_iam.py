@@ -60,3 +60,32 @@ def test_workloads_start_only_after_every_grant_of_their_identity_exists(stack):
     for workload in workloads:
         for grant in grants:
             assert depends_on(run, workload, grant), (workload.name, grant.name)
+
+
+CUSTOM_ROLE = "gcp:projects/iAMCustomRole:IAMCustomRole"
+
+
+@pytest.mark.parametrize("stack", ["prod", "pathways"])
+def test_goodput_reads_its_logs_with_one_permission_not_logs_viewer(stack):
+    """ml-goodput-measurement's GoodputMonitor reads its entries back with Logger.list_entries (goodput.py):
+    Cloud Logging entries.list, which needs logging.logEntries.list
+    (https://cloud.google.com/logging/docs/reference/v2/rest/v2/entries/list). roles/logging.viewer carries far more
+    (sinks, buckets, views, metrics...: https://cloud.google.com/iam/docs/roles-permissions/logging), so a custom
+    role holds exactly that one permission and roles/logging.viewer is granted to no one."""
+    run = committed_stack_run(stack)
+    [role] = run.of_type(CUSTOM_ROLE)
+    assert role.inputs["permissions"] == ["logging.logEntries.list"]
+    project = role.inputs["project"]
+    granted = {b.inputs["role"]: b for b in run.of_type("gcp:projects/iAMMember:IAMMember")}
+    assert "roles/logging.viewer" not in granted
+    reader = granted[f"projects/{project}/roles/{role.inputs['roleId']}"]
+    assert role.urn in reader.dependencies   # the role exists before it is granted
+
+
+def test_goodput_monitor_really_lists_entries():
+    """The installed library is what the rule is about."""
+    import inspect
+
+    from ml_goodput_measurement.src import goodput
+
+    assert ".list_entries(" in inspect.getsource(goodput)

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from infra.dashboard import ACCELERATOR_FIELD, NODE_POOL_FIELD, chart_filters
-from infra.identity import TELEMETRY_ROLES
+from infra.identity import TELEMETRY_ROLES, goodput_role_id
 from preview.harness import FAKE_DASHBOARD_ID, FAKE_PROJECT_NUMBER, ProgramRun, run_program
 from preview.k8s.manifests import is_kubernetes_type
 from tests.conftest import COMMITTED_STACKS, MINIMAL, committed_stack_run
@@ -98,18 +98,20 @@ def test_goodput_roles_go_to_the_identity_the_training_pods_use(stack):
                  f"workloadIdentityPools/{node_account['project']}.svc.id.goog/subject/ns/tpu-training/sa/tpu-trainer")
     goodput = [b for b in run.of_type(PROJECT_IAM) if b.name.startswith("goodput-")]
     granted = {(b.inputs["member"], b.inputs["role"]) for b in goodput}
-    expected = {(principal, role) for role in TELEMETRY_ROLES}
+    reader = f"projects/{node_account['project']}/roles/{goodput_role_id(run.outputs['clusterName'])}"
+    roles = {*TELEMETRY_ROLES, reader}
+    expected = {(principal, role) for role in roles}
     if host_network:
-        expected |= {(node_member, role) for role in TELEMETRY_ROLES}
+        expected |= {(node_member, role) for role in roles}
     assert granted == expected
-    assert set(TELEMETRY_ROLES) == {"roles/monitoring.metricWriter", "roles/logging.logWriter",
-                                    "roles/logging.viewer"}
+    assert set(TELEMETRY_ROLES) == {"roles/monitoring.metricWriter", "roles/logging.logWriter"}
     for binding in goodput:
         assert binding.inputs["project"] == node_account["project"]
         assert run.by_urn(binding.parent).type == WORKLOAD_IDENTITY
     # Logical names are part of the state: renaming them would re-create the grants.
-    assert {b.name for b in goodput} == {f"goodput-{r.split('/')[-1]}{'-nodes' if m == node_member else ''}"
-                                         for m, r in expected}
+    names = {"roles/monitoring.metricWriter": "goodput-monitoring.metricWriter",
+             "roles/logging.logWriter": "goodput-logging.logWriter", reader: "goodput-log-reader"}
+    assert {b.name for b in goodput} == {f"{names[r]}{'-nodes' if m == node_member else ''}" for m, r in expected}
 
 
 def test_the_principal_binding_waits_for_the_identity_pool():
