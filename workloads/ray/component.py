@@ -58,6 +58,13 @@ class RayWorkload(pulumi.ComponentResource):
                 extra = dict(delete_before_replace=True,
                              depends_on=base["depends_on"] + [self.resources["ray-cluster"],
                                                               self.resources["trainer-code"]])
+            if logical_name == "dashboard-ilb":
+                # A LoadBalancer Service owns a forwarding rule in the VPC that GKE only tries to remove with the
+                # cluster ("Deletion of these resources is not always guaranteed", gcloud container clusters
+                # delete; GKE "Deleting a cluster" recommends deleting such Services first), and a leaked rule
+                # blocks deleting the subnet and the VPC. So it is deleted on its own (no deleted_with) and before
+                # the cluster: it depends on it, and Pulumi deletes dependents first.
+                extra = dict(deleted_with=None, depends_on=base["depends_on"] + [cluster])
             self.resources[logical_name] = register(
                 logical_name, obj, child_options(self, **{**base, **extra}))
         cluster_name, namespace_name = config.ray.cluster_name, config.kubernetes.namespace
