@@ -19,6 +19,9 @@ DRANET_AUTOPILOT = "1.35.2-gke.1842000"         # managed DRANET, Autopilot (doc
 # Flex-start for TPUs: "use GKE version 1.33.0-gke.1712000 or later" (GKE "About flex-start provisioning mode",
 # https://cloud.google.com/kubernetes-engine/docs/concepts/provisioning-model).
 FLEX_START_TPU = "1.33.0-gke.1712000"
+# A Spot node pool's kubelet shutdown budget raised to 120 s: "the cluster's control plane must run GKE version
+# 1.35.0-gke.1171000 or later" (GKE "About Spot VMs", https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms).
+SPOT_SHUTDOWN_BUDGET = "1.35.0-gke.1171000"
 
 
 def parse(version: str) -> tuple[int, ...]:

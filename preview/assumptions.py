@@ -22,6 +22,29 @@ def _images(config: StackConfig) -> list[str]:
     return [pathways.server_image, pathways.proxy_image, pathways.trainer_image]
 
 
+def _preemption(config: StackConfig) -> list[str]:
+    """The save at a Spot notice rests on a write rate and a GKE setting that only the cloud can show."""
+    from core.preemption import ASSUMED_WRITE_BYTES_PER_S
+
+    budget = config.workload.shutdown
+    if not budget.sees_notice:
+        return []
+    lines = [f"checkpoint writes: each TPU host is assumed to write {ASSUMED_WRITE_BYTES_PER_S / 1e9:g} GB/s to the "
+             f"bucket (no published per-client figure; core/preemption.py), which sizes the save at a notice "
+             f"({budget.save.seconds:.0f} s) and the pods' grace period; time a multi-GB `gcloud storage cp` from a "
+             "TPU host to the bucket"]
+    if budget.node_shutdown_s is not None:
+        lines.append(f"Spot shutdown budget: the TPU pools set kubelet shutdownGracePeriodSeconds="
+                     f"{budget.node_shutdown_s} (critical pods {budget.node_critical_s}), which GKE documents for "
+                     "Spot VMs in Standard node pools (GKE >= 1.35.0-gke.1171000, \"About Spot VMs\"); that it holds "
+                     "for TPU Spot VMs is assumed: check a TPU node's kubelet config (kubectl get --raw "
+                     "/api/v1/nodes/NODE/proxy/configz) shows shutdownGracePeriod 2m0s")
+    if config.workload.backend == "rayjob" and budget.spot:
+        lines.append("Ray workers: the notice (SIGTERM to the worker pod) is assumed to reach the training process "
+                     "through Ray's node draining (Ray 2.60 ray.train.get_preemption_info); not verifiable offline")
+    return lines
+
+
 def assumptions(config: StackConfig) -> list[str]:
     cluster = config.cluster
     lines = []
@@ -47,6 +70,7 @@ def assumptions(config: StackConfig) -> list[str]:
     if config.network.dcn:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")
+    lines.extend(_preemption(config))
     lines.append("dashboard: per-slice charts group by the node-pool label and TPU charts read libtpu's metrics "
                  "port 8431; check them once in Metrics Explorer")
     lines.append("TPU pod size: a 2 vCPU / 4 GiB allowance for the node's DaemonSets is assumed "

@@ -152,6 +152,13 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
     for line in plan.recipe:
         out.write(f"  {line}\n")
 
+    if plan.preemption:
+        out.write("\nPreemption (Spot notice, save, grace periods):\n")
+        for line in plan.preemption["summary"]:
+            out.write(f"  {line}\n")
+        for warning in plan.preemption["warnings"]:
+            out.write(f"  WARN  {warning}\n")
+
     out.write("\nAssumptions to check (the offline plan cannot verify them):\n")
     for line in plan.assumptions:
         out.write(f"  - {line}\n")

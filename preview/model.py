@@ -340,6 +340,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)   # what cannot be verified offline
     recipe: list[str] = field(default_factory=list)        # the tuned recipe the run follows, and how it departs
+    # The save at a Spot notice and what a preemption costs (core/preemption.py ShutdownBudget.as_dict(), plus
+    # "summary": its lines for the text plan); its "warnings" are the plan's preemption warnings.
+    preemption: dict[str, Any] = field(default_factory=dict)
     compile: dict[str, Any] | None = None   # `--compile`: preview/compile.py CompileResult.as_dict()
 
     def as_dict(self) -> dict[str, Any]:
@@ -355,6 +358,7 @@ class Plan:
             "notes": self.notes,
             "assumptions": self.assumptions,
             "recipe": self.recipe,
+            "preemption": self.preemption,
         }
         if self.compile is not None:
             document["compile"] = self.compile
@@ -399,4 +403,5 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
         exports=exports, tpu=tpu_summary(pools, config), validation=validation,
         deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
         dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config),
-        recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology))
+        recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology),
+        preemption={"summary": config.workload.shutdown.describe(), **config.workload.shutdown.as_dict()})

@@ -14,6 +14,7 @@ from infra.config.model import (Capacity, ClusterMode, ClusterSettings, ConfigEr
                                 StorageSettings, TpuSettings, WorkloadSettings, BackendSettings, WorkerImageSettings)
 from infra import naming
 from infra.config.parse import parse_values
+from infra.config.preemption import stack_shutdown_budget
 
 
 def build(raw: Mapping[str, Any]) -> StackConfig:
@@ -39,6 +40,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     if problems:
         raise ConfigError(problems)
     assert shape is not None and region is not None and workload_plan is not None
+    shutdown = stack_shutdown_budget(v, workload_plan, rules.checkpoint_period(v), floors)
     return StackConfig(
         gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"]),
         cluster=ClusterSettings(
@@ -57,7 +59,8 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
         workload=WorkloadSettings(
             backend=v["workloadBackend"], plan=workload_plan, train_steps=v["trainSteps"],
             checkpoint_period=rules.checkpoint_period(v), maxtext_version=v["maxtextVersion"],
-            smoke_test=v["smokeTest"], worker_environment=v["workerEnvironment"]),
+            smoke_test=v["smokeTest"], worker_environment=v["workerEnvironment"],
+            shutdown=shutdown),
         backend=_backend_settings(v, shape.chips),
         worker_image=(WorkerImageSettings(repository_id=naming.fit(f"{v['clusterName']}-images", 63))
                       if v["workerEnvironment"] == "image" else None),

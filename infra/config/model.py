@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from core.planner import Plan
+from core.preemption import ShutdownBudget
 from core.tpu_catalog import SliceShape
 from infra import naming, versions
 
@@ -121,6 +122,7 @@ class WorkloadSettings:
     maxtext_version: str
     smoke_test: bool           # run the multislice smoke test before training
     worker_environment: str    # "runtime": install the lock at start; "image": run the image built from it
+    shutdown: ShutdownBudget   # what the TPU pods and Spot pools get to save at a notice (infra/config/preemption.py)
 
     @property
     def model(self) -> str:

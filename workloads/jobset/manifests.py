@@ -47,6 +47,9 @@ class JobSetSpec:
     dranet_claim_template: str | None          # ResourceClaimTemplate name when DRANET is on
     dcn_nics: int                              # DCN NICs a pod gets (DRANET claim, or the node's on hostNetwork)
     tpu_node_selector_extra: dict[str, str]    # Autopilot capacity selectors
+    # What a pod gets between SIGTERM and SIGKILL: sized to a checkpoint save at a preemption notice
+    # (core/preemption.py); None leaves Kubernetes' default.
+    termination_grace_s: int | None = None
 
 
 # ---- quotas: what the pods of one workload request ------------------------------------------------------
@@ -186,6 +189,9 @@ def _pod_spec(spec: JobSetSpec, container: dict, volumes: list[dict]) -> dict:
         "containers": [container],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, *volumes],
     }
+    if spec.termination_grace_s is not None:
+        # MaxText saves at SIGTERM (the notice) before it exits; the kubelet kills it when this runs out.
+        pod["terminationGracePeriodSeconds"] = spec.termination_grace_s
     if spec.dranet_claim_template:
         # DRANET moves the DCN NICs into the pod's own network namespace, so the pod must NOT use the host
         # network (a hostNetwork pod has no namespace of its own to receive them).

@@ -40,6 +40,7 @@ def jobset_spec(config: StackConfig, worker_image: str | None = None) -> jm.JobS
                               host_network=not config.network.dranet),
         # Same Autopilot capacity selectors as the Ray workers.
         tpu_node_selector_extra=common.capacity_selectors(config),
+        termination_grace_s=config.workload.shutdown.pod_grace_s,
     )
 
 

@@ -48,6 +48,9 @@ class RaySpec:
     dcn_nics: int               # DCN NICs a worker pod gets (through the DRANET claim); 0 without
     system_pool_selector: dict[str, str] | None   # head nodeSelector (Standard); None on Autopilot
     tpu_node_selector_extra: dict[str, str]       # e.g. Autopilot spot / reservation selectors
+    # TPU workers' time between SIGTERM and SIGKILL, sized to a checkpoint save at a preemption notice
+    # (core/preemption.py); None leaves Kubernetes' default.
+    termination_grace_s: int | None = None
 
 
 def _head_group(spec: RaySpec) -> dict:
@@ -127,6 +130,8 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         "containers": [container],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
     }
+    if spec.termination_grace_s is not None:
+        pod_spec["terminationGracePeriodSeconds"] = spec.termination_grace_s
     if spec.dranet_claim_template:
         pod_spec["resourceClaims"] = [{"name": "dcn-nics", "resourceClaimTemplateName": spec.dranet_claim_template}]
         container["resources"]["claims"] = [{"name": "dcn-nics"}]

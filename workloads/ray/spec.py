@@ -39,6 +39,7 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
                               host_network=False),
         system_pool_selector=common.system_pool_selector(config),
         tpu_node_selector_extra=common.capacity_selectors(config),
+        termination_grace_s=config.workload.shutdown.pod_grace_s,
     )
 
 
