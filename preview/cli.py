@@ -12,6 +12,7 @@ failed under mocks · 4 (`--compile`) the step does not fit or does not compile.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from preview.graph import CriticalPath, write_graph
 from preview.k8s.validation import default_schemas_dir
 from preview.model import DashboardSummary, Plan, PlannedResource
 from preview.stack_files import StackFileError, load_stack_config
+from preview.terminal import fit
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_PROGRAM, EXIT_COMPILE = 0, 1, 2, 3, 4
@@ -131,7 +133,9 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
     out.write("\nExports\n")
     for key, value in plan.exports.items():
         text = value if isinstance(value, str) else json.dumps(value)
-        out.write(f"  {key} = {text}\n")
+        if "\n" in text:   # a multi-line value (nextSteps): one indented block under its key
+            text = "\n" + "\n".join(f"      {line}" for line in text.splitlines())
+        out.write(f"  {key} =" + ("" if text.startswith("\n") else " ") + f"{text}\n")
 
     if plan.dashboard is not None:
         render_dashboard(plan.dashboard, out)
@@ -212,12 +216,14 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(document, sys.stdout, indent=2, sort_keys=False, default=str)
         sys.stdout.write("\n")
     else:
-        render_text(plan, None if plan.validation.cr_check_skipped else schemas_dir, sys.stdout)
+        text = io.StringIO()
+        render_text(plan, None if plan.validation.cr_check_skipped else schemas_dir, text)
         for message in messages:
-            print(message)
+            text.write(message + "\n")
         if compiled is not None:
             from preview.compile import render
-            render(compiled, sys.stdout)
+            render(compiled, text)
+        sys.stdout.write(fit(text.getvalue()))
     if not plan.validation.ok:
         return EXIT_INVALID
     if compiled is not None and not compiled.compiled:

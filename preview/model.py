@@ -139,9 +139,11 @@ def _facts_node_pool(inputs: dict) -> str:
 
 
 def _facts_cluster(inputs: dict) -> str:
-    parts = [inputs.get("location", "?"), f"min version {inputs.get('minMasterVersion', '?')}",
-             "autopilot" if inputs.get("enableAutopilot") else "standard",
-             f"channel {(inputs.get('releaseChannel') or {}).get('channel', '?')}"]
+    channel = (inputs.get("releaseChannel") or {}).get("channel", "?")
+    # Unset minMasterVersion: GKE creates the cluster at the release channel's default version.
+    version = inputs.get("minMasterVersion") or "channel default"
+    parts = [inputs.get("location", "?"), f"version {version}",
+             "autopilot" if inputs.get("enableAutopilot") else "standard", f"channel {channel}"]
     if inputs.get("deletionProtection"):
         parts.append("deletion protection")
     return ", ".join(parts)

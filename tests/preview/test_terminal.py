@@ -1,0 +1,37 @@
+"""The offline plan's text fits a 100-column terminal for every committed stack; wrapping loses no word and keeps
+the resource tree readable."""
+from __future__ import annotations
+
+import pytest
+
+from preview import cli
+from preview.terminal import WIDTH, fit, fit_line
+from tests.conftest import COMMITTED_STACKS, REPO
+
+
+@pytest.mark.parametrize("stack", COMMITTED_STACKS)
+def test_every_committed_stacks_plan_fits_100_columns(stack, capsys):
+    code = cli.main(["--stack", stack, "--root", str(REPO)])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "Critical path, deploy" in text
+    too_wide = [line for line in text.splitlines() if len(line) > WIDTH]
+    assert not too_wide, f"{len(too_wide)} line(s) over {WIDTH} columns, e.g. {too_wide[0]!r}"
+
+
+def test_wrapping_keeps_every_word_and_the_tree_guides():
+    line = ("│  ├─ checkpoints-object-user  [gcp:storage/bucketIAMMember:BucketIAMMember]  roles/storage.objectUser "
+            "→ principal://iam.googleapis.com/projects/123456789012/locations/global/workloadIdentityPools/x")
+    parts = fit_line(line, 60)
+    assert all(len(part) <= 60 for part in parts)
+    assert parts[0].startswith("│  ├─ checkpoints-object-user")
+    assert all(part.startswith("│  │     ") for part in parts[1:])
+    assert "".join(part[len("│  │     "):] if i else part for i, part in enumerate(parts)).replace(" ", "") \
+        == line.replace(" ", "")
+
+
+def test_last_child_continues_without_a_guide_and_short_lines_are_untouched():
+    parts = fit_line("   └─ " + "word " * 30, 50)
+    assert all(part.startswith("         ") for part in parts[1:])
+    text = "Summary\n  hosts 8, chips 32\n"
+    assert fit(text) == text
