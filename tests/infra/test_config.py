@@ -55,7 +55,7 @@ BAD_CONFIGS = [
     ("autopilot with dcn", {"clusterMode": "autopilot", "dcn": True}, ["dcn=true", "clusterMode='autopilot'"]),
     ("autopilot with node pool option", {"clusterMode": "autopilot", "systemPoolNodes": 2},
      ["systemPoolNodes", "clusterMode='autopilot'"]),
-    ("autopilot below its multislice minimum", {"clusterMode": "autopilot", "tpuGeneration": "v5e",
+    ("autopilot below its multislice minimum", {"clusterMode": "autopilot", "tpuGeneration": "v5e", "zone": "us-west4-a",
                                                 "gkeVersion": "1.28"}, ["gkeVersion='1.28'", "multislice"]),
 ]
 
@@ -126,7 +126,7 @@ def test_version_prefix_satisfies_minimum_of_same_minor():
       "zone": "us-central2-b"},
      ["capacity='flex-start'", "tpuGeneration='v4'"]),
     # Managed DRANET machine families: cluster-toolkit gke-node-pool is_dranet_supported_machine (ct6e-, tpu7x-).
-    ({"dcn": "true", "dranet": "true", "tpuGeneration": "v5e", "model": "qwen3-0.6b"},
+    ({"dcn": "true", "dranet": "true", "tpuGeneration": "v5e", "model": "qwen3-0.6b", "zone": "us-west4-a"},
      ["dranet=true is not available on tpu-multislice:tpuGeneration='v5e'", "ct5lp-hightpu-4t"]),
 ])
 def test_rules_of_gke_capacity_and_dranet(overrides, words):

@@ -305,7 +305,7 @@ def test_only_ct6e_pools_turn_smt_off(prod):
     """The GKE multislice tutorial creates ct6e pools with --threads-per-core=1; no source shows it elsewhere."""
     from preview.harness import run_program
     assert {p.inputs["nodeConfig"]["advancedMachineFeatures"]["threadsPerCore"] for p in slice_pools(prod)} == {1}
-    v5e = run_program({**MINIMAL, "tpuGeneration": "v5e", "model": "qwen3-0.6b"}, stack="v5e")
+    v5e = run_program({**MINIMAL, "zone": "us-west4-a", "tpuGeneration": "v5e", "model": "qwen3-0.6b"}, stack="v5e")
     assert all("advancedMachineFeatures" not in p.inputs["nodeConfig"] for p in slice_pools(v5e))
 
 
