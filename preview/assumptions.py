@@ -65,8 +65,13 @@ def assumptions(config: StackConfig) -> list[str]:
         lines.append("worker image: built from worker_env/Dockerfile during `pulumi up` (needs Docker with BuildKit "
                      "where it runs); never built offline")
     if config.workload.backend == "rayjob":
-        lines.append("KubeRay: the GKE Ray add-on is assumed to run KubeRay >= 1.6.0 (authOptions, upgradeStrategy); "
-                     "after `pulumi up` check the RayCluster's .spec.authOptions.mode and .spec.upgradeStrategy.type")
+        lines.append("KubeRay: the GKE Ray add-on is assumed to run KubeRay >= 1.5.1 (authOptions); after `pulumi up` "
+                     "check the job's RayCluster .spec.authOptions.mode (kubectl get raycluster -n NAMESPACE)")
+        lines.append("RayJob-owned cluster: the add-on's KubeRay is assumed to create the job's RayCluster from "
+                     "rayClusterSpec and delete it when the job ends (shutdownAfterJobFinishes), releasing the "
+                     "slices; no Ray autoscaler is used. Check after a job: `kubectl get rayjob -n NAMESPACE` shows "
+                     "JOB STATUS SUCCEEDED/FAILED with DEPLOYMENT STATUS Complete/Failed, `kubectl get raycluster` "
+                     "lists none, and `kubectl get nodes -l cloud.google.com/gke-tpu-topology` empties within ~10 min")
     if config.network.dcn:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")

@@ -71,7 +71,7 @@ def test_prod_has_one_tpu_pool_per_slice_with_the_tutorial_flags(prod):
     node_account = prod.one(ACCOUNT).inputs["accountId"]
     for index, pool in enumerate(pools):
         inputs = pool.inputs
-        assert inputs["nodeCount"] == 4  # 16 chips / 4 chips per VM
+        assert inputs["autoscaling"]["maxNodeCount"] == 4  # 16 chips / 4 chips per VM
         assert inputs["placementPolicy"] == {"type": "COMPACT", "tpuTopology": "4x4"}
         node = inputs["nodeConfig"]
         assert node["machineType"] == "ct6e-standard-4t"
@@ -203,7 +203,7 @@ def test_dev_is_small_spot_and_throw_away(dev):
     pools = slice_pools(dev)
     assert len(pools) == 2
     for pool in pools:
-        assert pool.inputs["nodeCount"] == 2  # v6e 2x4 on 4-chip VMs
+        assert pool.inputs["autoscaling"]["maxNodeCount"] == 2  # v6e 2x4 on 4-chip VMs
         assert pool.inputs["nodeConfig"]["spot"] is True
         assert pool.inputs["placementPolicy"]["tpuTopology"] == "2x4"
         assert "networkConfig" not in pool.inputs
@@ -230,7 +230,8 @@ def test_tpu7x_slices_are_placed_by_a_workload_policy():
     assert policy.inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT", "acceleratorTopology": "2x2x4"}
     for pool in slice_pools(run):
         assert pool.inputs["placementPolicy"] == {"type": "COMPACT", "policyName": policy.inputs["name"]}
-        assert pool.inputs["nodeCount"] == 4 and pool.inputs["nodeConfig"]["machineType"] == "tpu7x-standard-4t"
+        assert pool.inputs["autoscaling"]["maxNodeCount"] == 4
+        assert pool.inputs["nodeConfig"]["machineType"] == "tpu7x-standard-4t"
 
 
 def test_autopilot_is_regional_and_creates_no_node_pools():
@@ -334,7 +335,7 @@ def test_the_image_path_builds_pushes_and_lets_only_the_node_account_read():
     assert image["push"] is True and image["platforms"] == ["linux/amd64"]
     [ref] = image["tags"]
     assert ref.startswith("us-east5-docker.pkg.dev/my-tpu-project/tpu-multislice-images/worker:")
-    cluster = run.one("kubernetes:ray.io/v1:RayCluster").inputs["spec"]
+    cluster = run.one("kubernetes:ray.io/v1:RayJob").inputs["spec"]["rayClusterSpec"]
     assert {c["image"] for c in cluster["headGroupSpec"]["template"]["spec"]["containers"]} == {ref}
     image_urn = run.one("docker-build:index:Image").urn
-    assert image_urn in run.one("kubernetes:ray.io/v1:RayCluster").dependencies
+    assert image_urn in run.one("kubernetes:ray.io/v1:RayJob").dependencies

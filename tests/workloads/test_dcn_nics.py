@@ -45,7 +45,8 @@ def claim_count(objects: dict[str, dict]) -> int | None:
 
 
 def ray_worker(objects: dict[str, dict]) -> dict:
-    return objects["ray-cluster"]["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    cluster = objects["ray-job"]["spec"]["rayClusterSpec"]
+    return cluster["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
 
 
 def jobset_pod(objects: dict[str, dict]) -> dict:
@@ -116,8 +117,8 @@ def test_tpu_containers_expose_the_libtpu_metrics_port():
     from workloads.jobset.spec import jobset_objects
     from workloads.ray.component import ray_objects
     from infra.config import build
-    ray = ray_objects(build(load_stack_config("prod", REPO)), load_bundle())["ray-cluster"]
-    [worker] = ray["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"]
+    ray = ray_objects(build(load_stack_config("prod", REPO)), load_bundle())["ray-job"]["spec"]["rayClusterSpec"]
+    [worker] = ray["workerGroupSpecs"][0]["template"]["spec"]["containers"]
     jobset = jobset_objects(build(load_stack_config("jobset", REPO)), load_bundle())["jobset"]
     [pod] = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
     pathways = pathways_objects(build(load_stack_config("pathways", REPO)))["pathways-jobset"]

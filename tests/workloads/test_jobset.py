@@ -171,7 +171,7 @@ def test_one_child_job_per_slice_fills_a_node_pool(run, config):
         assert job["parallelism"] == job["completions"] == config.tpu.shape.hosts == 4
         assert job["parallelism"] * chips == chips_in(topology)
         assert chips == config.tpu.shape.chips_per_host == 4
-        assert job["parallelism"] == pools[0].inputs["nodeCount"]
+        assert job["parallelism"] == pools[0].inputs["autoscaling"]["maxNodeCount"]
         assert topology == pools[0].inputs["placementPolicy"]["tpuTopology"]
         assert container["resources"]["requests"] == container["resources"]["limits"]
         assert pod["serviceAccountName"] == config.kubernetes.service_account

@@ -111,7 +111,8 @@ def test_workers_match_the_slice_node_pools(run, config):
     # One worker Job per slice, one pod per TPU VM of the slice.
     assert worker["replicas"] == len(pools) == config.tpu.slices == 3
     job = worker["template"]["spec"]
-    assert job["parallelism"] == job["completions"] == pools[0].inputs["nodeCount"] == config.tpu.shape.hosts == 4
+    hosts = pools[0].inputs["autoscaling"]["maxNodeCount"]
+    assert job["parallelism"] == job["completions"] == hosts == config.tpu.shape.hosts == 4
     pod = job["template"]["spec"]
     chips = container(pod, "pathways-worker")["resources"]["limits"]["google.com/tpu"]
     assert int(chips) * job["parallelism"] == chips_in(pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"])

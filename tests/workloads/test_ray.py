@@ -40,6 +40,15 @@ def training_jobs(objects: list[dict]) -> list[dict]:
     return by_kind(objects, "RayJob")
 
 
+def job_cluster(objects: list[dict]) -> dict:
+    """The RayCluster the training job creates (RayJob spec.rayClusterSpec), shaped as KubeRay creates it: named
+    `<RayJob>-<5 random characters>` (kuberay v1.7.0 utils.GenerateRayClusterName)."""
+    [job] = training_jobs(objects)
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": f"{job['metadata']['name']}-abcde", "namespace": job["metadata"]["namespace"]},
+            "spec": job["spec"]["rayClusterSpec"]}
+
+
 def registered_objects(run) -> list[dict]:
     return [object_from_inputs(r.inputs, r.name) for r in run.resources if is_kubernetes_type(r.type)]
 
@@ -59,17 +68,17 @@ def test_every_object_of_every_stack_validates(stack):
     report = validate_objects(objects, schemas, stack_config(stack).cluster.minimum_version)
     assert not report.cr_check_skipped
     assert report.errors == [], report.errors
-    assert {"RayCluster", "RayJob", "ConfigMap", "ServiceAccount", "Namespace"} <= {o["kind"] for o in objects}
+    assert {"RayJob", "Service", "ConfigMap", "ServiceAccount", "Namespace"} <= {o["kind"] for o in objects}
 
 
 def test_a_broken_worker_group_is_caught_with_its_field_path():
     objects = ray_objects(stack_config("prod"), FIXED_BUNDLE)
-    cluster = objects["ray-cluster"]
-    cluster["spec"]["workerGroupSpecs"][0]["numOfHosts"] = 3
-    cluster["spec"]["workerGroupSpecs"][0]["replicas"] = "two"
+    cluster = objects["ray-job"]["spec"]["rayClusterSpec"]
+    cluster["workerGroupSpecs"][0]["numOfHosts"] = 3
+    cluster["workerGroupSpecs"][0]["replicas"] = "two"
     report = validate_objects(list(objects.values()), default_schemas_dir())
     paths = {finding.field_path for finding in report.errors}
-    assert "spec.workerGroupSpecs[0].replicas" in paths
+    assert "spec.rayClusterSpec.workerGroupSpecs[0].replicas" in paths
     assert any("numOfHosts" in finding.field_path or "numOfHosts" in finding.message for finding in report.errors)
 
 
@@ -79,7 +88,7 @@ def test_a_broken_worker_group_is_caught_with_its_field_path():
 def test_worker_group_matches_node_pools_and_topology(stack):
     run, config = committed_stack_run(stack), stack_config(stack)
     objects = registered_objects(run)
-    [cluster] = by_kind(objects, "RayCluster")
+    cluster = job_cluster(objects)
     [group] = cluster["spec"]["workerGroupSpecs"]
     pools = [r for r in run.resources if r.type == "gcp:container/nodePool:NodePool" and r.name.startswith("slice-")]
     assert group["replicas"] == len(pools) == config.tpu.slices
@@ -91,7 +100,7 @@ def test_worker_group_matches_node_pools_and_topology(stack):
     topology = pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"]
     # The GKE KubeRay TPU webhook's rule (docs/platform-notes.md §4).
     assert group["numOfHosts"] * chips_per_pod == chips_in(topology)
-    assert group["numOfHosts"] == pools[0].inputs["nodeCount"]
+    assert group["numOfHosts"] == pools[0].inputs["autoscaling"]["maxNodeCount"]
     assert topology == pools[0].inputs["placementPolicy"]["tpuTopology"]
     assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu-v6e-slice"
     assert chips_per_pod == config.tpu.shape.chips_per_host == 4  # ct6e-standard-4t
@@ -102,7 +111,7 @@ def test_pods_run_as_the_service_account_bound_in_iam(prod):
     [ksa] = by_kind(objects, "ServiceAccount")
     binding = prod.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs["member"]
     assert binding.endswith(f"/subject/ns/{ksa['metadata']['namespace']}/sa/{ksa['metadata']['name']}")
-    [cluster] = by_kind(objects, "RayCluster")
+    cluster = job_cluster(objects)
     [job] = training_jobs(objects)
     specs = [cluster["spec"]["headGroupSpec"]["template"]["spec"],
              cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"],
@@ -117,7 +126,7 @@ def test_dranet_claim_is_referenced_by_name_and_asks_one_nic_per_dcn_network(pro
     [template] = by_kind(objects, "ResourceClaimTemplate")
     [request] = template["spec"]["spec"]["devices"]["requests"]
     assert request["exactly"] == {"deviceClassName": "netdev.google.com", "allocationMode": "ExactCount", "count": 2}
-    pod = by_kind(objects, "RayCluster")[0]["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    pod = job_cluster(objects)["spec"]["workerGroupSpecs"][0]["template"]["spec"]
     [claim] = pod["resourceClaims"]
     assert claim["resourceClaimTemplateName"] == template["metadata"]["name"]
     assert pod["containers"][0]["resources"]["claims"] == [{"name": claim["name"]}]
@@ -126,7 +135,7 @@ def test_dranet_claim_is_referenced_by_name_and_asks_one_nic_per_dcn_network(pro
 def test_dev_has_no_dranet_and_is_elastic(dev):
     objects = registered_objects(dev)
     assert not by_kind(objects, "ResourceClaimTemplate")
-    group = by_kind(objects, "RayCluster")[0]["spec"]["workerGroupSpecs"][0]
+    group = job_cluster(objects)["spec"]["workerGroupSpecs"][0]
     assert "resourceClaims" not in group["template"]["spec"]
     assert (group["minReplicas"], group["replicas"]) == (1, 2)
     [job] = training_jobs(objects)
@@ -137,7 +146,7 @@ def test_dev_has_no_dranet_and_is_elastic(dev):
 
 
 def test_tpu_env_and_image_are_pinned_and_unprivileged(prod):
-    cluster = by_kind(registered_objects(prod), "RayCluster")[0]
+    cluster = job_cluster(registered_objects(prod))
     worker = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     for container in (worker, head):
@@ -158,7 +167,7 @@ def test_tpu_workers_tell_the_ray_dashboard_where_the_tpu_metrics_are(stack):
     reporter_agent.py, Ray 2.60); the KubeRay TPU webhook fills both variables only when the pod leaves them out
     (kuberay-tpu-webhook `mutatePod`), and which webhook the GKE Ray add-on runs is unknown, so the pods set them.
     Kubernetes expands $(VAR) only from variables defined earlier in the list."""
-    cluster = by_kind(registered_objects(committed_stack_run(stack)), "RayCluster")[0]
+    cluster = job_cluster(registered_objects(committed_stack_run(stack)))
     env = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["env"]
     names = [e["name"] for e in env]
     host_ip = env[names.index("TPU_DEVICE_PLUGIN_HOST_IP")]
@@ -169,7 +178,7 @@ def test_tpu_workers_tell_the_ray_dashboard_where_the_tpu_metrics_are(stack):
 
 
 def test_head_mounts_the_bucket_and_shm_on_the_system_pool(prod):
-    head = by_kind(registered_objects(prod), "RayCluster")[0]["spec"]["headGroupSpec"]["template"]
+    head = job_cluster(registered_objects(prod))["spec"]["headGroupSpec"]["template"]
     assert head["metadata"]["annotations"]["gke-gcsfuse/volumes"] == "true"
     volumes = {v["name"]: v for v in head["spec"]["volumes"]}
     assert volumes["checkpoints"]["csi"]["volumeAttributes"]["bucketName"] == "my-tpu-project-tpu-multislice-prod-ckpt"
@@ -186,7 +195,7 @@ def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
     [job] = training_jobs(objects)
     [code] = by_kind(objects, "ConfigMap")
     spec = job["spec"]
-    assert spec["clusterSelector"] == {"ray.io/cluster": by_kind(objects, "RayCluster")[0]["metadata"]["name"]}
+    assert "clusterSelector" not in spec and spec["rayClusterSpec"]["workerGroupSpecs"]
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
     # Exactly the lock: every locked package at its version, nothing resolved again.
     assert runtime_env["uv"]["uv_pip_install_options"] == ["--no-deps"]
@@ -206,14 +215,14 @@ def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
                      "--checkpoint-period 50",
                      "--base-output-directory gs://my-tpu-project-tpu-multislice-prod-ckpt/maxtext"):
         assert fragment in entry
-    assert len(job["metadata"]["name"]) <= 47 and len(by_kind(objects, "RayCluster")[0]["metadata"]["name"]) <= 53
+    assert len(job["metadata"]["name"]) <= 47 and len(job_cluster(objects)["metadata"]["name"]) <= 53
 
 
 def test_with_the_image_path_every_pod_runs_the_built_image_and_installs_nothing():
     config = build({**load_stack_config("prod", REPO), "workerEnvironment": "image"})
     ref = "us-east5-docker.pkg.dev/my-tpu-project/tpu-multislice-images/worker:0123456789abcdef"
     objects = ray_objects(config, FIXED_BUNDLE, worker_image=ref)
-    cluster = objects["ray-cluster"]["spec"]
+    cluster = objects["ray-job"]["spec"]["rayClusterSpec"]
     images = {c["image"] for group in [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
               for c in group["template"]["spec"]["containers"]}
     assert images == {ref}
@@ -229,16 +238,16 @@ def test_same_inputs_same_names_and_changes_relaunch_the_job():
     changed_code = ray_objects(config, edited)
     assert changed_code["ray-job"]["metadata"]["name"] != first["ray-job"]["metadata"]["name"]
     assert changed_code["trainer-code"]["metadata"]["name"] != first["trainer-code"]["metadata"]["name"]
-    assert changed_code["ray-cluster"] == first["ray-cluster"]
+    assert changed_code["ray-job"]["spec"]["rayClusterSpec"] == first["ray-job"]["spec"]["rayClusterSpec"]
     more_steps = ray_objects(build({**load_stack_config("prod", REPO), "trainSteps": 400}), load_bundle())
     assert more_steps["ray-job"]["metadata"]["name"] != first["ray-job"]["metadata"]["name"]
-    assert more_steps["ray-cluster"] == first["ray-cluster"]
+    assert more_steps["ray-job"]["spec"]["rayClusterSpec"] == first["ray-job"]["spec"]["rayClusterSpec"]
 
 
-def test_job_waits_for_its_cluster_and_code_and_is_replaced_stop_first(prod):
+def test_job_waits_for_its_code_and_claim_template_and_is_replaced_stop_first(prod):
     job = prod.one("kubernetes:ray.io/v1:RayJob", "ray-job")
-    for token in ("kubernetes:ray.io/v1:RayCluster", "kubernetes:core/v1:ConfigMap",
-                  "kubernetes:core/v1:ServiceAccount"):
+    for token in ("kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:ServiceAccount",
+                  "kubernetes:resource.k8s.io/v1:ResourceClaimTemplate"):
         assert prod.one(token).urn in job.dependencies, token
     assert job.delete_before_replace is True
     cluster_urn = prod.one("gcp:container/cluster:Cluster").urn
@@ -250,7 +259,8 @@ def test_job_waits_for_its_cluster_and_code_and_is_replaced_stop_first(prod):
 # ---- exposure and exports -----------------------------------------------------------------------------
 
 def test_dashboard_is_not_exposed_by_default(prod):
-    assert not [o for o in registered_objects(prod) if o["kind"] == "Service"]
+    services = [o for o in registered_objects(prod) if o["kind"] == "Service"]
+    assert [s["spec"]["type"] for s in services] == ["ClusterIP"]
     out = prod.outputs
     assert out["rayDashboardPortForward"] == "kubectl port-forward -n tpu-training svc/maxtext-head-svc 8265:8265"
     assert out["rayDashboardInClusterUrl"] == "http://maxtext-head-svc.tpu-training.svc.cluster.local:8265"
@@ -263,7 +273,7 @@ def test_dashboard_is_not_exposed_by_default(prod):
 
 def test_internal_load_balancer_is_opt_in_and_source_limited():
     run = run_program({**MINIMAL, "dashboardExposure": "internal-lb", "dashboardSourceRanges": ["10.10.0.0/16"]})
-    [service] = by_kind(registered_objects(run), "Service")
+    [service] = [s for s in by_kind(registered_objects(run), "Service") if s["spec"]["type"] == "LoadBalancer"]
     assert service["metadata"]["annotations"] == {"networking.gke.io/load-balancer-type": "Internal"}
     assert service["spec"]["loadBalancerSourceRanges"] == ["10.10.0.0/16"]
     assert [p["port"] for p in service["spec"]["ports"]] == [8265]
@@ -321,3 +331,48 @@ def test_job_command_is_accepted_by_the_trainer_and_gives_the_stacks_plan(stack)
     assert run.base_output_directory == common.output_directory(config)
     assert args.max_failures == config.ray.max_failures
     assert args.maxtext_version == config.workload.maxtext_version
+
+
+# ---- slices follow the job ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stack", RAY_STACKS)
+def test_only_the_job_holds_tpu_pods_and_its_cluster_goes_when_it_ends(stack):
+    """Nothing long-lived asks for TPU chips: the RayJob creates its RayCluster (rayClusterSpec) and deletes it
+    when the job finishes (shutdownAfterJobFinishes; ttlSecondsAfterFinished 0 keeps no TPU pod after it), per
+    the KubeRay v1.7.0 RayJob CRD (../shared/schemas/kuberay/ray.io_rayjobs.yaml). The worker group keeps
+    `replicas` slices without the Ray autoscaler, so a lost slice's pods are asked for again at once (and wait
+    for GKE to bring the pool back), which is what Ray Train's elastic resize needs to see it return."""
+    objects = registered_objects(committed_stack_run(stack))
+    assert not by_kind(objects, "RayCluster")
+    def requests_tpu(node) -> bool:
+        if isinstance(node, dict):
+            if "google.com/tpu" in (node.get("requests") or {}):
+                return True
+            return any(requests_tpu(value) for value in node.values())
+        return isinstance(node, list) and any(requests_tpu(item) for item in node)
+
+    tpu_holders = [o for o in objects if requests_tpu(o)]
+    assert [o["kind"] for o in tpu_holders] == ["RayJob"]
+    [job] = training_jobs(objects)
+    spec, config = job["spec"], stack_config(stack)
+    assert spec["shutdownAfterJobFinishes"] is True and spec["ttlSecondsAfterFinished"] == 0
+    cluster = spec["rayClusterSpec"]
+    assert "enableInTreeAutoscaling" not in cluster
+    [group] = cluster["workerGroupSpecs"]
+    assert group["replicas"] == group["maxReplicas"] == config.tpu.slices
+    # KubeRay names the cluster <RayJob>-<5 characters>; RayCluster names are at most 53.
+    assert len(job["metadata"]["name"]) + 6 <= 53
+
+
+def test_the_head_service_and_logs_follow_whichever_cluster_the_job_created(prod):
+    """KubeRay names a job's cluster with a random suffix (kuberay v1.7.0 utils.GenerateRayClusterName), so the
+    stack's Service and the log query select the stack's own pod label, which both pod templates carry."""
+    objects = registered_objects(prod)
+    [service] = by_kind(objects, "Service")
+    cluster = job_cluster(objects)["spec"]
+    head_labels = cluster["headGroupSpec"]["template"]["metadata"]["labels"]
+    worker_labels = cluster["workerGroupSpecs"][0]["template"]["metadata"]["labels"]
+    selector = dict(service["spec"]["selector"])
+    assert selector.pop("ray.io/node-type") == "head"
+    assert selector.items() <= head_labels.items() and selector.items() <= worker_labels.items()
+    assert prod.outputs["rayDashboardPortForward"].endswith(f"svc/{service['metadata']['name']} 8265:8265")

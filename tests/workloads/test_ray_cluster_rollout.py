@@ -1,4 +1,4 @@
-"""How RayCluster changes reach the pods, and what of the head is reachable (KubeRay v1.7.0 CRD in ../shared)."""
+"""How changes reach the job's RayCluster, and what of the head is reachable (KubeRay v1.7.0 CRD in ../shared)."""
 from __future__ import annotations
 
 import copy
@@ -17,7 +17,15 @@ BUNDLE = load_bundle()
 
 
 def cluster_of(raw: dict) -> dict:
-    return ray_objects(build(raw), BUNDLE)["ray-cluster"]
+    """The RayCluster the training job creates (RayJob spec.rayClusterSpec), as KubeRay creates it."""
+    job = ray_objects(build(raw), BUNDLE)["ray-job"]
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+            "metadata": {"name": f"{job['metadata']['name']}-abcde", "namespace": job["metadata"]["namespace"]},
+            "spec": job["spec"]["rayClusterSpec"]}
+
+
+def job_name_of(raw: dict) -> str:
+    return ray_objects(build(raw), BUNDLE)["ray-job"]["metadata"]["name"]
 
 
 def schema_findings(cluster: dict, prefix: str) -> list:
@@ -28,27 +36,19 @@ def schema_findings(cluster: dict, prefix: str) -> list:
     return [f for f in report.errors if f.field_path.startswith(prefix)]
 
 
-def test_pod_template_changes_recreate_the_pods():
-    """KubeRay only recreates RayCluster pods on a spec change with `spec.upgradeStrategy.type: Recreate`; the
-    default (None) leaves the old pods running with the old image and env (ray-project/kuberay v1.7.0,
-    ray-operator/controllers/ray/raycluster_controller.go shouldRecreatePodsForUpgrade; the field is in
-    ray-operator/config/crd/bases/ray.io_rayclusters.yaml @v1.7.0, added in v1.6.0 by #4185)."""
-    cluster = cluster_of(load_stack_config("prod", REPO))
-    assert cluster["spec"]["upgradeStrategy"] == {"type": "Recreate"}
-    assert schema_findings(cluster, "spec.upgradeStrategy") == []
-    broken = copy.deepcopy(cluster)
-    broken["spec"]["upgradeStrategy"]["type"] = "Sometimes"
-    assert schema_findings(broken, "spec.upgradeStrategy") != []      # the CRD does check the field
-
-
-def test_an_unchanged_stack_gives_the_same_cluster_and_a_changed_image_another():
-    """Recreate compares a hash of the spec (kuberay v1.7.0 utils.GenerateHashWithoutReplicasAndWorkersToDelete):
-    the manifest must be a pure function of the config, so an unchanged `pulumi up` diffs nothing and recreates
-    nothing, while a new image changes the spec KubeRay hashes."""
+def test_a_changed_cluster_relaunches_the_job_and_an_unchanged_one_does_not():
+    """KubeRay creates a RayJob's cluster once, when the job starts (kuberay v1.7.0 rayjob_controller.go
+    initRayJobStatusIfNeed names it, then it is only created if missing): an edited rayClusterSpec never reaches
+    a running job. So the job's name hashes its cluster spec: a new image makes a new job (and cluster), while
+    the same config gives the same name and `pulumi up` changes nothing."""
     raw = load_stack_config("prod", REPO)
     assert cluster_of(raw) == cluster_of(copy.deepcopy(raw))
-    changed = cluster_of({**raw, "rayImage": "rayproject/ray:2.60.0-py312-cu128"})
-    assert changed["spec"] != cluster_of(raw)["spec"]
+    assert job_name_of(raw) == job_name_of(copy.deepcopy(raw))
+    changed = {**raw, "rayImage": "rayproject/ray:2.60.0-py312-cu128"}
+    assert cluster_of(changed)["spec"] != cluster_of(raw)["spec"]
+    assert job_name_of(changed) != job_name_of(raw)
+    # A job's cluster is never upgraded in place, so it carries no upgrade strategy.
+    assert "upgradeStrategy" not in cluster_of(raw)["spec"]
 
 
 def test_head_service_is_cluster_internal_and_token_auth_is_on():
@@ -65,14 +65,15 @@ def test_head_service_is_cluster_internal_and_token_auth_is_on():
 def test_the_dashboard_load_balancer_is_refused_without_token_auth(monkeypatch):
     raw = {**MINIMAL, "dashboardExposure": "internal-lb", "dashboardSourceRanges": ["10.10.0.0/16"]}
     objects = ray_objects(build(raw), BUNDLE)
-    assert objects["ray-cluster"]["spec"]["authOptions"]["mode"] == "token" and "dashboard-ilb" in objects
-    original = ray_manifests.ray_cluster
+    assert objects["ray-job"]["spec"]["rayClusterSpec"]["authOptions"]["mode"] == "token"
+    assert objects["dashboard-ilb"]["spec"]["selector"] == objects["head-service"]["spec"]["selector"]
+    original = ray_manifests.ray_cluster_spec
 
     def without_auth(*args, **kwargs):
         cluster = original(*args, **kwargs)
-        del cluster["spec"]["authOptions"]
+        del cluster["authOptions"]
         return cluster
 
-    monkeypatch.setattr(ray_manifests, "ray_cluster", without_auth)
+    monkeypatch.setattr(ray_manifests, "ray_cluster_spec", without_auth)
     with pytest.raises(ValueError, match="token auth"):
         ray_objects(build(raw), BUNDLE)

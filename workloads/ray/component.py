@@ -1,4 +1,5 @@
-"""The Ray path on the cluster: DRANET claim template, RayCluster, trainer code, RayJob, optional dashboard ILB."""
+"""The Ray path on the cluster: DRANET claim template, trainer code, the RayJob with the RayCluster it owns, the
+head's Service, optional dashboard ILB."""
 from __future__ import annotations
 
 import pulumi
@@ -19,18 +20,20 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | 
     if spec.dranet_claim_template:
         objects["dcn-netdevs"] = common.resource_claim_template(
             spec.dranet_claim_template, spec.namespace, len(config.network.dcn_subnets))
-    objects["ray-cluster"] = ray_manifests.ray_cluster(spec, ray_inputs.ray_version(spec.image))
-    # The job's name carries a hash of its code and command: any change relaunches it, no change leaves it be.
+    cluster_spec = ray_manifests.ray_cluster_spec(spec, ray_inputs.ray_version(spec.image))
+    # The job's name carries a hash of its code, command and cluster: any change relaunches it (with a new
+    # cluster), no change leaves it be.
     job_inputs = ray_inputs.job_command(config), ray_inputs.runtime_env(config, bundle)
-    job_digest = short_digest(bundle.digest, repr(job_inputs))
+    job_digest = short_digest(bundle.digest, repr((job_inputs, cluster_spec)))
     code_name = f"{config.ray.job_name}-code-{bundle.short_digest}"
     objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
     objects["ray-job"] = ray_manifests.ray_job(
-        name=f"{config.ray.job_name}-{job_digest}", spec=spec, entrypoint=job_inputs[0],
+        name=f"{config.ray.job_name}-{job_digest}", spec=spec, cluster_spec=cluster_spec, entrypoint=job_inputs[0],
         runtime_env=job_inputs[1], code_config_map_name=code_name, code_files=list(bundle.files))
+    objects["head-service"] = ray_manifests.head_service(spec)
     if config.ray.dashboard_exposure == "internal-lb":
         # Never a dashboard reachable from outside the cluster without Ray's token auth in front of it.
-        if objects["ray-cluster"]["spec"].get("authOptions", {}).get("mode") != "token":
+        if cluster_spec.get("authOptions", {}).get("mode") != "token":
             raise ValueError("the dashboard load balancer needs the RayCluster's token auth (authOptions.mode)")
         objects["dashboard-ilb"] = ray_manifests.dashboard_load_balancer(
             spec, list(config.ray.dashboard_source_ranges))
@@ -55,9 +58,10 @@ class RayWorkload(pulumi.ComponentResource):
             extra = {}
             if logical_name == "ray-job":
                 # A relaunch must stop the old job before the new one asks for the same TPU hosts.
+                # Its cluster's pods mount the code and claim the DCN NICs: both exist first.
                 extra = dict(delete_before_replace=True,
-                             depends_on=base["depends_on"] + [self.resources["ray-cluster"],
-                                                              self.resources["trainer-code"]])
+                             depends_on=base["depends_on"] + [self.resources["trainer-code"]]
+                             + [self.resources[n] for n in ("dcn-netdevs",) if n in self.resources])
             if logical_name == "dashboard-ilb":
                 # A LoadBalancer Service owns a forwarding rule in the VPC that GKE only tries to remove with the
                 # cluster ("Deletion of these resources is not always guaranteed", gcloud container clusters

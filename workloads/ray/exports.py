@@ -6,12 +6,14 @@ import shlex
 from infra.config import StackConfig
 from workloads import common
 from workloads.ray import spec as ray_inputs
-from workloads.ray.manifests import DASHBOARD_PORT, head_service_name
+from workloads.ray.manifests import DASHBOARD_PORT, RAY_CLUSTER_LABEL, head_service_name
 
 def ray_exports(config: StackConfig, cluster_location: str, job_name: str) -> dict[str, str]:
     ns, ray_cluster = config.kubernetes.namespace, config.ray.cluster_name
     head = head_service_name(ray_cluster)
-    logs_query = common.container_logs_query(config, f'labels."k8s-pod/ray_io/cluster"="{ray_cluster}"')
+    # Cloud Logging keeps pod labels as k8s-pod/<key> with dots turned into underscores.
+    label = "k8s-pod/" + RAY_CLUSTER_LABEL.replace(".", "_")
+    logs_query = common.container_logs_query(config, f'labels."{label}"="{ray_cluster}"')
     tensorboard = common.tensorboard_directory(config, ray_inputs.run_name(config))
     return {
         "rayDashboardInClusterUrl": f"http://{head}.{ns}.svc.cluster.local:{DASHBOARD_PORT}",

@@ -1,6 +1,12 @@
 """Pure builders of the Ray path's Kubernetes objects (plain dicts, camelCase, no Pulumi import).
 
-RayCluster and RayJob follow KubeRay v1.7.0 (ray.io/v1); ResourceClaimTemplate is resource.k8s.io/v1.
+RayJob (with the RayCluster it owns) follows KubeRay v1.7.0 (ray.io/v1); ResourceClaimTemplate is
+resource.k8s.io/v1.
+
+The RayJob creates its own RayCluster (rayClusterSpec) and deletes it when the job ends
+(shutdownAfterJobFinishes), so the TPU worker pods live exactly as long as the job and the slice pools, which
+scale from zero, go back to zero after it (docs/backends.md "Slices follow the job" says why not the Ray
+autoscaler on a long-lived cluster).
 """
 from __future__ import annotations
 
@@ -26,6 +32,12 @@ METRICS_PORT = 8080
 # which webhook the GKE Ray add-on runs is not published, so the worker pods set them themselves.
 TPU_DEVICE_PLUGIN_METRICS_PORT = 2112
 CHECKPOINT_MOUNT = "/data/checkpoints"
+# KubeRay names a job's cluster `<RayJob name>-<5 random characters>` (kuberay v1.7.0 utils.GenerateRayClusterName):
+# the stack's own label on every pod of it is what its Service, load balancer and log queries select.
+RAY_CLUSTER_LABEL = "tpu-multislice/ray-cluster"
+# Seconds KubeRay keeps the job's cluster after the job ends (ttlSecondsAfterFinished). Its TPU pods hold every
+# slice meanwhile, so none: the driver's log stays in the submitter pod and Cloud Logging.
+CLUSTER_TTL_AFTER_FINISHED_S = 0
 # Seed head sizing: 8 CPU, 16 GiB (the tutorial's head group).
 HEAD_CPU = "8"
 HEAD_MEMORY = "16Gi"
@@ -37,7 +49,7 @@ class RaySpec:
 
     namespace: str
     service_account: str
-    cluster_name: str           # RayCluster name
+    cluster_name: str           # the job cluster's label value (RAY_CLUSTER_LABEL); KubeRay names the cluster
     image: str
     shape: SliceShape
     model: str                  # core/presets.py name: selects the recipe's libtpu flags
@@ -92,7 +104,8 @@ def _head_group(spec: RaySpec) -> dict:
         "serviceType": "ClusterIP",
         "template": {
             # The GCS FUSE CSI driver injects its sidecar only into pods that ask for it.
-            "metadata": {"labels": labels(), "annotations": {"gke-gcsfuse/volumes": "true"}},
+            "metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name}),
+                         "annotations": {"gke-gcsfuse/volumes": "true"}},
             "spec": pod_spec,
         },
     }
@@ -143,35 +156,30 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         "maxReplicas": spec.slices,
         "numOfHosts": shape.hosts,
         "rayStartParams": {},
-        "template": {"metadata": {"labels": labels()}, "spec": pod_spec},
+        "template": {"metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name})}, "spec": pod_spec},
     }
 
 
-def ray_cluster(spec: RaySpec, ray_version: str) -> dict:
+def ray_cluster_spec(spec: RaySpec, ray_version: str) -> dict:
+    """The RayCluster the job creates (RayJob spec.rayClusterSpec). Without the Ray autoscaler: KubeRay keeps
+    `replicas` slices of pods, so a slice lost to a preemption is asked for again at once (its pods are recreated
+    and wait for GKE to bring the pool back), and Ray Train's elastic resize sees it join."""
     return {
-        "apiVersion": "ray.io/v1",
-        "kind": "RayCluster",
-        "metadata": {"name": spec.cluster_name, "namespace": spec.namespace, "labels": labels()},
-        "spec": {
-            "rayVersion": ray_version,
-            # Ray >= 2.52 can require a token for the dashboard and job API; KubeRay creates and wires it.
-            # The field exists from KubeRay 1.5.1 (docs/assumptions.md).
-            "authOptions": {"mode": "token"},
-            # KubeRay leaves running pods alone when the pod templates change unless the strategy is Recreate
-            # (ray-project/kuberay v1.7.0 raycluster_controller.go shouldRecreatePodsForUpgrade: the default
-            # None never recreates). With Recreate, a new image, env or flag reaches the pods: KubeRay hashes
-            # the spec without replicas/min/max (utils.GenerateHashWithoutReplicasAndWorkersToDelete), so an
-            # elastic resize or an unchanged `pulumi up` recreates nothing. KubeRay >= 1.6.0 (same page).
-            "upgradeStrategy": {"type": "Recreate"},
-            "headGroupSpec": _head_group(spec),
-            "workerGroupSpecs": [_tpu_worker_group(spec)],
-        },
+        "rayVersion": ray_version,
+        # Ray >= 2.52 can require a token for the dashboard and job API; KubeRay creates and wires it.
+        # The field exists from KubeRay 1.5.1 (docs/assumptions.md).
+        "authOptions": {"mode": "token"},
+        # No upgradeStrategy: a job's cluster is never upgraded in place; any change to it changes the RayJob's
+        # name (its hash covers this spec), which replaces the job and its cluster.
+        "headGroupSpec": _head_group(spec),
+        "workerGroupSpecs": [_tpu_worker_group(spec)],
     }
 
 
-def ray_job(*, name: str, spec: RaySpec, entrypoint: list[str], runtime_env: dict, code_config_map_name: str,
-            code_files: list[str]) -> dict:
-    """RayJob submitted to the existing RayCluster (clusterSelector), code shipped from the ConfigMap.
+def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[str], runtime_env: dict,
+            code_config_map_name: str, code_files: list[str]) -> dict:
+    """RayJob that creates its RayCluster from `cluster_spec` and deletes it when the job ends, code shipped from
+    the ConfigMap.
 
     The submitter pod mounts the ConfigMap at CODE_MOUNT and `ray job submit` uploads that directory as the
     job's working_dir, so the driver and every worker run this repository's trainer/ as committed.
@@ -182,7 +190,11 @@ def ray_job(*, name: str, spec: RaySpec, entrypoint: list[str], runtime_env: dic
         "metadata": {"name": name, "namespace": spec.namespace, "labels": labels()},
         "spec": {
             "entrypoint": shlex.join(entrypoint),
-            "clusterSelector": {"ray.io/cluster": spec.cluster_name},
+            "rayClusterSpec": cluster_spec,
+            # The cluster (head and every TPU worker pod) goes when the job succeeds or fails; the slice pools
+            # then have nothing to run and GKE removes their nodes.
+            "shutdownAfterJobFinishes": True,
+            "ttlSecondsAfterFinished": CLUSTER_TTL_AFTER_FINISHED_S,
             "runtimeEnvYAML": yaml.safe_dump({**runtime_env, "working_dir": CODE_MOUNT}, sort_keys=True),
             "submissionMode": "K8sJobMode",
             "submitterPodTemplate": {
@@ -207,8 +219,28 @@ def ray_job(*, name: str, spec: RaySpec, entrypoint: list[str], runtime_env: dic
 
 
 def head_service_name(cluster_name: str) -> str:
-    """Service KubeRay creates for the head (`<cluster>-head-svc`)."""
+    """The stack's own Service for the job cluster's head (a stable name; KubeRay's own is
+    `<RayJob>-<random>-head-svc`)."""
     return f"{cluster_name}-head-svc"
+
+
+def _head_selector(spec: RaySpec) -> dict[str, str]:
+    return {RAY_CLUSTER_LABEL: spec.cluster_name, "ray.io/node-type": "head"}
+
+
+def head_service(spec: RaySpec) -> dict:
+    """ClusterIP Service in front of the running job's head: dashboard and job API (Ray token required)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": head_service_name(spec.cluster_name), "namespace": spec.namespace, "labels": labels()},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": _head_selector(spec),
+            "ports": [{"name": "dashboard", "port": DASHBOARD_PORT, "targetPort": DASHBOARD_PORT,
+                       "protocol": "TCP"}],
+        },
+    }
 
 
 def dashboard_load_balancer(spec: RaySpec, source_ranges: list[str]) -> dict:
@@ -225,7 +257,7 @@ def dashboard_load_balancer(spec: RaySpec, source_ranges: list[str]) -> dict:
         "spec": {
             "type": "LoadBalancer",
             "loadBalancerSourceRanges": list(source_ranges),
-            "selector": {"ray.io/cluster": spec.cluster_name, "ray.io/node-type": "head"},
+            "selector": _head_selector(spec),
             "ports": [{"name": "dashboard", "port": DASHBOARD_PORT, "targetPort": DASHBOARD_PORT,
                        "protocol": "TCP"}],
         },
