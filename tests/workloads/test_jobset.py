@@ -405,3 +405,35 @@ def test_helm_controllers_wait_for_the_system_pool(stack):
     [system_pool] = [r for r in run.resources if r.type == "gcp:container/nodePool:NodePool" and r.name == "system"]
     releases = {r.name: r for r in run.of_type(RELEASE)}
     assert system_pool.urn in releases["jobset"].dependencies
+
+
+# ---- nodes come with admission and go with the JobSet -------------------------------------------------
+
+def test_kueue_admits_no_more_tpu_than_the_pools_can_reach_and_the_jobset_fills_them(run, config):
+    """Kueue admits a JobSet against the ClusterQueue's nominal quota, then its pods make GKE scale the slice
+    pools up from zero (each pool reaches at most its per-zone maximum): the google.com/tpu quota must equal the
+    chips the pools can reach, so an admitted JobSet can always be placed and no chip of a reached pool is idle."""
+    from preview.model import pool_node_range, tpu_pools
+    objects = objects_of(run)
+    [cluster_queue] = by_kind(objects, "ClusterQueue")
+    quota = {r["name"]: quantity(r["nominalQuota"])
+             for r in cluster_queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
+    pools = tpu_pools(run.resources)
+    reachable = sum(pool.nodes * pool.chips_per_vm for pool in pools)
+    assert quota["google.com/tpu"] == reachable == config.tpu.total_chips
+    # Idle, the pools hold nothing: every slice pool may scale to zero on the committed stack.
+    assert all(pool_node_range(r.inputs)[0] == 0 for r in run.of_type(NODE_POOL) if r.name.startswith("slice-"))
+
+
+def test_a_finished_jobset_keeps_no_pod_and_is_not_deleted_behind_pulumis_back(run):
+    """JobSet v0.12.0 deletes a finished JobSet's active child Jobs (kubernetes-sigs/jobset
+    pkg/controllers/jobset_controller.go: "If JobSet is already completed or failed, clean up active child
+    jobs"), so no pod holds a TPU node after the run and GKE scales the pools back to zero. No
+    ttlSecondsAfterFinished: it deletes the JobSet object itself, and the next `pulumi up` would create it
+    again and train (and bill) once more."""
+    for jobset in by_kind(objects_of(run), "JobSet"):
+        assert "ttlSecondsAfterFinished" not in jobset["spec"]
+        # Kueue's queue label: the JobSet waits, suspended, until its quota is admitted (no pod before).
+        assert jobset["metadata"]["labels"][jobset_manifests.QUEUE_LABEL]
+        for replicated in jobset["spec"]["replicatedJobs"]:
+            assert replicated["template"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"

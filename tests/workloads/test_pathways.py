@@ -331,3 +331,20 @@ def test_manifests_match_goldens(name, raw):
     """Regenerate with UPDATE_GOLDENS=1 .venv/bin/python -m pytest tests/workloads/test_pathways.py"""
     objects = pathways_objects(build(raw()))
     assert_matches_golden(f"pathways-{name}", objects)
+
+
+def test_the_run_ends_when_the_head_finishes_and_leaves_nothing_on_tpu_nodes(run):
+    """The Pathways workers serve until told otherwise; the JobSet succeeds when the head's MaxText finishes
+    (successPolicy on the head job), and JobSet v0.12.0 then deletes every still-active child Job, the workers'
+    included (kubernetes-sigs/jobset pkg/controllers/jobset_controller.go: "If JobSet is already completed or
+    failed, clean up active child jobs"), so the slice pools go back to zero. The head (resource manager, proxy,
+    MaxText) runs on the CPU system pool, never on a TPU node. No ttlSecondsAfterFinished: deleting the JobSet
+    object would make the next `pulumi up` create it and train again."""
+    jobset = the_jobset(run)
+    assert jobset["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": [HEAD_JOB]}
+    assert "ttlSecondsAfterFinished" not in jobset["spec"]
+    head = pod_spec(jobset, HEAD_JOB)
+    assert "google.com/tpu" not in json.dumps(head)
+    assert "cloud.google.com/gke-tpu-topology" not in (head.get("nodeSelector") or {})
+    assert all(not r.inputs.get("autoscaling") or r.inputs["autoscaling"]["minNodeCount"] == 0
+               for r in run.of_type("gcp:container/nodePool:NodePool") if r.name.startswith("slice-"))
