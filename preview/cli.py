@@ -18,10 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from core.cli_errors import OneLineParser, refuse
 from infra.config import ConfigError, StackConfig, build
 from preview.overrides import OverrideError, apply_overrides
 from preview.graph import CriticalPath, write_graph
 from preview.k8s.validation import default_schemas_dir
+from preview.costs import CostSummary
 from preview.model import DashboardSummary, Plan, PlannedResource
 from preview.stack_files import StackFileError, load_stack_config
 from preview.terminal import fit
@@ -31,7 +33,7 @@ EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_PROGRAM, EXIT_COMPILE = 0, 1, 2, 3, 4
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m preview", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m preview", description=__doc__.split("\n\n")[0])
     parser.add_argument("--stack", required=True, help="stack name: reads Pulumi.<stack>.yaml")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config value like `pulumi config set --path` (repeatable), "
@@ -109,6 +111,24 @@ def render_dashboard(dashboard: DashboardSummary, out: TextIO) -> None:
         out.write(f"  {line}\n")
 
 
+def render_cost(cost: CostSummary, out: TextIO) -> None:
+    """What runs when and what it costs, in lines of at most 100 columns."""
+    def usd(value: float | None) -> str:
+        return f"{value:,.2f} USD/h" if value is not None else "unknown"
+
+    out.write(f"  cost while training: {usd(cost.training_usd_per_hour)} (TPU {usd(cost.tpu_training_usd_per_hour)}"
+              f", system pool {usd(cost.system_usd_per_hour)}, GKE fee {usd(cost.gke_fee_usd_per_hour)})\n")
+    warm = f", {cost.warm_chips} warm chips" if cost.warm_chips else ""
+    out.write(f"  cost while idle: {usd(cost.idle_usd_per_hour)} (TPU {usd(cost.tpu_idle_usd_per_hour)}{warm}; "
+              "system pool, GKE fee)\n")
+    when, _, after = cost.released.partition("; ")
+    out.write(f"  slices released {when}\n")
+    if after:
+        out.write(f"    {after}\n")
+    for note in cost.notes:
+        out.write(f"    note: {note}\n")
+
+
 def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
     custom = [r for r in plan.resources if r.custom]
     out.write(f"Offline plan of stack {plan.stack!r} (program run under Pulumi mocks: nothing was created)\n\n")
@@ -129,6 +149,7 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
     out.write(f"  estimated TPU price: on-demand {usd(estimate.on_demand_usd_per_hour)}, "
               f"spot {usd(estimate.spot_usd_per_hour)}\n")
     out.write(f"    ({estimate.spot_assumption}; TPU VMs only; source {estimate.source})\n")
+    render_cost(plan.cost, out)
 
     out.write("\nExports\n")
     for key, value in plan.exports.items():
@@ -181,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raw, config = load_config(args.stack, args.root, args.overrides)
     except (StackFileError, OverrideError, ConfigError) as error:
-        print(str(error), file=sys.stderr)
+        # One line per mistake, each naming the key, the value and what is allowed.
+        for problem in getattr(error, "problems", None) or [str(error)]:
+            refuse("python -m preview", problem)
         return EXIT_CONFIG
 
     # Imported only now: the mocks pull in the Pulumi runtime, which a config error never needs.

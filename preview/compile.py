@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, TextIO
 
+from core.cli_errors import OneLineParser
 from core.tpu_catalog import Generation
 from core.tpu_env import libtpu_init_args
 
@@ -134,6 +135,19 @@ def installed(package: str) -> str:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
+
+
+def loaded_libtpu() -> str:
+    """The libtpu the compile loads: the package next to TPU_LIBRARY_PATH when that is set (jax loads that .so
+    instead of its own libtpu package; the .so does not depend on the Python version, so the workers' libtpu can
+    compile here under the jax this Python can install), else the installed libtpu package."""
+    so = os.environ.get("TPU_LIBRARY_PATH")
+    if not so:
+        return installed("libtpu")
+    infos = sorted(Path(so).resolve().parents[1].glob("libtpu-*.dist-info"))
+    if not infos:
+        raise CompileSetupError(f"TPU_LIBRARY_PATH={so}: no libtpu-*.dist-info next to it to say its version")
+    return infos[-1].name[len("libtpu-"):-len(".dist-info")]
 
 
 def ray_target(entrypoint_args: Iterable[str], libtpu_args: str, root: Path = PROJECT_ROOT) -> CompileTarget:
@@ -336,6 +350,8 @@ class CompileResult:
     argv: tuple[str, ...] = ()         # train_compile's argv (base config, key=value ...)
     libtpu: str = ""
     log: str | None = None
+    assigned: Mapping[str, int] | None = None     # memory_assignment(): XLA's figures when its HLO passes ended
+    memory_only: bool = False                     # stopped after memory assignment (no code generation)
 
     @property
     def fits(self) -> bool:
@@ -402,12 +418,45 @@ def _progress_line(line: str) -> str | None:
     return None
 
 
+# libtpu's INFO log marks the end of XLA's HLO passes (memory assignment and rematerialization included) with this
+# line; what follows is code generation for every fusion (minutes to tens of minutes), which decides nothing about
+# HBM: a step that does not fit fails before it (RESOURCE_EXHAUSTED, seconds into the compile).
+HLO_PASSES_DONE = "HLO_PASSES stage duration"
+MEMORY_ONLY_GRACE_S = 45.0
+
+
+def memory_assignment(libtpu_log: str) -> dict[str, int] | None:
+    """XLA's memory figures at the end of its HLO passes, from libtpu's INFO log, or None before that point:
+    program: the latency-hiding scheduler's peak of the program's own buffers ("LatencyHidingScheduler current
+    memory usage: N bytes", the last before the passes end); arguments: the step's inputs ("... rematerialization
+    limit ... - (arguments (A) - aliased_output(O))"); need: program + arguments, or XLA's own figure before
+    recomputing when it ran its rematerialization ("rematerialization hbm reduction: X => Y": X; Y is `after`)."""
+    end = libtpu_log.find(HLO_PASSES_DONE)
+    if end < 0:
+        return None
+    text = libtpu_log[:end]
+    scheduled = re.findall(r"LatencyHidingScheduler current memory usage: (\d+) bytes", text)
+    arguments = re.search(r"rematerialization limit .*?arguments \(" + _SIZE + r"\)", text)
+    if not scheduled or not arguments:
+        return None
+    out = {"program": int(scheduled[-1]), "arguments": _size(arguments.group(1), arguments.group(2))}
+    out["need"] = out["program"] + out["arguments"]
+    remats = [(_size(m.group(1), m.group(2)), _size(m.group(3), m.group(4))) for m in
+              re.finditer(r"rematerialization hbm reduction:\s*" + _SIZE + r"\s*=>\s*" + _SIZE, text)]
+    if remats:
+        before, after = max(remats)
+        out.update(need=before, after=after)
+    return out
+
+
 def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, progress: TextIO | None = None,
                 keep_dir: Path | None = None, compiler: tuple[str, ...] | None = None,
-                tick_s: float | None = None) -> CompileResult:
+                tick_s: float | None = None, memory_only: bool = False) -> CompileResult:
     """Compile `target` in a subprocess; the scratch directory is removed unless the compile failed (its
     output and libtpu's log are then kept there) or `keep_dir` is given. `compiler`: the command before the argv
-    (default `python -m maxtext.trainers.pre_train.train_compile`; tests pass a stand-in)."""
+    (default `python -m maxtext.trainers.pre_train.train_compile`; tests pass a stand-in). `memory_only`: stop
+    once XLA's HLO passes have assigned memory (HLO_PASSES_DONE in libtpu's log) instead of generating code for
+    every fusion; the result then carries XLA's memory figures at that point (`assigned`) and no peak."""
     for package in ("maxtext", "libtpu"):
         if installed(package) == "not installed":
             raise CompileSetupError(f"{package} is not installed here (bash scripts/setup.sh installs it: "
@@ -436,6 +485,26 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
 
         timer = threading.Timer(timeout, expire)
         timer.start()
+        assigned_event = threading.Event()
+
+        def watch() -> None:
+            """memory_only: stop the compile once memory is assigned, after a grace period in which a step that
+            does not fit fails with RESOURCE_EXHAUSTED (buffer assignment follows the HLO passes)."""
+            seen = None
+            while proc.poll() is None:
+                if seen is None:
+                    text = "".join(path.read_text(errors="replace") for path in sorted(log_dir.glob("*.INFO.*")))
+                    if memory_assignment(text) is not None:
+                        seen = time.monotonic()
+                elif time.monotonic() - seen > MEMORY_ONLY_GRACE_S:
+                    assigned_event.set()
+                    proc.kill()
+                    return
+                time.sleep(1.0)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        if memory_only:
+            watcher.start()
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -457,8 +526,13 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     libtpu_log = "".join(path.read_text(errors="replace") for path in sorted(log_dir.glob("*.INFO.*")))
     verdict = parse_compiler_output(text, libtpu_log, returncode)
     reason = verdict.reason
+    assigned = memory_assignment(libtpu_log)
     if killed:
         reason = f"the compile did not finish within {timeout:.0f} s"
+    elif memory_only and assigned_event.is_set() and assigned is not None:
+        # Memory assigned without RESOURCE_EXHAUSTED: XLA fits the step; code generation was not run.
+        verdict = dataclasses.replace(verdict, compiled=True, before_remat_bytes=assigned.get("after") and assigned["need"])
+        reason = None
     result = CompileResult(
         compiled=verdict.compiled, peak_bytes_per_device=verdict.peak_bytes_per_device, hbm_bytes=verdict.hbm_bytes,
         topology=name, num_slices=target.slices, seconds=seconds, reason=reason,
@@ -468,7 +542,7 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         command=" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(COMPILE_ENV.items()) if k != "PYTHONUNBUFFERED")
         + (f" LIBTPU_INIT_ARGS={shlex.quote(target.libtpu_init_args)}" if target.libtpu_init_args else "")
         + " python -m " + shlex.join([AOT_MODULE, *argv]),
-        argv=tuple(argv), libtpu=installed("libtpu"))
+        argv=tuple(argv), libtpu=loaded_libtpu(), assigned=assigned, memory_only=memory_only)
     if verdict.compiled and keep_dir is None:
         shutil.rmtree(work, ignore_errors=True)
     else:
@@ -587,6 +661,37 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                     why="the seed's 8B run: fsdp 4 x tensor 4, full remat, batch 4 x 4096"),
     CalibrationCase("llama3-8b-2xv5e-64-b2", "llama3-8b", "v5e", "8x8", 2, 2,
                     why="8B on 2 x v5e-64 (16 GiB per chip): batch 2 (the old halving search refused)"),
+    # The Trillium recipes Google published and measured (AI-Hypercomputer/tpu-recipes training/trillium/
+    # Llama3.1-{8B,70B}-MaxText/v6e-N/README.md, workloads of MaxText tpu-recipes-v0.1.4): one slice, 8192 tokens,
+    # flash attention, custom remat offloading the layer input and q/k/v (8B: and out_proj) to host; 8B and the
+    # v6e-64+ 70B runs keep MaxText's float32 weights, the v6e-32 70B run bfloat16.
+    CalibrationCase("llama3-70b-1xv6e-256-b5-fp32", "llama3-70b", "v6e", "16x16", 1, 5, weight_dtype="float32",
+                    why="published: Llama3.1-70B v6e-256, workload llama3_1_70b_8192 (batch 5, float32 weights)"),
+    CalibrationCase("llama3-70b-1xv6e-128-b4-fp32", "llama3-70b", "v6e", "8x16", 1, 4, weight_dtype="float32",
+                    why="published: Llama3.1-70B v6e-128, workload llama3_1_70b_8192_bs4 (float32 weights)"),
+    CalibrationCase("llama3-70b-1xv6e-64-b2-fp32", "llama3-70b", "v6e", "8x8", 1, 2, weight_dtype="float32",
+                    why="published: Llama3.1-70B v6e-64, workload llama3_1_70b_8192_bs2 (float32 weights)"),
+    CalibrationCase("llama3-8b-1xv6e-64-b5", "llama3-8b", "v6e", "8x8", 1, 5,
+                    why="published: Llama3.1-8B v6e-64, workload llama3_1_8b_8192_bs5"),
+    CalibrationCase("llama3-8b-1xv6e-8-b3", "llama3-8b", "v6e", "2x4", 1, 3,
+                    why="published: Llama3.1-8B v6e-8, workload llama3_1_8b_8192_no_collective_matmul (batch 3)"),
+    CalibrationCase("llama3-8b-1xv6e-256-b4", "llama3-8b", "v6e", "16x16", 1, 4,
+                    why="published: Llama3.1-8B v6e-256 (and v6e-128), workload llama3_1_8b_8192 (batch 4)"),
+    CalibrationCase("llama3-70b-1xv6e-32-b2", "llama3-70b", "v6e", "4x8", 1, 2,
+                    why="published: Llama3.1-70B v6e-32, workload llama3_1_70b_8192_bs2_bfloat16_no_collective_matmul"),
+    CalibrationCase("llama3-8b-1xv6e-64-b12", "llama3-8b", "v6e", "8x8", 1, 12,
+                    why="the published 8B v6e-64 shape at batch 12: what 12 x 8192 tokens of logits cost"),
+    CalibrationCase("llama3-8b-2xv6e-16-b12", "llama3-8b", "v6e", "4x4", 2, 12,
+                    why="stacks prod and jobset at batch 12: the logits of 12 x 8192 tokens overflow a v6e chip"),
+    CalibrationCase("llama3-70b-1xv6e-256-b8-fp32", "llama3-70b", "v6e", "16x16", 1, 8, weight_dtype="float32",
+                    why="the published 70B v6e-256 shape at batch 8: where the loss phase passes the limit"),
+    CalibrationCase("llama3-8b-1xv6e-64-b8", "llama3-8b", "v6e", "8x8", 1, 8,
+                    why="the published 8B v6e-64 shape at batch 8: the logits term as batch grows"),
+    CalibrationCase("llama3-8b-1xv6e-16-minimal-b1", "llama3-8b", "v6e", "4x4", 1, 1, remat_policy="minimal",
+                    why="MaxText's minimal remat (every projection kept on device) at batch 1"),
+    CalibrationCase("llama3-70b-1xv6e-256-full-b4-fp32", "llama3-70b", "v6e", "16x16", 1, 4,
+                    weight_dtype="float32", remat_policy="full",
+                    why="70B on v6e-256 with full remat (layer inputs kept on device), float32 weights, batch 4"),
 )
 
 
@@ -649,12 +754,17 @@ def calibration_row(case: CalibrationCase, result: CompileResult) -> dict[str, A
         "compile_topology": result.topology, "compiled": result.compiled,
         "peak_bytes_per_device": result.peak_bytes_per_device, "hbm_bytes": result.hbm_bytes,
         "required_bytes": result.required_bytes, "before_remat_bytes": result.before_remat_bytes, "breakdown": dict(result.breakdown), "reason": result.reason, "seconds": round(result.seconds),
+        "memory_only": result.memory_only, "assigned": dict(result.assigned) if result.assigned else None,
         "libtpu": result.libtpu, "maxtext": installed("maxtext"), "jax": installed("jax"),
+        "jaxlib": installed("jaxlib"),
         "date": datetime.date.today().isoformat(),
     }
 
 
-def calibrate(names: list[str], path: Path, progress: TextIO, timeout: float) -> int:
+def calibrate(names: list[str], path: Path, progress: TextIO, timeout: float, keep: Path | None = None,
+              memory_only: bool = False) -> int:
+    """Compile the named cases (all when none) and merge their rows into `path`; `keep`: keep each compile's
+    output and libtpu log under keep/<case> (the buffers at XLA's peak are in libtpu's log)."""
     cases = [c for c in CALIBRATION_CASES if not names or c.case in names]
     unknown = sorted(set(names) - {c.case for c in CALIBRATION_CASES})
     if unknown:
@@ -675,9 +785,11 @@ def calibrate(names: list[str], path: Path, progress: TextIO, timeout: float) ->
             rows[case.case]["why"] = case.why
     for case in cases:
         progress.write(f"calibrate: {case.case}: {case.why}\n")
-        result = run_compile(request_target(case.entrypoint_args()), timeout=timeout, progress=progress)
+        result = run_compile(request_target(case.entrypoint_args()), timeout=timeout, progress=progress,
+                             keep_dir=keep / case.case if keep else None, memory_only=memory_only)
         rows[case.case] = calibration_row(case, result)
-        verdict = (f"peak {result.peak_bytes_per_device / GIB:.2f} GiB" if result.peak_bytes_per_device else "")
+        verdict = (f"peak {result.peak_bytes_per_device / GIB:.2f} GiB" if result.peak_bytes_per_device else
+                   f"assigned {result.assigned['need'] / GIB:.2f} GiB" if result.assigned else "")
         progress.write(f"calibrate: {case.case}: compiled={result.compiled} {verdict} in {_clock(result.seconds)}"
                        + (f" ({result.reason})" if result.reason else "") + "\n")
         order = [c.case for c in CALIBRATION_CASES]
@@ -695,7 +807,7 @@ def calibrate(names: list[str], path: Path, progress: TextIO, timeout: float) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m preview.compile", description=__doc__.split("\n\n")[0],
         epilog="Any other option goes to the planner as `python -m trainer.entrypoint` takes it, e.g. "
                "python -m preview.compile --model llama3-70b --topology 4x4 --slices 2 --per-device-batch-size 1. "
@@ -705,12 +817,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--case", action="append", default=[], help="with --calibrate: only this case (repeatable)")
     parser.add_argument("--out", type=Path, default=CALIBRATION_PATH, help=argparse.SUPPRESS)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per compile")
+    parser.add_argument("--keep-logs", type=Path, help="with --calibrate: keep each compile's logs under this directory")
+    parser.add_argument("--memory-only", action="store_true",
+                        help="with --calibrate: stop each compile once XLA has assigned memory (seconds to a few "
+                             "minutes instead of up to half an hour of code generation); rows then carry XLA's "
+                             "figures at that point, not libtpu's final peak")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args, planner_args = parser.parse_known_args(argv)
     if args.calibrate:
         if planner_args:
             parser.error(f"--calibrate takes no planner options ({' '.join(planner_args)})")
-        return calibrate(args.case, args.out, sys.stderr, args.timeout)
+        return calibrate(args.case, args.out, sys.stderr, args.timeout, args.keep_logs, args.memory_only)
     if "--model" not in planner_args:
         parser.error("give --calibrate, or a model to plan and compile (--model NAME ...)")
     given = {a.split("=")[0] for a in planner_args}

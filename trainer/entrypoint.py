@@ -4,6 +4,8 @@
         --run-name llama3-8b-1 --base-output-directory gs://BUCKET/runs --steps 1000
 
 Settings are validated and planned (core.planner) before Ray is touched; bad input exits 2 with one line.
+Exit codes (core/exit_codes.py): 2 settings, 3 software (MaxText missing or too old, an import error, a model
+MaxText builds differently), 4 data, 1 anything a retry may fix once Ray Train's own retries are spent.
 `--local-cpu` is the same program on fake TPU hosts (trainer.local starts them): the scaling config is
 unchanged (use_tpu=True, TPU resources per host), only the workers' JAX runs on CPU devices.
 """
@@ -15,16 +17,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core import exit_codes
 from core.maxtext_facts import PINNED_MAXTEXT
-from trainer import cli, maxtext_runtime
+from trainer import cli, failures, maxtext_runtime
+from core.data import check_dataset
 from core.errors import PlanError
+from core.cli_errors import OneLineParser
 from core.maxtext_args import RunSettings
 from core.planner import Plan, plan, worker_bounds
 from trainer.worker import request_to_dict, run_to_dict, train_loop_per_worker, worker_plan_and_argv
 
 # The MaxText release this project runs and tests (requirements-trainer.txt, scripts/install_maxtext.sh).
 ENTRYPOINT_DEFAULTS = {"model": "llama3-8b", "generation": "v6e", "topology": "4x4", "slices": 2, "steps": 1000}
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = exit_codes.CONFIG_ERROR
+# Ray Train's drain watcher polls every 5 s by default (ray/train/v2/_internal/constants.py
+# DEFAULT_PREEMPTION_POLL_INTERVAL_S); GKE gives a Spot pod 15 s of its 30 s notice, so 5 s of it would go to
+# noticing. The driver's value reaches the controller (constants.py ENV_VARS_TO_PROPAGATE).
+PREEMPTION_POLL_INTERVAL_S = "1"
 # Real failures (a worker error that is not a node going away) Ray Train recovers from before the run fails: a
 # deterministic bug fails within a few attempts instead of retrying on every capacity type forever.
 DEFAULT_MAX_FAILURES = 3
@@ -81,8 +90,8 @@ def worker_env(plan_: Plan, local_cpu: bool, maxtext_version: str) -> dict[str, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m trainer.entrypoint", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = OneLineParser(prog="python -m trainer.entrypoint", description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     cli.add_plan_arguments(parser, ENTRYPOINT_DEFAULTS)
     cli.add_run_arguments(parser, ENTRYPOINT_DEFAULTS)
     g = parser.add_argument_group("Ray")
@@ -114,6 +123,7 @@ def prepare(argv: list[str] | None) -> tuple[argparse.Namespace, Plan, RunSettin
         args.run_name = f"{args.model}-{args.topology}"
     plan_ = plan(cli.plan_request(args, ENTRYPOINT_DEFAULTS["slices"]))
     run = cli.run_settings(args, "cpu" if args.local_cpu else "tpu")
+    check_dataset(plan_.model.name, run.dataset_type, run.dataset_path, run.tokenizer_path, dict(run.extra))
     if plan_.model.cpu_only and not args.local_cpu:
         raise PlanError(f"model {plan_.model.name} is a CPU test model; use trainer.local (or --local-cpu)")
     maxtext_runtime.require_version(args.maxtext_version)
@@ -125,6 +135,7 @@ def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
     from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
     from ray.train.v2.jax import JaxTrainer
 
+    os.environ.setdefault("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", PREEMPTION_POLL_INTERVAL_S)
     ray.init(address=args.ray_address or "auto", logging_level="WARNING")
     storage = args.storage_path or f"{run.base_output_directory.rstrip('/')}/ray"
     if "://" not in storage:
@@ -136,14 +147,26 @@ def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
         scaling_config=ScalingConfig(**scaling_kwargs(plan_, args.resize_interval)),
         run_config=RunConfig(name=run.run_name, storage_path=storage,
                              failure_config=FailureConfig(**failure_config_kwargs(args.max_failures)),
+                             callbacks=run_callbacks(plan_, run),
                              worker_runtime_env=runtime_env),
     )
     return trainer.fit()
 
 
+def run_callbacks(plan_: Plan, run: RunSettings) -> list:
+    """Fail at once on a worker error no retry can fix (trainer.failures); elastic runs save before the group
+    grows (trainer.resize)."""
+    callbacks = [failures.fail_fast_callback()]
+    if plan_.elastic:
+        from trainer.resize import save_before_resize_callback
+
+        callbacks.append(save_before_resize_callback(run.run_name))
+    return callbacks
+
+
 def _train_loop_config(args: argparse.Namespace, plan_: Plan, run: RunSettings) -> dict[str, Any]:
     return {"plan_request": request_to_dict(_request_of(args, plan_)), "run": run_to_dict(run),
-            "progress_dir": args.progress_dir}
+            "progress_dir": args.progress_dir, "elastic": plan_.elastic, "run_name": run.run_name}
 
 
 def print_argv(args: argparse.Namespace, plan_: Plan, run: RunSettings) -> None:
@@ -168,7 +191,7 @@ def _request_of(args: argparse.Namespace, plan_: Plan):
 def main(argv: list[str] | None = None) -> int:
     try:
         args, plan_, run = prepare(argv)
-    except (PlanError, maxtext_runtime.MaxTextVersionError) as err:
+    except (PlanError, maxtext_runtime.MaxTextVersionError) as err:   # the latter: --maxtext-version too old
         print(f"trainer: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.print_argv:
@@ -180,14 +203,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = fit(args, plan_, run)
     except Exception as err:  # Ray raises TrainingFailedError subclasses; report and fail the job
-        print(f"trainer: training failed: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
+        return _failed(err)
     if getattr(result, "error", None):
-        print(f"trainer: training failed: {result.error}", file=sys.stderr)
-        return 1
+        return _failed(result.error)
     # MaxText's train loop only returns once it has run `steps` steps (resumed runs included).
     print(f"trainer: finished {run.steps} steps of {run.run_name}", flush=True)
     return 0
+
+
+def _failed(err: BaseException) -> int:
+    code = failures.exit_code_of(err)
+    print(f"trainer: training failed ({exit_codes.describe(code)}): {type(err).__name__}: {err}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ API server for the parts that matter offline:
   (Kubernetes docs, "Field pruning" and "Field validation"); so declared objects become closed;
 - `nullable: true` (OpenAPI 3.0) becomes a union with null;
 - embedded resources (`x-kubernetes-embedded-resource`) always allow apiVersion, kind and metadata.
-Not evaluated: `x-kubernetes-validations` (CEL rules); their count is reported so nobody assumes they ran.
+CEL rules (`x-kubernetes-validations`) are evaluated apart, on the defaulted object (preview/k8s/cel_rules.py).
 
 Files are found by API group (controller-gen names them `<group>_<plural>.yaml`) and parsed lazily,
 only for the kinds the stack uses. The KubeRay CRDs are about 1 MB each and take ~0.5 s each to parse

@@ -6,8 +6,9 @@
     report.cr_check_skipped → True when no CRD directory was available
 
 Built-in kinds are checked against kubernetes-validate's bundled strict schemas for the cluster's
-Kubernetes version; custom resources against their CRD's openAPIV3Schema (jsonschema); then the rules
-the cluster's webhooks and admission enforce (infra/k8s_rules.py).
+Kubernetes version; custom resources against their CRD's openAPIV3Schema (jsonschema) and its CEL rules
+(x-kubernetes-validations, preview/k8s/cel_rules.py); then the rules the cluster's webhooks and admission
+enforce (infra/k8s_rules.py).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import jsonschema
 
+from preview.k8s import cel_rules
 from preview.k8s import core_schemas as k8s_core_schemas
 from preview.k8s.crd_schemas import CrdLibrary
 from preview.k8s.findings import Finding, field_path
@@ -42,6 +44,9 @@ class ValidationReport:
     kubernetes_version: str = ""          # the schema version built-in kinds were checked against
     notes: list[str] = field(default_factory=list)
     checked: int = 0
+    # Per custom-resource kind: CEL rule evaluations run, transition rules (updates only) and rules not evaluated
+    # offline with the reason (preview/k8s/cel_rules.py).
+    cel: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -52,7 +57,24 @@ class ValidationReport:
             return [{"object": f.object_ref, "path": f.field_path, "message": f.message} for f in findings]
         return {"errors": rows(self.errors), "warnings": rows(self.warnings),
                 "cr_check_skipped": self.cr_check_skipped, "kubernetes_version": self.kubernetes_version,
-                "notes": list(self.notes), "objects_checked": self.checked}
+                "notes": list(self.notes), "objects_checked": self.checked,
+                "cel": {kind: dict(counts) for kind, counts in sorted(self.cel.items())}}
+
+    def add_cel(self, kind: str, source: str, outcome: cel_rules.CelOutcome) -> None:
+        counts = self.cel.setdefault(kind, {"crd": source, "evaluated": 0, "update_only": [], "not_evaluated": {}})
+        counts["evaluated"] += outcome.evaluated
+        counts["update_only"] = sorted(set(counts["update_only"]) | outcome.update_only)
+        counts["not_evaluated"].update(outcome.not_evaluated)
+
+    def cel_notes(self) -> list[str]:
+        notes = []
+        for kind, counts in sorted(self.cel.items()):
+            notes.append(f"{kind}: CEL rules (x-kubernetes-validations) of {counts['crd']}: {counts['evaluated']} "
+                         f"evaluation(s) with {cel_rules.EVALUATOR}, {len(counts['update_only'])} rule(s) apply to "
+                         f"updates only (oldSelf), {len(counts['not_evaluated'])} not evaluated offline")
+            notes += [f"{kind}: CEL rule not evaluated offline: {rule} ({reason})"
+                      for rule, reason in sorted(counts["not_evaluated"].items())]
+        return notes
 
 
 def _schema_findings(ref: str, validator: jsonschema.protocols.Validator, obj: Mapping[str, Any]) -> list[Finding]:
@@ -83,7 +105,7 @@ def _crd_library(directory: Path) -> CrdLibrary:
 
 
 def _check_custom_resource(obj: Mapping[str, Any], ref: str, library: CrdLibrary | None,
-                           report: ValidationReport, cel_noted: set[str]) -> None:
+                           report: ValidationReport) -> None:
     if library is None:
         return
     api_version, kind = str(obj.get("apiVersion", "")), str(obj.get("kind", ""))
@@ -102,11 +124,12 @@ def _check_custom_resource(obj: Mapping[str, Any], ref: str, library: CrdLibrary
     if not crd.served:
         report.errors.append(Finding(ref, "apiVersion", f"{api_version} is not served by the {kind} CRD"))
         return
-    report.errors.extend(_schema_findings(ref, crd.validator, crd.defaulted(obj)))
-    if crd.cel_rule_count and f"{group}/{kind}" not in cel_noted:
-        cel_noted.add(f"{group}/{kind}")
-        report.notes.append(f"{kind}: {crd.cel_rule_count} CEL rule(s) (x-kubernetes-validations) of "
-                            f"{crd.source.name} are not evaluated offline")
+    defaulted = crd.defaulted(obj)
+    report.errors.extend(_schema_findings(ref, crd.validator, defaulted))
+    if crd.cel_rule_count:
+        outcome = cel_rules.evaluate(defaulted, crd.open_api)
+        report.errors.extend(Finding(ref, where, message) for where, message in outcome.failures)
+        report.add_cel(kind, crd.source.name, outcome)
 
 
 def validate_objects(objects: Iterable[Mapping[str, Any]], schemas_dir: Path | str | None,
@@ -127,7 +150,6 @@ def validate_objects(objects: Iterable[Mapping[str, Any]], schemas_dir: Path | s
     if library is None:
         report.notes.append(f"custom-resource schema check skipped: no CRD directory "
                             f"({directory if directory is not None else 'none given'})")
-    cel_noted: set[str] = set()
     for obj in objects:
         ref = object_ref(obj)
         api_version = str(obj.get("apiVersion", ""))
@@ -142,7 +164,8 @@ def validate_objects(objects: Iterable[Mapping[str, Any]], schemas_dir: Path | s
                 continue
             report.errors.extend(_schema_findings(ref, validator, obj))
         else:
-            _check_custom_resource(obj, ref, library, report, cel_noted)
+            _check_custom_resource(obj, ref, library, report)
+    report.notes += report.cel_notes()
     rule_errors, rule_warnings = check_objects(objects, tpu_pools)
     report.errors += rule_errors
     report.warnings += rule_warnings

@@ -3,6 +3,8 @@
     python -m trainer.local                       # 2 x v6e 2x4 slices, 30 steps, checkpoint every 5
     python -m trainer.local --fail-at 12 --json out.json
     python -m trainer.local --elastic 1,2 --kill-slice-at 12
+    python -m trainer.local --preempt-slice-at 12 --json out.json
+    python -m trainer.local --elastic 1,2 --start-slices 1 --add-slice-at 8
 
 It starts a local Ray cluster whose nodes impersonate the TPU hosts (trainer.local.cluster), then runs
 `python -m trainer.entrypoint --local-cpu` against it: the same entrypoint, the same use_tpu=True scaling
@@ -35,6 +37,7 @@ from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
 from trainer.local.cluster import LocalTpuCluster, session_members
 from core.planner import Plan
+from core.cli_errors import OneLineParser
 
 LOCAL_DEFAULTS = {"model": "tiny", "generation": "v6e", "topology": "2x4", "slices": 2, "steps": 30,
                   "checkpoint_period": 5}
@@ -46,8 +49,10 @@ POLL_S = 0.25
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m trainer.local", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = OneLineParser(prog="python -m trainer.local", description=__doc__.split("\n\n")[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+# GKE's graceful node shutdown on a Spot notice: regular pods get the first 15 s of the node's 30 s.
+GKE_POD_GRACE_S = 15.0
     cli.add_plan_arguments(parser, LOCAL_DEFAULTS)
     cli.add_run_arguments(parser, {**LOCAL_DEFAULTS, "run_name": "local"})
     g = parser.add_argument_group("local run")
@@ -83,8 +88,29 @@ def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
     for flag, step in (("--fail-at", args.fail_at), ("--kill-slice-at", args.kill_slice_at)):
         if step is not None and not 1 <= step < args.steps:
             raise PlanError(f"{flag} {step} must be within 1..{args.steps - 1} (steps={args.steps})")
-    if args.fail_at is not None and args.kill_slice_at is not None:
-        raise PlanError("use one of --fail-at and --kill-slice-at per run")
+    if args.preempt_slice_at is not None and not 1 <= args.preempt_slice_at < args.steps - 1:
+        # Steps are 0..steps-1: a notice at the last step has no step left to resume into.
+        raise PlanError(f"--preempt-slice-at {args.preempt_slice_at} must be within 1..{args.steps - 2}: before "
+                        f"the last step ({args.steps - 1}, steps={args.steps})")
+    injected = [(flag, step) for flag, step in (("--fail-at", args.fail_at), ("--kill-slice-at", args.kill_slice_at),
+                                                ("--preempt-slice-at", args.preempt_slice_at),
+                                                ("--add-slice-at", args.add_slice_at)) if step is not None]
+    if len(injected) > 1:
+        (flag_a, step_a), (flag_b, step_b) = injected[:2]
+        where = "at the same step" if step_a == step_b else "in one run"
+        raise PlanError(f"{flag_a} {step_a} and {flag_b} {step_b}: one injected event per run, not two {where}")
+    if args.grace_period <= 0:
+        raise PlanError(f"--grace-period {args.grace_period}: must be > 0 seconds")
+    if (args.start_slices is None) != (args.add_slice_at is None):
+        raise PlanError("--start-slices and --add-slice-at go together (start small, then grow)")
+    if args.start_slices is not None:
+        if not plan_.elastic:
+            raise PlanError(f"--start-slices {args.start_slices} needs --elastic MIN,MAX")
+        if not plan_.min_slices <= args.start_slices < plan_.slices:
+            raise PlanError(f"--start-slices {args.start_slices} must be within {plan_.min_slices}.."
+                            f"{plan_.slices - 1} (--elastic {plan_.min_slices},{plan_.slices})")
+        if not 1 <= args.add_slice_at < args.steps - 1:
+            raise PlanError(f"--add-slice-at {args.add_slice_at} must be within 1..{args.steps - 2} (steps={args.steps})")
     if args.kill_slice_at is not None and plan_.slices < 2:
         raise PlanError(f"--kill-slice-at needs at least 2 slices, got {plan_.slices}")
     if args.recovery == "cold" and args.fail_at is None:
@@ -108,11 +134,18 @@ class LocalRun:
         return self.workdir / "progress"
 
     def start_cluster(self) -> None:
-        env = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2"}   # react to failures in 0.2 s, not 2 s (docs/platform-notes.md §5)
-        self.cluster = LocalTpuCluster(self.plan.shape, self.plan.slices, self.workdir, self.ray_temp, env)
+        env = {"RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.2",   # react to failures in 0.2 s, not 2 s (docs/platform-notes.md §5)
+               # `ray start` drains its node for this long on SIGTERM (ray/_private/node.py): the node's deadline
+               # is the pod's grace period, as on GKE where the kubelet SIGKILLs at its end.
+               "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(self.args.grace_period)}
+        slices = self.args.start_slices if self.args.start_slices is not None else self.plan.slices
+        self.cluster = LocalTpuCluster(self.plan.shape, slices, self.workdir, self.ray_temp, env)
         t0 = time.time()
         self.cluster.start()
-        print(f"local: Ray cluster up in {time.time() - t0:.0f}s: head + {self.plan.slices} x "
+        print(f"local: Ray cluster up in {time.time() - t0:.0f}s: head + {slices} x "
+    # A preempted slice: when its grace period ends (time.time()), and which slice.
+    preempt_deadline: float | None = None
+    preempted_slice: int | None = None
               f"{self.plan.shape.pod_type} ({self.plan.shape.hosts} hosts x {self.plan.shape.chips_per_host} "
               f"chips each)", flush=True)
 
@@ -156,7 +189,7 @@ class LocalRun:
                     self.printed.add(key)
                     print(f"local: step {rec['step']:>4} of {self.args.steps}  loss {rec['loss']:.4f}  "
                           f"{rec['step_time_s']:.2f}s/step  workers {rec['workers']}", flush=True)
-            elif rec.get("event") in ("attempt", "model", "failure"):
+            elif rec.get("event") in ("attempt", "model", "failure", "notice", "saved-at-notice"):
                 key = (rec["event"], rec["t"])
                 if key not in self.printed:
                     self.printed.add(key)
@@ -167,14 +200,34 @@ class LocalRun:
         if self.injected or last is None:
             return
         args = self.args
-        trigger = args.fail_at if args.fail_at is not None else args.kill_slice_at
+        trigger = next((s for s in (args.fail_at, args.kill_slice_at, args.preempt_slice_at, args.add_slice_at)
+                        if s is not None), None)
         if trigger is None or last["step"] < trigger:
             return
-        if args.kill_slice_at is not None:
+        if args.preempt_slice_at is not None:
+            self._record_failure("preempted", last["step"])
+            self.preempted_slice = self.plan.slices - 1
+            self.cluster.preempt_slice(self.preempted_slice)
+            self.preempt_deadline = time.time() + args.grace_period
+        elif args.add_slice_at is not None:
+            self._record_failure("slice-added", last["step"])
+            for index in range(args.start_slices, self.plan.slices):
+                self.cluster.add_slice(index)
+        elif args.kill_slice_at is not None:
             self._record_failure("slice-lost", last["step"])
             victim = self.plan.slices - 1
             self.cluster.kill_slice(victim)
+    def maybe_end_grace(self) -> None:
+        """The kubelet's SIGKILL at the end of the grace period, then (fixed-size runs) the replacement slice."""
+        if self.preempt_deadline is None or time.time() < self.preempt_deadline:
+            return
+        self.preempt_deadline = None
+        self.cluster.kill_slice(self.preempted_slice)
+        if not self.plan.elastic:
+            self.cluster.add_slice(self.preempted_slice)
+
             if not self.plan.elastic:
+        self.maybe_end_grace()
                 self.cluster.add_slice(victim)        # the replacement slice arrives
         elif args.recovery == "cold":
             self._record_failure("cold-restart", last["step"])
@@ -230,6 +283,10 @@ def outcome(args: argparse.Namespace, plan_: Plan, records: list[dict], wall_s: 
         "target_steps": args.steps,
         "steps_completed": summary.steps_completed,
         "reached_target": summary.reached_target,
+    if rec["event"] == "notice":
+        return f"notice at step {rec['step']}: {rec['reason']}"
+    if rec["event"] == "saved-at-notice":
+        return f"checkpoint saved at step {rec['step']} on the notice; the group waits to be replaced"
         "final_loss": summary.final_loss,
         "maxtext_version": summary.maxtext_version or maxtext_runtime.installed_version(),
         "model": plan_.model.name,
@@ -254,9 +311,13 @@ def print_table(result: dict) -> None:
             ("wall", f"{result['wall_s']:.1f}s"),
             ("goodput", f"{result['goodput']:.1%}")]
     for f in result["failures"]:
+        # Every logged step of every attempt, so a resumed run's losses can be compared with another run's.
+        "step_losses": [{"step": r["step"], "loss": r["loss"], "attempt": r["attempt"]}
+                        for r in records if r.get("event") == "step"],
         rec = "never resumed" if f["recovery_s"] is None else (
             f"recovered in {f['recovery_s']:.1f}s, {f['steps_redone']} steps redone, on {f['workers_after']} workers")
-        rows.append((f["kind"], f"after step {f['at_step']}: {rec}"))
+        saved = f" (saved at step {f['saved_at_notice']} on the notice)" if f.get("saved_at_notice") is not None else ""
+        rows.append((f["kind"], f"after step {f['at_step']}{saved}: {rec}"))
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"  {k:<{width}}  {v}" for k, v in rows), flush=True)
 
