@@ -26,6 +26,8 @@ import re
 import sys
 from pathlib import Path
 
+from core.cli_errors import OneLineParser
+
 # `type Name = value` at any indentation. Generic aliases (`type Name[T] = ...`) are deliberately not
 # matched: they have no 3.11 spelling, and meeting one should fail loudly (see _check_no_generic_alias).
 _TYPE_ALIAS = re.compile(r"^(?P<indent>[ \t]*)type[ \t]+(?P<name>[A-Za-z_]\w*)[ \t]*=", re.MULTILINE)
@@ -107,7 +109,7 @@ def apply(root: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer.compat", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m trainer.compat", description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="report pending fixes and exit 1 if any; change nothing")
     args = parser.parse_args(argv)
     try:

@@ -6,11 +6,11 @@ tests/infra/test_config_schema.py fails when either copy is stale.
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import yaml
 
+from core.cli_errors import OneLineParser
 from infra.config.schema import DERIVED, KEYS, REQUIRED, Key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,7 +75,7 @@ def write(repo: Path = REPO) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = OneLineParser(prog="python -m infra.config.docs", description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="rewrite Pulumi.yaml's config block and docs/configuration.md's table")
     if parser.parse_args().write:
         write()

@@ -1,0 +1,35 @@
+"""Every command-line tool of the project refuses bad input in one line per mistake, exit status 2, with no usage
+block and no traceback (core/cli_errors.py)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# (module, arguments that must be refused)
+BAD_INPUT = [
+    ("trainer.local", ["--slices", "0"]),
+    ("trainer.local", ["--no-such-flag"]),
+    ("trainer.local", ["--steps", "3", "--fail-at", "5"]),
+    ("trainer.entrypoint", ["--steps", "zero"]),
+    ("trainer.compat", ["--no-such-flag"]),
+    ("preview", ["--stack"]),
+    ("preview", ["--stack", "prod", "--set", "slices=0"]),
+    ("preview.compile", ["--calibrate", "--model", "tiny"]),
+    ("infra.config.docs", ["--no-such-flag"]),
+]
+
+
+@pytest.mark.parametrize("module, argv", BAD_INPUT, ids=[f"{m} {' '.join(a)}" for m, a in BAD_INPUT])
+def test_bad_input_is_one_line_exit_2(module, argv):
+    proc = subprocess.run([sys.executable, "-m", module, *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"})
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1, proc.stderr
+    assert "usage:" not in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stdout == "", proc.stdout
