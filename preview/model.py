@@ -13,6 +13,7 @@ from typing import Any, Callable
 from pulumi.runtime import rpc
 
 from preview import prices as tpu_prices
+from preview.costs import CPU_MACHINE_USD_PER_HOUR, CostSummary, PoolCost, cost_summary
 from preview.k8s import manifests as k8s_manifests
 from infra.config import StackConfig
 from preview.graph import CriticalPath, DependencyGraph, provider_urn
@@ -243,6 +244,22 @@ def tpu_pools(registrations: list[Registration]) -> list[TpuPool]:
     return pools
 
 
+def pool_costs(registrations: list[Registration]) -> list[PoolCost]:
+    """Every node pool the stack creates with the nodes it holds idle and at most, priced per node-hour."""
+    pools = []
+    for r in registrations:
+        if r.type != NODE_POOL_TYPE:
+            continue
+        machine_type = str((r.inputs.get("nodeConfig") or {}).get("machineType", ""))
+        low, high = pool_node_range(r.inputs)
+        found = _machine(machine_type)
+        pools.append(PoolCost(name=str(r.inputs.get("name", r.name)), machine_type=machine_type, idle_nodes=low,
+                              max_nodes=high, usd_per_node_hour=None if found else
+                              CPU_MACHINE_USD_PER_HOUR.get(machine_type),
+                              tpu_chips_per_vm=found[1].chips_per_vm if found else 0))
+    return pools
+
+
 def tpu_summary(pools: list[TpuPool], config: StackConfig) -> TpuSummary:
     shape = config.tpu.shape
     capacity = config.tpu.capacity.value
@@ -334,6 +351,7 @@ class Plan:
     gcp_resources: list[PlannedResource]
     exports: dict[str, Any]
     tpu: TpuSummary
+    cost: CostSummary
     validation: ValidationReport
     deploy: CriticalPath
     destroy: CriticalPath
@@ -354,7 +372,7 @@ class Plan:
             "manifests": [m.obj for m in self.manifests],
             "exports": self.exports,
             "validation": self.validation.as_dict(),
-            "cost": self.tpu.as_dict(),
+            "cost": {**self.tpu.as_dict(), **self.cost.as_dict()},
             "critical_path": {"deploy": self.deploy.as_dict(), "destroy": self.destroy.as_dict()},
             "dashboard": self.dashboard.as_dict() if self.dashboard else None,
             "notes": self.notes,
@@ -402,7 +420,8 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
     return Plan(
         stack=stack, resources=resources, manifests=manifests,
         gcp_resources=[r for r in resources if r.custom and r.type.startswith("gcp:")],
-        exports=exports, tpu=tpu_summary(pools, config), validation=validation,
+        exports=exports, tpu=tpu_summary(pools, config), cost=cost_summary(pool_costs(run.resources), config),
+        validation=validation,
         deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
         dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config),
         recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology),

@@ -1,0 +1,133 @@
+"""What a stack costs per hour while it trains and while it idles, and when its slices are released.
+
+TPU chip-hours come from preview/prices.py. The CPU node pool (system pods, the Ray head, the Pathways head) is
+priced from Compute Engine's list prices below; GKE's cluster management fee is shown apart. Disks, network,
+Cloud Storage and logging are not included. Idle means no job runs: TPU pools that may scale to zero hold no VM
+then (GKE removes a slice pool's nodes once no pod needs them, after its scale-down delay), so the idle TPU cost
+is what the warm pools (config warmSlices) keep.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.config import Capacity, StackConfig
+from preview import prices as tpu_prices
+
+# Compute Engine on-demand list prices per VM-hour in us-central1 (https://cloud.google.com/compute/vm-instance-pricing,
+# E2 and N2 predefined machine types, as published in 2025; not re-checked offline). Regions differ.
+CPU_MACHINE_USD_PER_HOUR: dict[str, float] = {
+    "e2-standard-4": 0.134,
+    "e2-standard-8": 0.268,
+    "e2-standard-16": 0.536,
+    "e2-standard-32": 1.072,
+    "n2-standard-16": 0.777,
+    "n2-standard-32": 1.554,
+    "n2-standard-64": 3.108,
+    "n2-highmem-64": 4.192,
+}
+CPU_PRICE_SOURCE = "https://cloud.google.com/compute/vm-instance-pricing (us-central1 list prices, 2025)"
+# GKE cluster management fee per cluster-hour (Standard and Autopilot); the free tier credits one zonal or
+# Autopilot cluster per billing account (https://cloud.google.com/kubernetes-engine/pricing).
+GKE_FEE_USD_PER_HOUR = 0.10
+# GKE's cluster autoscaler removes a node once it has been unneeded for 10 minutes by default
+# (https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler, "scale-down-unneeded-time").
+SCALE_DOWN_MINUTES = 10
+
+
+@dataclass(frozen=True)
+class PoolCost:
+    name: str
+    machine_type: str
+    idle_nodes: int
+    max_nodes: int
+    usd_per_node_hour: float | None
+    tpu_chips_per_vm: int = 0        # 0: a CPU pool
+
+
+@dataclass
+class CostSummary:
+    capacity: str
+    tpu_training_usd_per_hour: float | None
+    tpu_idle_usd_per_hour: float | None
+    system_usd_per_hour: float | None            # None: unknown machine type, or Autopilot (bills pod requests)
+    gke_fee_usd_per_hour: float
+    warm_chips: int
+    released: str                                 # when the slices go back to zero
+    notes: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def _total(*parts: float | None) -> float | None:
+        return None if any(part is None for part in parts) else round(sum(parts), 2)
+
+    @property
+    def training_usd_per_hour(self) -> float | None:
+        return self._total(self.tpu_training_usd_per_hour, self.system_usd_per_hour, self.gke_fee_usd_per_hour)
+
+    @property
+    def idle_usd_per_hour(self) -> float | None:
+        return self._total(self.tpu_idle_usd_per_hour, self.system_usd_per_hour, self.gke_fee_usd_per_hour)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"per_hour": {
+                    "training_usd": self.training_usd_per_hour, "idle_usd": self.idle_usd_per_hour,
+                    "tpu_training_usd": self.tpu_training_usd_per_hour, "tpu_idle_usd": self.tpu_idle_usd_per_hour,
+                    "system_pool_usd": self.system_usd_per_hour, "gke_fee_usd": self.gke_fee_usd_per_hour},
+                "warm_chips": self.warm_chips, "slices_released": self.released, "cost_notes": self.notes,
+                "cpu_price_source": CPU_PRICE_SOURCE}
+
+
+def chip_hour_price(generation: str, capacity: Capacity) -> tuple[float | None, str | None]:
+    """(USD per chip-hour, a note) for the stack's capacity: spot at the assumed Spot price, everything else at
+    the on-demand list price."""
+    price = tpu_prices.PRICES.get(generation, tpu_prices.ChipHourPrice(None, None))
+    if capacity is Capacity.SPOT:
+        return price.spot_usd, None
+    if capacity is Capacity.FLEX_START:
+        return price.on_demand_usd, "flex-start is priced at on-demand here (an upper bound; no flex-start table)"
+    if capacity is Capacity.RESERVATION:
+        return price.on_demand_usd, ("the reservation bills its chips whether nodes run or not; the idle figure "
+                                     "counts only the warm pools")
+    return price.on_demand_usd, None
+
+
+def _released(config: StackConfig, warm_slices: int) -> str:
+    backend = config.workload.backend
+    when = {
+        "rayjob": "when the RayJob ends (shutdownAfterJobFinishes deletes its RayCluster)",
+        "jobset": "when the JobSet finishes (it deletes its Jobs; Kueue frees the quota)",
+        "pathways": "when the Pathways head's MaxText finishes (JobSet deletes the workers)",
+    }[backend]
+    if config.cluster.autopilot:
+        return f"{when}; Autopilot then removes the TPU nodes"
+    kept = f"; {warm_slices} warm slice(s) stay" if warm_slices else ""
+    return f"{when}; GKE removes the slice nodes ~{SCALE_DOWN_MINUTES} min later{kept}"
+
+
+def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
+    generation, capacity = config.tpu.shape.generation.name, config.tpu.capacity
+    per_chip, note = chip_hour_price(generation, capacity)
+    notes = [note] if note else []
+    tpu_pools = [p for p in pools if p.tpu_chips_per_vm]
+    cpu_pools = [p for p in pools if not p.tpu_chips_per_vm]
+    if tpu_pools:
+        chips = sum(p.max_nodes * p.tpu_chips_per_vm for p in tpu_pools)
+        warm_chips = sum(p.idle_nodes * p.tpu_chips_per_vm for p in tpu_pools)
+        warm_slices = sum(1 for p in tpu_pools if p.idle_nodes)
+    else:   # Autopilot: TPU nodes exist only while pods ask for them
+        chips, warm_chips, warm_slices = config.tpu.total_chips, 0, 0
+    tpu_training = round(per_chip * chips, 2) if per_chip is not None else None
+    tpu_idle = 0.0 if warm_chips == 0 else (round(per_chip * warm_chips, 2) if per_chip is not None else None)
+    if config.cluster.autopilot:
+        system = None
+        notes.append("Autopilot bills the CPU pods' requests (Ray head, controllers); not estimated")
+    else:
+        prices = [p.usd_per_node_hour for p in cpu_pools]
+        system = None if any(p is None for p in prices) else round(
+            sum(p.idle_nodes * p.usd_per_node_hour for p in cpu_pools), 2)
+        unknown = sorted({p.machine_type for p in cpu_pools if p.usd_per_node_hour is None})
+        if unknown:
+            notes.append(f"no list price here for {', '.join(unknown)}: system pool cost unknown")
+    return CostSummary(capacity=capacity.value, tpu_training_usd_per_hour=tpu_training, tpu_idle_usd_per_hour=tpu_idle,
+                       system_usd_per_hour=system, gke_fee_usd_per_hour=GKE_FEE_USD_PER_HOUR, warm_chips=warm_chips,
+                       released=_released(config, warm_slices), notes=notes)
