@@ -16,6 +16,8 @@ is within 10 % of what MaxText reports per step (tflops_per_device x seconds; te
 """
 from __future__ import annotations
 
+import math
+
 from core.planner import Plan
 
 EXPECTED_MFU = 0.40
@@ -40,3 +42,19 @@ def step_seconds(plan: Plan, mfu: float = EXPECTED_MFU) -> float:
     peak_per_device = generation.peak_bf16_tflops_per_chip * 1e12 / generation.devices_per_chip
     return step_flops_per_device(plan) / (peak_per_device * mfu)
 
+
+# What a run spends before its first step and that no step count bounds: the RayJob's cluster coming up (the
+# slice pools scale from zero), image pulls and the lock install, the smoke test, MaxText's compile, restoring a
+# checkpoint. An allowance, not a measurement.
+STARTUP_ALLOWANCE_S = 3600
+INT32_MAX = 2**31 - 1
+
+
+def run_deadline_seconds(plan: Plan, *, steps: int, attempts: int, seconds_per_save: float,
+                         checkpoint_period: int) -> int:
+    """A wall-clock bound no healthy run reaches: the startup allowance, then `attempts` whole runs (as if every
+    failure the run may recover from came at its last step with nothing saved) at MIN_MFU, each with its periodic
+    saves. Only a run that stopped making progress (a hang) reaches it."""
+    saves = math.ceil(steps / max(checkpoint_period, 1))
+    per_attempt = steps * step_seconds(plan, MIN_MFU) + saves * seconds_per_save
+    return min(math.ceil(STARTUP_ALLOWANCE_S + attempts * per_attempt), INT32_MAX)

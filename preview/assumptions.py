@@ -76,6 +76,12 @@ def assumptions(config: StackConfig) -> list[str]:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")
     lines.extend(_preemption(config))
+    if config.workload.backend in ("jobset", "pathways"):
+        lines.append("JobSet failure policy: its rules tell a preempted pod (restart, not counted) from an exit code a "
+                     "retry cannot fix (fail at once) by the Job controller's failure message \"... matching FailJob "
+                     "rule at index N\" (Kubernetes pkg/controller/job/pod_failure_policy.go; JobSet v0.12 "
+                     "onJobFailureMessagePatterns exists for this), which is text, not an API field; after a failure "
+                     "`kubectl get jobs -n NAMESPACE -o jsonpath='{..conditions}'` shows the message")
     lines.append("dashboard: per-slice charts group by the node-pool label and TPU charts read libtpu's metrics "
                  "port 8431; check them once in Metrics Explorer")
     lines.append("TPU pod size: a 2 vCPU / 4 GiB allowance for the node's DaemonSets is assumed "

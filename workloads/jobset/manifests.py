@@ -13,6 +13,7 @@ from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOUR
 from core.tpu_env import MEGASCALE_PORT, tpu_worker_env
 from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, labels, code_mount, tpu_node_selector, tpu_pod_cpu,
                               tpu_pod_memory_gib, tpu_pod_requests)
+from workloads import failure_policy
 from workloads.kueue_config import DRANET_QUOTA_RESOURCE
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -219,7 +220,11 @@ def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: in
             "annotations": dict(EXCLUSIVE_TOPOLOGY),
         },
         "spec": {
-            "failurePolicy": {"maxRestarts": max_restarts},
+            # A preempted or evicted pod restarts every slice without counting; an exit code a retry cannot fix
+            # (core/exit_codes.py NOT_RETRYABLE: settings, software, data, failed smoke test) ends the JobSet;
+            # anything else restarts it, up to maxRestarts (workloads/failure_policy.py).
+            "failurePolicy": {"maxRestarts": max_restarts,
+                              "rules": failure_policy.jobset_rules(exit_codes=True)},
             # Stable pod hostnames through a headless service: the coordinator address depends on them.
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             "replicatedJobs": [{
@@ -230,6 +235,7 @@ def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: in
                     "completions": hosts,
                     "completionMode": "Indexed",
                     "backoffLimit": 0,
+                    "podFailurePolicy": failure_policy.pod_failure_policy(container["name"]),
                     "template": {
                         "metadata": {"labels": labels()},
                         "spec": _pod_spec(spec, container, volumes or []),

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from core.pathways import PATHWAYS_TPU_VERSIONS, PROXY_RESOURCES, RM_RESOURCES, TRAINER_RESOURCES
 from core.tpu_catalog import TPU_RESOURCE, SliceShape
 from core.tpu_env import dcn_transport_flags
+from workloads import failure_policy
 from workloads.common import TPU_METRICS_PORT, labels, tpu_node_selector
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -171,6 +172,10 @@ def _head_job(spec: PathwaysSpec) -> dict:
                 # The head is not retried by its Job: MaxText recovers in-process, and a dead head is a JobSet
                 # restart (failurePolicy) or the end of the run.
                 "backoffLimit": 0,
+                # An evicted or preempted head (a drained CPU node) restarts the JobSet without counting. No
+                # exit-code rule: the image's MaxText exits 1 on every error (not core/exit_codes.py), so a bad
+                # setting there is retried up to maxRestarts like any other failure.
+                "podFailurePolicy": failure_policy.pod_failure_policy(None),
                 "completionMode": "Indexed",
                 "completions": 1,
                 "parallelism": 1,
@@ -281,7 +286,8 @@ def pathways_jobset(spec: PathwaysSpec) -> dict:
             "coordinator": {"replicatedJob": HEAD_JOB, "jobIndex": 0, "podIndex": 0},
             # Stable DNS names for the pods; workers must resolve the head before it reports Ready.
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-            "failurePolicy": {"maxRestarts": spec.max_restarts, "restartStrategy": "Recreate"},
+            "failurePolicy": {"maxRestarts": spec.max_restarts, "restartStrategy": "Recreate",
+                              "rules": failure_policy.jobset_rules(exit_codes=False, target_replicated_jobs=[HEAD_JOB])},
             # Head (resource manager) first, then the workers that register with it.
             "startupPolicy": {"startupPolicyOrder": "InOrder"},
             # Workers serve until told otherwise: the run is done when MaxText in the head finishes.

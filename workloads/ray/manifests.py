@@ -38,6 +38,9 @@ RAY_CLUSTER_LABEL = "tpu-multislice/ray-cluster"
 # Seconds KubeRay keeps the job's cluster after the job ends (ttlSecondsAfterFinished). Its TPU pods hold every
 # slice meanwhile, so none: the driver's log stays in the submitter pod and Cloud Logging.
 CLUSTER_TTL_AFTER_FINISHED_S = 0
+# KubeRay's own retries (why these values: workloads/ray/deadline.py): the submitter pod once, the job never.
+SUBMITTER_BACKOFF_LIMIT = 1
+JOB_BACKOFF_LIMIT = 0
 # Seed head sizing: 8 CPU, 16 GiB (the tutorial's head group).
 HEAD_CPU = "8"
 HEAD_MEMORY = "16Gi"
@@ -63,6 +66,8 @@ class RaySpec:
     # TPU workers' time between SIGTERM and SIGKILL, sized to a checkpoint save at a preemption notice
     # (core/preemption.py); None leaves Kubernetes' default.
     termination_grace_s: int | None = None
+    # RayJob activeDeadlineSeconds (workloads/ray/deadline.py); None: no deadline.
+    active_deadline_s: int | None = None
 
 
 def _head_group(spec: RaySpec) -> dict:
@@ -195,6 +200,11 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
             # then have nothing to run and GKE removes their nodes.
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": CLUSTER_TTL_AFTER_FINISHED_S,
+            # Retries only for what a retry fixes (workloads/ray/deadline.py): the submitter pod once; the job
+            # never (Ray Train recovers inside it); a deadline only where it cannot end a healthy run.
+            "submitterConfig": {"backoffLimit": SUBMITTER_BACKOFF_LIMIT},
+            "backoffLimit": JOB_BACKOFF_LIMIT,
+            **({"activeDeadlineSeconds": spec.active_deadline_s} if spec.active_deadline_s is not None else {}),
             "runtimeEnvYAML": yaml.safe_dump({**runtime_env, "working_dir": CODE_MOUNT}, sort_keys=True),
             "submissionMode": "K8sJobMode",
             "submitterPodTemplate": {

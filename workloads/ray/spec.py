@@ -10,6 +10,7 @@ from core.worker_lock import LOCK_PATH, parse_pins, requirement_lines
 from infra.config import StackConfig
 from workloads.bundle import TrainerBundle
 from workloads import common
+from workloads.ray.deadline import job_deadline_seconds
 from workloads.ray.manifests import RaySpec
 
 # Ray version assumed when the image tag does not start with one (e.g. a custom image).
@@ -40,6 +41,7 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         system_pool_selector=common.system_pool_selector(config),
         tpu_node_selector_extra=common.capacity_selectors(config),
         termination_grace_s=config.workload.shutdown.pod_grace_s,
+        active_deadline_s=job_deadline_seconds(config),
     )
 
 

@@ -1,0 +1,64 @@
+"""JobSet failure policy (pure): end the run at once on what a retry cannot fix, restart it without counting on a
+preempted or evicted pod, and leave everything else to `maxRestarts`.
+
+The mechanism (JobSet v0.12.0 api/jobset/v1alpha2/jobset_types.go and pkg/controllers/failure_policy.go; Kubernetes
+"Handling retriable and non-retriable pod failures with Pod failure policy",
+https://kubernetes.io/docs/tasks/job/pod-failure-policy/):
+- each child Job's `podFailurePolicy` turns a pod failure into a Job failure with reason PodFailurePolicy and the
+  message "... matching FailJob rule at index N" (the Job controller's wording: "Pod <ns>/<pod> has condition
+  DisruptionTarget matching FailJob rule at index 0", "Container <c> for pod <ns>/<pod> failed with exit code 5
+  matching FailJob rule at index 1"); the pods must have restartPolicy Never;
+- the JobSet's `failurePolicy.rules` are tried in order, the first whose `onJobFailureReasons` and
+  `onJobFailureMessagePatterns` (Go regular expressions, regexp.MatchString) match decides; none matching means
+  RestartJobSet, which counts toward maxRestarts.
+
+Rule 0, DisruptionTarget: the kubelet's graceful node shutdown (a Spot notice, maintenance), the eviction API, the
+scheduler's preemption and the pod garbage collector (node gone) mark the pod so. The JobSet restarts every slice
+together (a multislice JAX program cannot lose a host) and the restart does not count: the run resumes from the
+checkpoint saved at the notice. Rule 1, an exit code in core.exit_codes.NOT_RETRYABLE (configuration, import or
+data error, failed smoke test): the JobSet fails at once, nothing is retried. The Job failure message is the
+JobSet project's own documented way to tell them apart (its onJobFailureMessagePatterns exists for this), but it
+is the Job controller's text, not an API field: the offline plan lists it among its assumptions.
+"""
+from __future__ import annotations
+
+from core.exit_codes import NOT_RETRYABLE
+
+POD_FAILURE_POLICY_REASON = "PodFailurePolicy"     # batch/v1 JobReasonPodFailurePolicy
+DISRUPTED_RULE = 0
+NOT_RETRYABLE_RULE = 1
+
+
+def pod_failure_policy(exit_code_container: str | None) -> dict:
+    """A child Job's podFailurePolicy; the exit-code rule only for a container that speaks core.exit_codes."""
+    rules: list[dict] = [{"action": "FailJob",
+                          "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    if exit_code_container is not None:
+        rules.append({"action": "FailJob",
+                      "onExitCodes": {"containerName": exit_code_container, "operator": "In",
+                                      "values": sorted(NOT_RETRYABLE)}})
+    return {"rules": rules}
+
+
+def jobset_rules(exit_codes: bool, target_replicated_jobs: list[str] | None = None) -> list[dict]:
+    """The JobSet's failurePolicy.rules matching pod_failure_policy's rule indexes (for the replicated jobs that
+    carry that policy)."""
+    target = {"targetReplicatedJobs": list(target_replicated_jobs)} if target_replicated_jobs else {}
+    rules = [{
+        "name": "preempted-or-evicted",
+        "action": "RestartJobSetAndIgnoreMaxRestarts",
+        "onJobFailureReasons": [POD_FAILURE_POLICY_REASON],
+        "onJobFailureMessagePatterns": [f"has condition DisruptionTarget matching FailJob rule at index "
+                                        f"{DISRUPTED_RULE}$"],
+        **target,
+    }]
+    if exit_codes:
+        rules.append({
+            "name": "not-retryable-exit",
+            "action": "FailJobSet",
+            "onJobFailureReasons": [POD_FAILURE_POLICY_REASON],
+            "onJobFailureMessagePatterns": [f"failed with exit code [0-9]+ matching FailJob rule at index "
+                                            f"{NOT_RETRYABLE_RULE}$"],
+            **target,
+        })
+    return rules

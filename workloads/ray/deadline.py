@@ -1,0 +1,38 @@
+"""The RayJob's retries and deadline: what KubeRay itself may retry, and when it gives up on a run (pure).
+
+KubeRay v1.7.0 (ray-operator/apis/ray/v1/rayjob_types.go, controllers/ray/rayjob_controller.go):
+- `submitterConfig.backoffLimit` is the submitter Job's backoffLimit (default 2). The submitter only submits the
+  job and follows its logs (`ray job status || ray job submit --no-wait; ray job logs --follow`, common/job.go),
+  so a retry fixes a submitter pod that could not be scheduled or reach the head, never the job: one retry
+  (workloads/ray/manifests.py SUBMITTER_BACKOFF_LIMIT).
+- `backoffLimit` (default 0) retries the whole RayJob on a new RayCluster. Ray Train already recovers from
+  failures inside the job (FailureConfig: max_failures, preemptions counted apart), so what is left when the job
+  fails is what a retry cannot fix: 0, spelled out (JOB_BACKOFF_LIMIT).
+- `activeDeadlineSeconds` fails the RayJob (reason DeadlineExceeded) that long after it started initialising,
+  cluster creation and waiting for TPU nodes included. A deadline is a backstop for a run that hangs with every
+  slice paid for, and it must not end a slow but healthy one:
+  * on-demand and reservation capacity: core/run_time.run_deadline_seconds: an hour to start, then
+    (maxFailures + 1) whole runs at 10 % MFU with their periodic saves, far beyond any real run;
+  * Spot and flex-start: none. Preemptions are retried without limit (each costs a restart and, with the save at
+    the notice, no steps) and capacity can be away for hours, so no finite wall clock separates a hung run
+    from a healthy run on such capacity; the run is bounded by its steps and by maxFailures instead;
+  * maxFailures=-1 (unlimited failures): none, for the same reason.
+"""
+from __future__ import annotations
+
+from core.preemption import save_estimate
+from core.run_time import run_deadline_seconds
+from infra.config import Capacity, StackConfig
+
+NO_DEADLINE_CAPACITY = (Capacity.SPOT, Capacity.FLEX_START)
+
+
+def job_deadline_seconds(config: StackConfig) -> int | None:
+    """activeDeadlineSeconds for the stack's RayJob, or None (see the module docstring)."""
+    max_failures = config.ray.max_failures
+    if config.tpu.capacity in NO_DEADLINE_CAPACITY or max_failures < 0:
+        return None
+    workload = config.workload
+    return run_deadline_seconds(workload.plan, steps=workload.train_steps, attempts=max_failures + 1,
+                                seconds_per_save=save_estimate(workload.plan).seconds,
+                                checkpoint_period=workload.checkpoint_period)
