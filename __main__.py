@@ -4,10 +4,11 @@ import pulumi_kubernetes as k8s
 
 from infra.cluster import GkeCluster
 from infra.config import ConfigError, build, raw_from_pulumi
-from infra.gke_versions import check_offered, fetch_offered
 from infra.identity import NodeServiceAccount, WorkloadIdentity
 from infra.monitoring import TrainingDashboard, dashboard_inputs
 from infra.network import ClusterNetwork
+from infra.preflight import PreflightError
+from infra.preflight import run as run_preflight
 from infra.services import ProjectServices, required_apis
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
@@ -23,10 +24,12 @@ except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
 # Autopilot clusters are regional; Standard TPU clusters are zonal so every slice pool sits in the TPU zone.
 cluster_location = config.gcp.region if config.cluster.autopilot else config.gcp.zone
-version_problems = check_offered(config.cluster, cluster_location,
-                                 fetch_offered(config.gcp.project, cluster_location))
-if version_problems:
-    raise pulumi.RunError(str(ConfigError(version_problems)))
+try:
+    preflight = run_preflight(config, cluster_location)
+except (ConfigError, PreflightError) as error:
+    raise pulumi.RunError(str(error)) from None
+for warning in preflight.warnings:
+    pulumi.log.warn(warning)
 
 services = ProjectServices("apis", config.gcp.project, required_apis(config.worker_image is not None))
 network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)
@@ -45,7 +48,8 @@ worker_image = None if config.worker_image is None else WorkerImage(
 
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
                             opts=pulumi.ResourceOptions(deleted_with=cluster.cluster))
-identity = WorkloadIdentity("workload-identity", config, bucket.bucket, cluster.cluster, k8s_provider,
+identity = WorkloadIdentity("workload-identity", config, preflight.project_number, bucket.bucket, cluster.cluster,
+                            k8s_provider,
                             node_account.email)
 workload_exports = deploy_workload(config, WorkloadContext(
     bundle=bundle, namespace=identity.namespace, service_account=identity.service_account,

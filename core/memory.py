@@ -83,6 +83,14 @@ _POLICY_SAVES: dict[str, frozenset[str]] = {
         {"decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1", "mlpwo"}),
 }
 REMAT_POLICIES = tuple(_POLICY_SAVES) + ("custom",)
+# Tensors the named offloading policies move to pinned host memory (MaxText 0.2.5 layers/nnx_decoders.py: both
+# use jax.checkpoint_policies.save_and_offload_only_these_names(..., offload_dst="pinned_host"); names of other
+# architectures' fused projections, kv_proj/qkv_proj/mlpwi, do not occur in the dense decoders planned here).
+_POLICY_OFFLOADS: dict[str, frozenset[str]] = {
+    "qkv_proj_offloaded": frozenset({"query_proj", "key_proj", "value_proj"}),
+    "minimal_offloaded": frozenset({"query_proj", "key_proj", "value_proj", "out_proj", "mlpwi_0", "mlpwi_1",
+                                    "mlpwo"}),
+}
 OFFLOADABLE = ("decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj",
                "mlpwi_0", "mlpwi_1", "mlpwo")
 
@@ -114,6 +122,21 @@ def saved_tensors(remat_policy: str, offload: tuple[str, ...]) -> frozenset[str]
     if offload:
         raise PlanError(f"remat offload ({','.join(offload)}) needs remat_policy=custom, not {remat_policy!r}")
     return _POLICY_SAVES[remat_policy]
+
+
+def offloaded_tensors(remat_policy: str, offload: tuple[str, ...]) -> frozenset[str]:
+    """Tensors per layer kept in the host's memory between forward and backward (not in HBM)."""
+    if remat_policy == "custom":
+        return frozenset(offload)
+    return _POLICY_OFFLOADS.get(remat_policy, frozenset())
+
+
+def offloaded_bytes_per_device(model: ModelPreset, per_device_batch_size: float, seq_len: int,
+                               remat_policy: str, remat_offload: tuple[str, ...]) -> int:
+    """Host bytes one device's offloaded activations take: per layer, tokens x the offloaded widths, in bf16."""
+    widths = _widths(model)
+    offloaded = sum(widths[t] for t in offloaded_tensors(remat_policy, remat_offload))
+    return int(per_device_batch_size * seq_len * offloaded * model.num_layers * ACTIVATION_BYTES)
 
 
 def xla_hbm_limit_gib(generation: str, hbm_gib_per_device: float) -> float:

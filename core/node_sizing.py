@@ -1,5 +1,6 @@
-"""What a TPU VM can give one pod: visible vCPUs under the pool's SMT setting, minus GKE's reservation, minus
-what the node's own DaemonSets take. Pure arithmetic on the catalog's machine types.
+"""What a TPU VM can give one pod at most: visible vCPUs under the pool's SMT setting and the kernel's view of the
+VM's memory, minus GKE's reservation, minus what the node's own DaemonSets take. Pure arithmetic on the catalog's
+machine types. These are ceilings (the pods' limits); what a pod requests is what its job needs (core/pod_sizing.py).
 
 Sources:
 - SMT: Compute Engine "Set the number of threads per core"
@@ -10,6 +11,12 @@ Sources:
   (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes#resource_reservations): CPU 6 % of the
   first core, 1 % of the next, 0.5 % of the next 2, 0.25 % of any above 4; memory 25 % of the first 4 GiB, 20 % of
   the next 4, 10 % of the next 8, 6 % of the next 112, 2 % above 128 GiB, plus a 100 MiB eviction threshold.
+  The tiers apply to the kubelet's memory capacity, which is the kernel's MemTotal (cAdvisor reads
+  /proc/meminfo), not the machine type's nominal memory.
+- Kernel MemTotal: below the VM's memory by what the kernel keeps for itself before userspace starts; the largest
+  part is the page map, one `struct page` (64 bytes on x86_64, include/linux/mm_types.h) per 4 KiB page = 1.56 %,
+  plus the kernel image and boot-time reservations. KERNEL_MEMTOTAL_FRACTION (0.98) is a bound taken from that
+  arithmetic, not a measured figure: on a 720 GiB ct6e-standard-4t it leaves ~706 GiB, of which GKE reserves ~21.
 """
 from __future__ import annotations
 
@@ -24,6 +31,8 @@ SMT_OFF_PREFIXES = ("ct6e-",)
 DAEMONSET_CPU = 2.0
 DAEMONSET_MEMORY_GIB = 4.0
 EVICTION_THRESHOLD_GIB = 100 / 1024
+# The share of the VM's nominal memory the kernel reports as MemTotal, at most (see the module docstring).
+KERNEL_MEMTOTAL_FRACTION = 0.98
 
 
 def threads_per_core(machine: MachineType) -> int | None:
@@ -44,6 +53,11 @@ def _tiered(amount: float, tiers: tuple[tuple[float, float], ...], rest: float) 
     return reserved + left * rest
 
 
+def kernel_memory_gib(machine: MachineType) -> float:
+    """The kubelet's memory capacity: the kernel's MemTotal, bounded from the nominal memory."""
+    return machine.memory_gib * KERNEL_MEMTOTAL_FRACTION
+
+
 def gke_reserved_cpu(vcpus: float) -> float:
     return _tiered(vcpus, ((1, 0.06), (1, 0.01), (2, 0.005)), 0.0025)
 
@@ -58,16 +72,18 @@ class NodeCapacity:
     allocatable_memory_gib: float
 
     @property
-    def pod_cpu(self) -> int:
-        """Whole vCPUs one TPU pod requests: allocatable minus the DaemonSets' allowance."""
+    def pod_cpu_ceiling(self) -> int:
+        """Whole vCPUs one TPU pod may use at most: allocatable minus the DaemonSets' allowance."""
         return int(self.allocatable_cpu - DAEMONSET_CPU)
 
     @property
-    def pod_memory_gib(self) -> int:
+    def pod_memory_ceiling_gib(self) -> int:
+        """Whole GiB one TPU pod may use at most: allocatable minus the DaemonSets' allowance."""
         return int(self.allocatable_memory_gib - DAEMONSET_MEMORY_GIB)
 
 
 def node_capacity(machine: MachineType) -> NodeCapacity:
     vcpus = visible_vcpus(machine)
+    memory = kernel_memory_gib(machine)
     return NodeCapacity(allocatable_cpu=vcpus - gke_reserved_cpu(vcpus),
-                        allocatable_memory_gib=machine.memory_gib - gke_reserved_memory_gib(machine.memory_gib))
+                        allocatable_memory_gib=memory - gke_reserved_memory_gib(memory))

@@ -12,7 +12,7 @@ filtered by a prefix; valid_master_versions lists what the location offers).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from infra import versions
@@ -28,6 +28,9 @@ class OfferedVersions:
     default_cluster_version: str
     channel_defaults: Mapping[str, str]
     valid_master_versions: Sequence[str]
+    # The newest version each release channel offers (the provider's release_channel_latest_version: the first of
+    # the channel's validVersions). A channel offers nothing newer; its oldest offered version is not exposed.
+    channel_latest: Mapping[str, str] = field(default_factory=dict)
 
     def creation_version(self, channel: str) -> str:
         """What GKE creates a cluster at when no version is asked for."""
@@ -43,7 +46,8 @@ def fetch_offered(project: str, location: str) -> OfferedVersions:
     result = gcp.container.get_engine_versions(project=project, location=location)
     return OfferedVersions(default_cluster_version=result.default_cluster_version,
                            channel_defaults=dict(result.release_channel_default_version or {}),
-                           valid_master_versions=list(result.valid_master_versions or []))
+                           valid_master_versions=list(result.valid_master_versions or []),
+                           channel_latest=dict(result.release_channel_latest_version or {}))
 
 
 def _matches(requested: str, offered: str) -> bool:
@@ -58,11 +62,18 @@ def check_offered(cluster: ClusterSettings, location: str, offered: OfferedVersi
     """One line per problem, naming the key the user set (or the channel whose default is too old)."""
     floors = dict(cluster.version_floors)
     if cluster.gke_version is not None:
-        if not any(_matches(cluster.gke_version, version) for version in offered.valid_master_versions):
-            newest = ", ".join(offered.valid_master_versions[:5])
-            return [f"{NAMESPACE}:gkeVersion={cluster.gke_version!r} is not offered in {location}; GKE offers "
-                    f"{newest}{', ...' if len(offered.valid_master_versions) > 5 else ''} (or unset gkeVersion to "
-                    f"use the {cluster.release_channel} channel's default)"]
+        # A cluster in a release channel is created only at a version that channel offers (GKE "About release
+        # channels": "you can only select versions available in the channel"), not at any version of the location.
+        channel = cluster.release_channel
+        latest = offered.channel_latest.get(channel) if channel != NO_CHANNEL else None
+        candidates = [v for v in offered.valid_master_versions
+                      if latest is None or versions.parse(v) <= versions.parse(latest)]
+        if not any(_matches(cluster.gke_version, version) for version in candidates):
+            where = f"the {channel} channel in {location}" if latest else location
+            newest = ", ".join(candidates[:5]) or "nothing"
+            return [f"{NAMESPACE}:gkeVersion={cluster.gke_version!r} is not offered in {where}; it offers "
+                    f"{newest}{', ...' if len(candidates) > 5 else ''} (or unset gkeVersion to use the {channel} "
+                    "channel's default, or choose the releaseChannel that offers it)"]
         return []
     created = offered.creation_version(cluster.release_channel)
     below = {reason: floor for reason, floor in floors.items() if not versions.satisfies(created, floor)}

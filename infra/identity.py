@@ -87,15 +87,15 @@ class WorkloadIdentity(pulumi.ComponentResource):
     """Namespace + Kubernetes service account of the training pods, allowed to use the checkpoint bucket.
 
     The binding names the KSA directly as a Workload Identity Federation principal, so no Google service
-    account or impersonation annotation is needed. The project number is looked up, never typed.
+    account or impersonation annotation is needed. The project number is looked up (infra/preflight.py),
+    never typed.
     """
 
-    def __init__(self, name: str, config: StackConfig, bucket: gcp.storage.Bucket, cluster: pulumi.Resource,
-                 k8s_provider: k8s.Provider, node_service_account: pulumi.Input[str],
+    def __init__(self, name: str, config: StackConfig, project_number: str, bucket: gcp.storage.Bucket,
+                 cluster: pulumi.Resource, k8s_provider: k8s.Provider, node_service_account: pulumi.Input[str],
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "WorkloadIdentity"), name, None, opts)
         ns, ksa, project = config.kubernetes.namespace, config.kubernetes.service_account, config.gcp.project
-        project_number = gcp.organizations.get_project_output(project_id=project).number
 
         # Kubernetes objects go away with the cluster: deleting them one by one first would only make
         # `pulumi destroy` wait on an API server that is being torn down.

@@ -65,10 +65,25 @@ class GcpMocks(pulumi.runtime.Mocks):
         if args.token == ENGINE_VERSIONS_TOKEN:
             return {**OFFERED_GKE_VERSIONS, "location": args.args.get("location"),
                     "project": args.args.get("project")}
+        # Existence look-ups (infra/preflight.py) answer like the provider when nothing exists yet, which is what a
+        # first `pulumi up` sees; tests put names in EXISTING to play a later one.
+        if args.token == GET_BUCKET_TOKEN:
+            if args.args.get("name") in EXISTING["buckets"]:
+                return {"name": args.args["name"], "url": f"gs://{args.args['name']}"}
+            return {}, [("name", "googleapi: Error 404: The specified bucket does not exist., notFound")]
+        if args.token == GET_CLUSTER_TOKEN:
+            if args.args.get("name") in EXISTING["clusters"]:
+                return {"name": args.args["name"], "location": args.args.get("location")}
+            return {}, [("name", f"projects/{args.args.get('project')}/locations/{args.args.get('location')}/"
+                                 f"clusters/{args.args.get('name')} not found")]
         raise UnexpectedInvoke(f"unmocked invoke {args.token} {args.args}")
 
 
 ENGINE_VERSIONS_TOKEN = "gcp:container/getEngineVersions:getEngineVersions"
+GET_BUCKET_TOKEN = "gcp:storage/getBucket:getBucket"
+GET_CLUSTER_TOKEN = "gcp:container/getCluster:getCluster"
+# Names the existence look-ups find (empty: a first `pulumi up`).
+EXISTING: dict[str, set[str]] = {"buckets": set(), "clusters": set()}
 # What `get_engine_versions` answers under mocks (wire keys, camelCase). An assumption, not a fact about any
 # location today: the per-channel defaults of GKE's release notes ("Default patch version for cluster creation",
 # https://cloud.google.com/kubernetes-engine/docs/release-notes) as last seen in a public copy of that page.
@@ -80,6 +95,8 @@ OFFERED_GKE_VERSIONS = {
     "validMasterVersions": ["1.36.0-gke.3302004", "1.35.5-gke.1163012", "1.35.2-gke.1842000",
                             "1.34.8-gke.1000000", "1.34.1-gke.1829001", "1.33.5-gke.2228001"],
     "latestMasterVersion": "1.36.0-gke.3302004",
+    "releaseChannelLatestVersion": {"RAPID": "1.36.0-gke.3302004", "REGULAR": "1.35.5-gke.1163012",
+                                    "STABLE": "1.34.8-gke.1000000", "EXTENDED": "1.35.5-gke.1163012"},
 }
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from core.node_sizing import node_capacity
+from core.pod_sizing import TpuPodSize
+from core.pod_sizing import tpu_pod_size as _size_for_plan
 from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape
 from infra.config import Capacity, StackConfig
 
@@ -43,19 +44,16 @@ def tpu_node_selector(shape: SliceShape, extra: dict[str, str] | None = None) ->
 TPU_METRICS_PORT = {"name": "tpu-metrics", "containerPort": 8431}
 
 
-def tpu_pod_cpu(shape: SliceShape) -> int:
-    """What the node can allocate under its pool's SMT setting, less GKE's reservation and its DaemonSets."""
-    return node_capacity(shape.machine).pod_cpu
+def tpu_pod_size(config: StackConfig) -> TpuPodSize:
+    """What each TPU pod of the stack's backend requests (its job's host memory and CPU, with headroom) and may use
+    (the node's ceiling); config build has checked that the request fits (infra/config/rules.py check_pod_size)."""
+    return _size_for_plan(config.workload.plan, ray=config.workload.backend == "rayjob")
 
 
-def tpu_pod_memory_gib(shape: SliceShape) -> int:
-    return node_capacity(shape.machine).pod_memory_gib
-
-
-def tpu_pod_requests(shape: SliceShape) -> dict[str, str]:
-    """Requests (= limits) of one TPU pod: every chip of its VM and what is left of its vCPUs and memory."""
-    return {TPU_RESOURCE: str(shape.chips_per_host), "cpu": str(tpu_pod_cpu(shape)),
-            "memory": f"{tpu_pod_memory_gib(shape)}Gi"}
+def tpu_pod_resources(size: TpuPodSize) -> dict[str, dict[str, str]]:
+    """Container resources: requests what the job needs, limits at what the node can give; google.com/tpu is the
+    VM's whole chip count in both (extended resources need request = limit)."""
+    return {"requests": size.requests(TPU_RESOURCE), "limits": size.limits(TPU_RESOURCE)}
 
 
 def capacity_selectors(config: StackConfig) -> dict[str, str]:

@@ -37,6 +37,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     rules.check_jobset(v, shape, problems)
     rules.check_pathways(v, raw, shape, problems)
     workload_plan = rules.plan_workload(v, raw, shape, problems)
+    rules.check_pod_size(v, raw, workload_plan, problems)
     if problems:
         raise ConfigError(problems)
     assert shape is not None and region is not None and workload_plan is not None

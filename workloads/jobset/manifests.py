@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape, chips_in
 from core.tpu_env import MEGASCALE_PORT, tpu_worker_env
-from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, labels, code_mount, tpu_node_selector, tpu_pod_cpu,
-                              tpu_pod_memory_gib, tpu_pod_requests)
+from core.pod_sizing import TpuPodSize
+from workloads.common import CODE_MOUNT, TPU_METRICS_PORT, labels, code_mount, tpu_node_selector, tpu_pod_resources
 from workloads import failure_policy
 from workloads.kueue_config import DRANET_QUOTA_RESOURCE
 
@@ -39,6 +39,7 @@ class JobSetSpec:
     service_account: str
     image: str
     shape: SliceShape
+    pod_size: TpuPodSize                       # each TPU pod's requests and limits (core/pod_sizing.py)
     model: str                                 # core/presets.py name: selects the recipe's libtpu flags
     slices: int
     local_queue: str
@@ -55,14 +56,15 @@ class JobSetSpec:
 
 # ---- quotas: what the pods of one workload request ------------------------------------------------------
 
-def workload_requests(shape: SliceShape, slices: int, claimed_nics: int = 0) -> dict[str, int]:
+def workload_requests(shape: SliceShape, pod_size: TpuPodSize, slices: int, claimed_nics: int = 0) -> dict[str, int]:
     """What Kueue must admit at once for one JobSet: all pods of all slices (cpu in cores, memory in GiB, and
-    the DRANET NICs their claims ask for, which Kueue charges to DRANET_QUOTA_RESOURCE)."""
+    the DRANET NICs their claims ask for, which Kueue charges to DRANET_QUOTA_RESOURCE). Kueue admits on
+    requests, so the limits (the node's ceiling) need no quota."""
     pods = slices * shape.hosts
     requests = {
         TPU_RESOURCE: pods * shape.chips_per_host,
-        "cpu": pods * tpu_pod_cpu(shape),
-        "memory": pods * tpu_pod_memory_gib(shape),
+        "cpu": pods * pod_size.cpu_request,
+        "memory": pods * pod_size.memory_request_gib,
     }
     if claimed_nics:
         requests[DRANET_QUOTA_RESOURCE] = pods * claimed_nics
@@ -91,7 +93,7 @@ def cluster_queue(spec: JobSetSpec) -> dict:
     """Quota for everything the pods request (the seed's queue covered only TPUs, so nothing that also asks
     for cpu/memory could ever be admitted). TPU quota defaults to exactly one workload: the training JobSet
     (which runs the smoke test in its own pods first), never two JobSets fighting over hosts."""
-    needs = workload_requests(spec.shape, spec.slices, claimed_nics(spec))
+    needs = workload_requests(spec.shape, spec.pod_size, spec.slices, claimed_nics(spec))
     # cpu, memory and claimed NICs scale with the TPU quota (the same pods bring them), rounded up to whole
     # workloads.
     workloads = -(-spec.tpu_quota // needs[TPU_RESOURCE])
@@ -158,7 +160,6 @@ def multislice_env(jobset_name: str, slices: int) -> list[dict]:
 
 def _container(spec: JobSetSpec, jobset_name: str, name: str, command: list[str], args: list[str],
                mounts: list[dict]) -> dict:
-    requests = tpu_pod_requests(spec.shape)
     ports = [{"name": "tpu-runtime", "containerPort": TPU_RUNTIME_PORT}, dict(TPU_METRICS_PORT)]
     if spec.slices > 1:
         ports.append({"name": "megascale", "containerPort": int(MEGASCALE_PORT)})
@@ -172,7 +173,8 @@ def _container(spec: JobSetSpec, jobset_name: str, name: str, command: list[str]
                 + multislice_env(jobset_name, spec.slices)),
         "ports": ports,
         # No `privileged`: the device plugin exposes the chips and DRANET hands NICs over through the claim.
-        "resources": {"requests": dict(requests), "limits": dict(requests)},
+        # Requests: the job's host memory and CPU (core/pod_sizing.py); limits: what the node can give.
+        "resources": tpu_pod_resources(spec.pod_size),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts],
     }
     if spec.dranet_claim_template:

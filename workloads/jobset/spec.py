@@ -28,6 +28,7 @@ def jobset_spec(config: StackConfig, worker_image: str | None = None) -> jm.JobS
         service_account=config.kubernetes.service_account,
         image=worker_image or config.jobset.image,
         shape=config.tpu.shape,
+        pod_size=common.tpu_pod_size(config),
         model=config.workload.model,
         slices=config.tpu.slices,
         local_queue=LOCAL_QUEUE,

@@ -17,8 +17,9 @@ import yaml
 
 from core.tpu_catalog import SliceShape
 from core.tpu_env import tpu_worker_env
+from core.pod_sizing import TpuPodSize
 from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, code_volume, labels, tpu_node_selector,
-                              tpu_pod_requests)
+                              tpu_pod_resources)
 
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 DASHBOARD_PORT = 8265
@@ -55,6 +56,7 @@ class RaySpec:
     cluster_name: str           # the job cluster's label value (RAY_CLUSTER_LABEL); KubeRay names the cluster
     image: str
     shape: SliceShape
+    pod_size: TpuPodSize        # each TPU worker pod's requests, limits and Ray object store (core/pod_sizing.py)
     model: str                  # core/presets.py name: selects the recipe's libtpu flags
     slices: int
     min_slices: int             # == slices when not elastic
@@ -126,7 +128,6 @@ def device_plugin_env() -> list[dict]:
 
 def _tpu_worker_group(spec: RaySpec) -> dict:
     shape = spec.shape
-    requests = tpu_pod_requests(shape)
     container: dict = {
         "name": "ray-worker",
         "image": spec.image,
@@ -134,10 +135,8 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         # No `privileged`: GKE's TPU samples mark it "required for GKE versions earlier than 1.28 to access
         # TPUs"; this stack needs >= 1.30 (Ray add-on), the google.com/tpu device plugin exposes the chips and
         # DRANET hands NICs over through the claim, so the container runs unprivileged.
-        "resources": {
-            "requests": dict(requests),
-            "limits": dict(requests),
-        },
+        # Requests: the job's host memory and CPU; limits: the node's ceiling, which KubeRay advertises to Ray.
+        "resources": tpu_pod_resources(spec.pod_size),
         "env": tpu_worker_env(spec.model, shape.generation, spec.slices, spec.dcn_nics) + device_plugin_env(),
         "ports": [dict(TPU_METRICS_PORT)],
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
@@ -160,7 +159,9 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         "minReplicas": spec.min_slices,
         "maxReplicas": spec.slices,
         "numOfHosts": shape.hosts,
-        "rayStartParams": {},
+        # Planned, not Ray's default of 30 % of the memory limit: the object store lives in /dev/shm, in the
+        # same memory as the activations the remat policy offloads to the host.
+        "rayStartParams": {"object-store-memory": str(spec.pod_size.object_store_gib * 1024**3)},
         "template": {"metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name})}, "spec": pod_spec},
     }
 

@@ -30,6 +30,7 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         cluster_name=ray.cluster_name,
         image=worker_image or ray.image,
         shape=tpu.shape,
+        pod_size=common.tpu_pod_size(config),
         model=config.workload.model,
         slices=tpu.slices,
         min_slices=config.workload.plan.min_slices,

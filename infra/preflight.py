@@ -1,0 +1,111 @@
+"""What the program reads from Google Cloud before it registers anything: the project number, the GKE versions the
+location offers, whether the cluster and a kept checkpoint bucket already exist.
+
+Why before, with plain values and not inside `apply`: what these answers decide (refuse a config, adopt a bucket with
+`import_`, which resources to register) must be known when resources are registered, and resources are never created
+inside `apply`. The price is that these look-ups run before the stack's own `gcp.projects.Service` resources enable
+any API. An invoke could be ordered after those resources (InvokeOutputOptions.depends_on), but only as an Output:
+a version refusal would then come after the network, bucket and node account were created, half-creating the stack.
+So on a project where an API the look-ups need is off, the program refuses in one line naming the one `gcloud`
+command that fixes it, before anything exists, and the next `pulumi up` goes through. Which APIs: getServerConfig
+(`get_engine_versions`) needs container.googleapis.com (terraform-provider-google
+data_source_google_container_engine_versions.go); the project look-up and the provider's reading of every
+`google_project_service` need cloudresourcemanager.googleapis.com (resource_google_project_service.go calls
+Projects.Get), so the stack could not enable that one itself either.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from infra.config import NAMESPACE, ConfigError, StackConfig
+from infra.gke_versions import check_offered, fetch_offered
+
+# Enabled by hand once per project, before the first `pulumi up` (the module docstring says why).
+LOOKUP_APIS = ("cloudresourcemanager.googleapis.com", "container.googleapis.com")
+
+# How Google APIs say an API is off: the error reason SERVICE_DISABLED, the older accessNotConfigured, and the
+# message texts ("... API has not been used in project N before or it is disabled", "... is not enabled for this
+# project"); e.g. banzaicloud/cloudinfo#378, jenkins-x/terraform-google-jx#115.
+_DISABLED = re.compile(r"SERVICE_DISABLED|accessNotConfigured|has not been used in project|is not enabled for this "
+                       r"project|it is disabled")
+_API_NAME = re.compile(r"([a-z0-9-]+\.googleapis\.com)")
+# How a look-up says the thing is absent: the Storage API's 404 ("The specified bucket does not exist., notFound")
+# and the provider's data-source "... not found" (data_source_google_container_cluster.go).
+_NOT_FOUND = re.compile(r"Error 404|notFound|not found|does not exist", re.IGNORECASE)
+
+T = TypeVar("T")
+
+
+class PreflightError(Exception):
+    """A look-up the stack cannot go on without failed; the message is one line saying what to do."""
+
+
+def enable_command(project: str, extra: tuple[str, ...] = ()) -> str:
+    apis = LOOKUP_APIS + tuple(api for api in extra if api not in LOOKUP_APIS)
+    return f"gcloud services enable {' '.join(apis)} --project {project}"
+
+
+def service_disabled(error: Exception, project: str) -> PreflightError | None:
+    """The one-line refusal for an API that is off, or None when the error is something else."""
+    text = str(error)
+    if not _DISABLED.search(text):
+        return None
+    named = tuple(dict.fromkeys(api for api in _API_NAME.findall(text)))
+    which = ", ".join(named) if named else "an API the stack's look-ups need"
+    return PreflightError(
+        f"{NAMESPACE}: {which} is not enabled in project {project!r}, and the stack reads from it before it can "
+        f"enable APIs itself; run once: {enable_command(project, named)} (then pulumi up again)")
+
+
+def _lookup(project: str, call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except Exception as error:  # noqa: BLE001 (the provider's invoke errors are plain Exceptions)
+        refusal = service_disabled(error, project)
+        if refusal is not None:
+            raise refusal from None
+        raise
+
+
+def _exists(project: str, what: str, call: Callable[[], object]) -> bool:
+    """True when the look-up finds it, False when it reports it absent; anything else is refused in one line."""
+    try:
+        _lookup(project, call)
+        return True
+    except PreflightError:
+        raise
+    except Exception as error:  # noqa: BLE001
+        if _NOT_FOUND.search(str(error)):
+            return False
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise PreflightError(f"{NAMESPACE}: could not look up {what}: {first}") from None
+
+
+@dataclass(frozen=True)
+class Preflight:
+    project_number: str
+    warnings: tuple[str, ...] = ()
+
+
+def run(config: StackConfig, location: str) -> Preflight:
+    """The look-ups, in the order a fresh project needs them to fail. Raises PreflightError or ConfigError."""
+    import pulumi_gcp as gcp
+
+    project = config.gcp.project
+    project_number = _lookup(project, lambda: gcp.organizations.get_project(project_id=project).number)
+    offered = _lookup(project, lambda: fetch_offered(project, location))
+    warnings: tuple[str, ...] = ()
+    problems = check_offered(config.cluster, location, offered)
+    if problems:
+        # GKE retires versions; a version that was offered when the cluster was created must not stop every later
+        # `up` of it (the provider treats min_master_version as a floor the running cluster already meets). So
+        # the check refuses only a cluster still to be created, and warns for one that exists.
+        exists = _exists(project, f"cluster {config.cluster.name!r} in {location}", lambda: gcp.container.get_cluster(
+            name=config.cluster.name, location=location, project=project))
+        if not exists:
+            raise ConfigError(problems)
+        warnings = tuple(f"{problem} (cluster {config.cluster.name} already exists and keeps running; this would be "
+                         "refused for a new cluster)" for problem in problems)
+    return Preflight(project_number=str(project_number), warnings=warnings)
