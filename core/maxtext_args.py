@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from core import data
 from core.errors import PlanError
 from core.planner import Plan, check_overrides_free
 from core.recipes import recipe_kernel_settings
@@ -15,9 +16,8 @@ from core.recipes import recipe_kernel_settings
 # `python -m PRE_TRAIN_MODULE <base.yml> key=value ...` is MaxText's pre-training entry point (maxtext 0.2.x).
 PRE_TRAIN_MODULE = "maxtext.trainers.pre_train.train"
 
-# Where each dataset type takes its location (maxtext base.yml: dataset_path, hf_path, grain_train_files).
-_DATASET_LOCATION_KEY = {"tfds": "dataset_path", "hf": "hf_path", "grain": "grain_train_files"}
-DATASET_TYPES = ("synthetic", *_DATASET_LOCATION_KEY)
+# The dataset types offered, and which were removed and why: core/data.py.
+DATASET_TYPES = data.DATASET_TYPES
 HARDWARE = ("tpu", "cpu")
 
 # MaxText's goodput keys (maxtext 0.2.5 configs/base.yml "Goodput parameters"; maxtext/common/goodput.py):
@@ -45,7 +45,7 @@ class RunSettings:
     steps: int                       # total steps; a resumed run continues up to this number
     checkpoint_period: int           # MaxText's default (10000) means "only step 0" for short runs
     dataset_type: str = "synthetic"
-    dataset_path: str = ""           # tfds dataset_path / hf_path / grain_train_files, by dataset_type
+    dataset_path: str = ""           # grain_train_files (a file pattern) for dataset_type=grain
     tokenizer_path: str = ""
     jax_cache_dir: str = ""          # default: <base_output_directory>/jax_cache, shared across restarts
     hardware: str = "tpu"            # "cpu": local mode, JAX on CPU pretending to be the TPU hosts
@@ -69,6 +69,9 @@ class RunSettings:
         if not 1 <= self.checkpoint_period <= self.steps:
             raise PlanError(f"checkpoint_period={self.checkpoint_period} must be within 1..steps={self.steps}"
                             " (otherwise no checkpoint after step 0)")
+        if self.dataset_type in data.REMOVED_DATASET_TYPES:
+            raise PlanError(f"dataset_type={self.dataset_type} is not offered: "
+                            f"{data.REMOVED_DATASET_TYPES[self.dataset_type]}")
         if self.dataset_type not in DATASET_TYPES:
             raise PlanError(f"dataset_type={self.dataset_type!r} unknown; allowed: {', '.join(DATASET_TYPES)}")
         if self.dataset_type != "synthetic" and not self.dataset_path:
@@ -134,6 +137,7 @@ def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
       PlanError: invalid run settings, or `run.extra` trying to replace a planned key.
     """
     run.validate()
+    data.check_dataset(plan.model.name, run.dataset_type, run.dataset_path, run.tokenizer_path, dict(run.extra))
     planned = plan.overrides()
     planned.update(_mesh_for_hardware(plan, run.hardware))
     if plan.model.cpu_only and run.hardware != "cpu":
@@ -145,14 +149,20 @@ def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
         "base_output_directory": run.base_output_directory,
         "steps": str(run.steps),
         "enable_checkpointing": "true",
+        # Save at the step all hosts agree on when a preemption notice comes (JAX's preemption sync point on
+        # SIGTERM; under Ray Train the trainer adds Ray's notice, trainer/notice.py), instead of only stopping.
+        "enable_autocheckpoint": "true",
         "checkpoint_period": str(run.checkpoint_period),
         "jax_cache_dir": _jax_cache_dir(run),
         "dataset_type": run.dataset_type,
     })
-    if run.dataset_type in _DATASET_LOCATION_KEY:
-        keys[_DATASET_LOCATION_KEY[run.dataset_type]] = run.dataset_path
-    if run.tokenizer_path:
-        keys["tokenizer_path"] = run.tokenizer_path
+    if run.dataset_type in data.DATASET_LOCATION_KEY:
+        keys[data.DATASET_LOCATION_KEY[run.dataset_type]] = run.dataset_path
+        # The model's own tokenizer (a mismatched one was refused above); the data position is restored with
+        # the model, through the elastic iterator when the slice count can change (core/data.py).
+        keys.update(data.tokenizer_overrides(plan.model.name, run.tokenizer_path))
+        if run.dataset_type == "grain" and plan.elastic:
+            keys.update(data.ELASTIC_GRAIN_OVERRIDES)
     if run.metrics_file:
         keys["metrics_file"] = run.metrics_file
     if run.records_goodput:

@@ -73,9 +73,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, An
     g.add_argument("--steps", type=_positive_int, default=int(_env("steps", defaults["steps"])))
     g.add_argument("--checkpoint-period", type=_positive_int, default=_env("checkpoint_period", defaults.get("checkpoint_period")),
                    help="steps between checkpoints (default: steps/10, at most 100)")
-    g.add_argument("--dataset-type", default=_env("dataset_type", "synthetic"), choices=DATASET_TYPES)
-    g.add_argument("--dataset-path", default=_env("dataset_path", ""))
-    g.add_argument("--tokenizer-path", default=_env("tokenizer_path", ""))
+    # Checked in run_settings (one line naming a removed type's reason), not by argparse's `choices`.
+    g.add_argument("--dataset-type", default=_env("dataset_type", "synthetic"),
+                   help=f"one of {', '.join(DATASET_TYPES)} (core/data.py: what each resumes, what was removed)")
+    g.add_argument("--dataset-path", default=_env("dataset_path", ""), help="grain: file pattern of the data")
+    g.add_argument("--tokenizer-path", default=_env("tokenizer_path", ""),
+                   help="default: the model's own tokenizer shipped with MaxText; another model's is refused")
     g.add_argument("--jax-cache-dir", default=_env("jax_cache_dir", ""))
     g.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                    help="extra MaxText override (repeatable); cannot replace a planned key")

@@ -13,18 +13,20 @@ import importlib.resources
 from typing import Callable
 
 from core.maxtext_facts import MIN_MAXTEXT
+from trainer.failures import ConfigurationError, DataError, EnvironmentImportError
 
 # Preset parameter formulas are exact for the dense decoders here; the slack only absorbs an unforeseen
 # small tensor (a bias, a norm), never a different model (the default model is ~7x off llama3-8b).
 PARAM_TOLERANCE = 0.01
 
 
-class MaxTextVersionError(RuntimeError):
-    pass
+class MaxTextVersionError(EnvironmentImportError):
+    """MaxText missing, or older than the trainer needs: a new image or lock fixes it, a retry does not."""
 
 
-class ModelMismatchError(RuntimeError):
-    """MaxText built a model whose size is not the requested preset's."""
+class ModelMismatchError(EnvironmentImportError):
+    """MaxText built a model whose size is not the requested preset's (the installed MaxText reads the model
+    config differently): deterministic, like an import error."""
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
@@ -108,7 +110,46 @@ def install_hooks(expected_params: int, model_name: str,
     cls.write_metrics = reported_write_metrics
 
 
+def install_phase_guards() -> None:
+    """Name the phase a MaxText error comes from, so a retry is not spent on what cannot change
+    (trainer.failures): an error while MaxText reads its settings is a configuration error, one while it builds
+    the data iterator a data error, an import error anywhere the environment's. Errors during the steps stay
+    runtime failures. Wraps `train.initialize` (looked up as a module global by `train.main`) and
+    `input_pipeline_interface.create_data_iterator` (imported at call time by train_utils.setup_train_loop).
+    Idempotent per process."""
+    from maxtext.input_pipeline import input_pipeline_interface as pipeline
+    from maxtext.trainers.pre_train import train
+
+    initialize = getattr(train.initialize, "_trainer_original", train.initialize)
+    create_data_iterator = getattr(pipeline.create_data_iterator, "_trainer_original", pipeline.create_data_iterator)
+
+    def guarded_initialize(argv):
+        try:
+            return initialize(argv)
+        except ImportError as err:
+            raise EnvironmentImportError(f"MaxText could not import {err.name or err}: {err}") from err
+        except (ValueError, TypeError, KeyError, AssertionError) as err:   # pydantic's ValidationError is a ValueError
+            raise ConfigurationError(f"MaxText refused the settings: {type(err).__name__}: {err}") from err
+
+    def guarded_create_data_iterator(config, mesh):
+        try:
+            return create_data_iterator(config, mesh)
+        except ImportError as err:
+            raise EnvironmentImportError(f"dataset_type={config.dataset_type} needs {err.name or err}: {err}") from err
+        except (ConnectionError, TimeoutError):
+            raise                                   # a transient storage fault: worth a retry
+        except Exception as err:  # noqa: BLE001 - any other failure to open the data repeats on retry
+            raise DataError(f"dataset_type={config.dataset_type}: cannot open the data: "
+                            f"{type(err).__name__}: {err}") from err
+
+    guarded_initialize._trainer_original = initialize
+    guarded_create_data_iterator._trainer_original = create_data_iterator
+    train.initialize = guarded_initialize
+    pipeline.create_data_iterator = guarded_create_data_iterator
+
+
 def run_pre_train(argv: list[str]) -> None:
     from maxtext.trainers.pre_train import train
 
+    install_phase_guards()
     train.main(argv)

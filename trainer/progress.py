@@ -4,6 +4,8 @@ Rank 0 of every attempt appends JSON lines to `<progress_dir>/progress.jsonl`:
   {"event": "attempt", "t", "attempt", "workers", "slices", "maxtext_version"}   once per (re)start
   {"event": "step", "t", "attempt", "step", "loss", "step_time_s"}                 once per MaxText step
 Every rank writes `<progress_dir>/workers/rank-<r>.json` with its pid, so a local harness can kill one.
+Rank 0 appends {"event": "notice", "attempt", "step", "reason"} when the hosts agree to save at a notice
+(preemption, elastic growth) and {"event": "saved-at-notice", "attempt", "step"} once that checkpoint is written.
 The local harness appends {"event": "failure", "t", "kind", "at_step"} when it injects a failure.
 Times are wall-clock seconds (time.time()); every process runs on the same machine or NTP-synced hosts.
 """
@@ -62,9 +64,11 @@ class FailureOutcome:
     kind: str
     at_step: int | None          # last step recorded before the failure
     recovery_s: float | None     # failure -> first step recorded by a later attempt; None = never resumed
-    steps_redone: int | None     # steps that had been done before the failure and were trained again
+    steps_redone: int | None     # steps the failed attempt had done that a later attempt trained again
     resumed_at_step: int | None
     workers_after: int | None
+    last_step: int | None = None        # the failed attempt's last step (it may run on after a notice)
+    saved_at_notice: int | None = None  # the step the failed attempt saved at on a notice, if it did
 
 
 @dataclass(frozen=True)
@@ -94,13 +98,14 @@ def summarize(records: list[dict], target_steps: int) -> Summary:
     """Derive the run's outcome. MaxText numbers steps from 0, so `steps` steps end at step steps-1."""
     steps = _steps(records)
     attempts = [r for r in records if r.get("event") == "attempt"]
+    saved_at_notice = [r for r in records if r.get("event") == "saved-at-notice"]
     last_by_step: dict[int, dict] = {}
     for rec in steps:
         last_by_step[rec["step"]] = rec       # a redone step counts once, as its last execution
     final = max(steps, key=lambda r: (r["step"], r["t"])) if steps else None
     failures = []
     for failure in (r for r in records if r.get("event") == "failure"):
-        failures.append(_failure_outcome(failure, steps, attempts))
+        failures.append(_failure_outcome(failure, steps, attempts, saved_at_notice))
     return Summary(
         target_steps=target_steps,
         steps_completed=(final["step"] + 1) if final else 0,
@@ -114,16 +119,20 @@ def summarize(records: list[dict], target_steps: int) -> Summary:
     )
 
 
-def _failure_outcome(failure: dict, steps: list[dict], attempts: list[dict]) -> FailureOutcome:
+def _failure_outcome(failure: dict, steps: list[dict], attempts: list[dict], notices: list[dict]) -> FailureOutcome:
     t_fail = failure["t"]
     before = [r for r in steps if r["t"] <= t_fail]
     failed_attempt = before[-1]["attempt"] if before else None
     at_step = failure.get("at_step", before[-1]["step"] if before else None)
+    # After a notice the failed attempt keeps stepping until the hosts agree on a step: count what it did.
+    done = [r["step"] for r in steps if r["attempt"] == failed_attempt]
+    last_step = max(done) if done else at_step
+    saved = next((r["step"] for r in notices if r.get("attempt") == failed_attempt), None)
     after = [r for r in steps if r["t"] > t_fail and r["attempt"] != failed_attempt]
     if not after:
-        return FailureOutcome(failure["kind"], at_step, None, None, None, None)
+        return FailureOutcome(failure["kind"], at_step, None, None, None, None, last_step, saved)
     first = after[0]
     resumed = next((a for a in attempts if a["attempt"] == first["attempt"]), {})
-    redone = max(0, at_step + 1 - first["step"]) if at_step is not None else None
+    redone = max(0, last_step + 1 - first["step"]) if last_step is not None else None
     return FailureOutcome(failure["kind"], at_step, round(first["t"] - t_fail, 3), redone, first["step"],
-                          resumed.get("workers"))
+                          resumed.get("workers"), last_step, saved)

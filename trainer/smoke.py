@@ -1,6 +1,7 @@
 """Multislice smoke test: do all slices form one JAX system, and does a collective cross the slices?
 
-Checks, on every process, failing loudly (exit 1, a `SMOKE FAILED:` line on stderr) when one does not hold:
+Checks, on every process, failing loudly (exit 5 = core.exit_codes.SMOKE_FAILED, a `SMOKE FAILED:` line on stderr)
+when one does not hold:
 1. `jax.device_count()` equals slices x JAX devices per slice (every host of every slice joined; a device is a
    chip, except on TPU7x with two per chip — core/tpu_catalog.py devices_per_chip);
 2. `jax.process_count()` is a whole number of processes per slice;
@@ -13,6 +14,7 @@ On success each process prints one `SMOKE PASSED {json}` line.
 Modes:
     python -m trainer.smoke --expect-devices 32 --expect-slices 2 --distributed   # JobSet pod (TPU, GKE env)
     python -m trainer.smoke --ray --model llama3-8b --topology 4x4 --slices 2     # RayJob driver (JaxTrainer)
+    python -m trainer.smoke --ray ... --elastic 1,2    # elastic: checks the whole slices it gets, at least MIN
     XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \\
       python -m trainer.smoke --expect-devices 8 --expect-slices 2                # locally, one process
     ... --coordinator localhost:12355 --num-processes 2 --process-id 0|1           # locally, several processes
@@ -26,8 +28,12 @@ import sys
 import time
 from typing import Any, Sequence
 
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+from core import exit_codes
+
+# Distinct from a runtime failure: the JobSet's failure policy ends the run on it instead of restarting onto the
+# same nodes, and the RayJob's driver stops before training (core/exit_codes.py).
+EXIT_FAILED = exit_codes.SMOKE_FAILED
+EXIT_BAD_INPUT = exit_codes.CONFIG_ERROR
 
 
 class SmokeFailure(RuntimeError):
@@ -132,23 +138,41 @@ def run_local(args: argparse.Namespace) -> int:
 def _ray_worker(config: dict) -> None:
     import ray.train
 
-    # Ray Train's TPU backend has initialised jax.distributed and MEGASCALE_* for this worker group.
-    result = check(config["devices"], config["slices"])
+    # Ray Train's TPU backend has initialised jax.distributed and MEGASCALE_* for this worker group. An elastic
+    # group has as many whole slices as Ray could reserve (at least MIN): check those, not the maximum.
+    expected = expectation_for_world(config, ray.train.get_context().get_world_size())
+    result = check(expected["devices"], expected["slices"])
     _report(result)
     ray.train.report({"passed": True, **{k: v for k, v in result.items() if not isinstance(v, dict)}})
 
 
 def ray_plan(args: argparse.Namespace):
-    """The training job's full plan (all slices): the smoke test checks exactly what training will use."""
+    """The training job's plan: the smoke test checks exactly what training will use — all slices, or for an
+    elastic run whatever whole number of slices between MIN and MAX the worker group gets."""
     from core.planner import PlanRequest, plan
+    from trainer.cli import parse_elastic
 
+    min_slices, slices = parse_elastic(args.elastic) if args.elastic else (None, args.slices)
     return plan(PlanRequest(model=args.model, generation=args.generation, topology=args.topology,
-                            slices=args.slices))
+                            slices=slices, min_slices=min_slices))
 
 
 def ray_expectation(full) -> dict[str, int]:
-    """What every Ray worker checks: the plan's JAX devices (chips x devices per chip) and slices."""
-    return {"devices": full.devices, "slices": full.slices}
+    """What every Ray worker checks: the plan's JAX devices (chips x devices per chip) and slices, per slice
+    and host so an elastic group can scale them to the slices it got."""
+    return {"devices": full.devices, "slices": full.slices, "devices_per_slice": full.devices // full.slices,
+            "hosts_per_slice": full.shape.hosts}
+
+
+def expectation_for_world(config: dict, world_size: int) -> dict[str, int]:
+    """Devices and slices of a worker group of `world_size` hosts (one Ray worker per TPU host)."""
+    hosts = config.get("hosts_per_slice")
+    if not hosts:
+        return {"devices": config["devices"], "slices": config["slices"]}
+    if world_size % hosts:
+        raise SmokeFailure(f"{world_size} workers is not a whole number of {hosts}-host slices")
+    slices = world_size // hosts
+    return {"devices": slices * config["devices_per_slice"], "slices": slices}
 
 
 def run_ray(args: argparse.Namespace) -> int:
@@ -193,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     ray_group.add_argument("--generation", default="v6e")
     ray_group.add_argument("--topology", default="4x4")
     ray_group.add_argument("--slices", type=int, default=1)
+    ray_group.add_argument("--elastic", metavar="MIN,MAX", help="elastic run: check the whole slices the group "
+                           "gets, at least MIN (as trainer.entrypoint --elastic)")
     ray_group.add_argument("--ray-address")
     ray_group.add_argument("--storage-path", help="Ray Train storage reachable from every node (gs://...)")
     ray_group.add_argument("--run-name", default="multislice-smoke")
@@ -202,6 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.ray:
+        from core.errors import PlanError
+
+        try:
+            ray_plan(args)
+        except PlanError as err:
+            print(f"smoke: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
         return run_ray(args)
     problems = []
     if not args.expect_devices or args.expect_devices < 1:

@@ -7,9 +7,10 @@ with the DCN axis shrunk to the slices it has, from MaxText's own last checkpoin
 from __future__ import annotations
 
 import os
+import time
 import uuid
 
-from trainer import maxtext_runtime, progress
+from trainer import maxtext_runtime, notice, progress
 from core.maxtext_args import RunSettings, pre_train_argv
 from core.planner import Plan, PlanRequest, plan
 
@@ -45,6 +46,7 @@ def worker_plan_and_argv(config: dict, world: int, base_config: str) -> tuple[Pl
 
 
 def train_loop_per_worker(config: dict) -> None:
+    import ray
     import ray.train
 
     context = ray.train.get_context()
@@ -76,7 +78,43 @@ def train_loop_per_worker(config: dict) -> None:
             progress.append(progress_dir, {"event": "model", "attempt": attempt, "params": count,
                                            "expected": current.model.param_count})
 
+    def on_notice(step: int, reason: str) -> None:
+        if progress_dir and rank == 0:
+            progress.append(progress_dir, {"event": "notice", "attempt": attempt, "step": step, "reason": reason})
+
+    scale_up = None
+    if config.get("elastic") and config.get("run_name"):
+        from trainer import resize
+
+        actor = resize.notice_actor(config["run_name"])
+        scale_up = (lambda: ray.get(actor.is_requested.remote())), actor
+    watch = notice.NoticeWatch(notice.ray_poll(scale_up[0] if scale_up else None), on_notice)
+    notice.require_autocheckpoint(argv)
+    notice.install(watch)
     maxtext_runtime.install_hooks(current.model.param_count, current.model.name, on_params=on_params, on_step=on_step)
     maxtext_runtime.run_pre_train(argv)
+    if watch.stopped:
+        # MaxText saved at the notice step and returned; returning too would end the run as finished.
+        if rank == 0:
+            print(f"trainer: saved at step {watch.notice_step} on notice ({watch.reason}); waiting to be replaced",
+                  flush=True)
+            if progress_dir:
+                progress.append(progress_dir, {"event": "saved-at-notice", "attempt": attempt,
+                                               "step": watch.notice_step})
+            if scale_up:
+                ray.get(scale_up[1].mark_saved.remote(watch.notice_step))
+        wait_to_be_replaced()
     if rank == 0:
         print(f"trainer: worker group of {world} finished at step {last.get('step')} loss {last.get('loss')}")
+
+
+# Longest a worker that saved at a notice waits for Ray Train to tear its group down: past the drain deadline
+# (GKE's budget is at most a few minutes) or the resize, something is wrong and the run should fail loudly.
+REPLACEMENT_WAIT_S = 900.0
+
+
+def wait_to_be_replaced(limit_s: float = REPLACEMENT_WAIT_S) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+    raise RuntimeError(f"saved at a notice but the worker group was not replaced within {limit_s:.0f}s")

@@ -53,8 +53,9 @@ def test_cpu_mode_folds_dcn_fsdp_into_ici_fsdp():
 
 def test_dataset_location_goes_to_the_key_its_type_reads():
     p = plan(PlanRequest("qwen3-0.6b", "v6e", "2x4"))
-    keys = _as_dict(maxtext_overrides(p, RunSettings("r", "gs://b", 10, 5, dataset_type="hf", dataset_path="allenai/c4")))
-    assert keys["hf_path"] == "allenai/c4" and keys["dataset_type"] == "hf"
+    keys = _as_dict(maxtext_overrides(p, RunSettings("r", "gs://b", 10, 5, dataset_type="grain",
+                                                     dataset_path="gs://b/data/*.arrayrecord")))
+    assert keys["grain_train_files"] == "gs://b/data/*.arrayrecord" and keys["dataset_type"] == "grain"
 
 
 @pytest.mark.parametrize("run, pattern", [
@@ -62,7 +63,8 @@ def test_dataset_location_goes_to_the_key_its_type_reads():
     (RunSettings("bad name", "gs://b", 30, 5), r"run_name='bad name'"),
     (RunSettings("r", "", 30, 5), r"base_output_directory is required"),
     (RunSettings("r", "gs://b", 0, 1), r"steps=0"),
-    (RunSettings("r", "gs://b", 30, 5, dataset_type="tfds"), r"needs a dataset path"),
+    (RunSettings("r", "gs://b", 30, 5, dataset_type="grain"), r"needs a dataset path"),
+    (RunSettings("r", "gs://b", 30, 5, dataset_type="tfds", dataset_path="c4"), r"tfds is not offered"),
     (RunSettings("r", "gs://b", 30, 5, extra={"ici_fsdp_parallelism": "2"}), r"would replace planned values"),
 ])
 def test_bad_run_settings_are_refused(run, pattern):

@@ -33,6 +33,16 @@ def no_ray(monkeypatch):
     (["--checkpoint-period", "50"], ["checkpoint_period=50", "steps=30"]),
     (["--fail-at", "30"], ["--fail-at 30", "1..29"]),
     (["--kill-slice-at", "5", "--slices", "1"], ["--kill-slice-at", "1"]),
+    (["--preempt-slice-at", "29"], ["--preempt-slice-at 29", "1..28", "last step"]),
+    (["--preempt-slice-at", "40"], ["--preempt-slice-at 40", "1..28"]),
+    (["--preempt-slice-at", "12", "--fail-at", "12"], ["--fail-at 12", "--preempt-slice-at 12", "same step"]),
+    (["--preempt-slice-at", "12", "--kill-slice-at", "12"], ["--kill-slice-at 12", "same step"]),
+    (["--elastic", "1,2", "--start-slices", "2", "--add-slice-at", "5"], ["--start-slices 2", "1..1"]),
+    (["--start-slices", "1", "--add-slice-at", "5"], ["--elastic"]),
+    (["--dataset-type", "grain"], ["dataset_type=grain", "path"]),
+    (["--dataset-type", "grain", "--dataset-path", "/d/*", "--set", "tokenize_train_data=false",
+      "--tokenizer-path", "tokenizer.llama2"], ["tokenizer_path='tokenizer.llama2'", "tiny"]),
+    (["--dataset-type", "tfds", "--dataset-path", "c4"], ["dataset_type=tfds", "not offered"]),
 ])
 def test_local_refuses_before_starting_ray(argv, names, no_ray, capsys):
     if argv[:2] == ["--elastic", "1,3"]:
@@ -49,6 +59,10 @@ def test_local_refuses_before_starting_ray(argv, names, no_ray, capsys):
     (["--model", "llama3-70b", "--elastic", "1,2"], ["elastic: at 1 of 1..2 slices", "(estimated)"]),
     (["--model", "tiny"], ["CPU test model"]),
     (["--maxtext-version", "0.2.1", "--base-output-directory", "gs://b"], ["0.2.1", "0.2.2"]),
+    (["--dataset-type", "grain", "--dataset-path", "gs://b/*", "--tokenizer-path", "tokenizer.llama2"],
+     ["tokenizer_path='tokenizer.llama2'", "llama3-8b", "tokenizer_llama3.tiktoken"]),
+    (["--dataset-type", "hf", "--dataset-path", "allenai/c4"], ["dataset_type=hf", "not offered"]),
+    (["--dataset-type", "grain"], ["dataset_type=grain needs a dataset path"]),
 ])
 def test_entrypoint_refuses_before_starting_ray(argv, names, no_ray, capsys):
     assert entrypoint.main(["--base-output-directory", "gs://b", *argv]) == 2

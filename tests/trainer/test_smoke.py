@@ -1,5 +1,5 @@
 """trainer/smoke.py on CPU devices: passes when every device joined and the collectives add up, fails loudly
-(exit 1, `SMOKE FAILED:`) when told to expect another count or when a collective is wrong; the Ray smoke job."""
+(exit 5 = core.exit_codes.SMOKE_FAILED, `SMOKE FAILED:`) when told to expect another count or when a collective is wrong; the Ray smoke job."""
 from __future__ import annotations
 
 import json
@@ -15,6 +15,7 @@ import yaml
 
 from infra.config import build
 from preview.stack_files import load_stack_config
+from core import exit_codes
 from tests.conftest import MINIMAL, REPO
 from trainer.smoke import SmokeFailure, slice_of_devices
 from workloads.ray import spec as ray_inputs
@@ -50,7 +51,7 @@ def test_passes_on_8_cpu_devices_as_2_slices():
 
 def test_fails_loudly_when_told_to_expect_another_device_count():
     result = smoke(["--expect-devices", "16", "--expect-slices", "2"])
-    assert result.returncode == 1
+    assert result.returncode == exit_codes.SMOKE_FAILED == 5
     assert "SMOKE FAILED: jax.device_count()=8 but slices x devices per slice = 16" in result.stderr
     assert "SMOKE PASSED" not in result.stdout
 
@@ -60,7 +61,7 @@ def test_fails_when_a_collective_gives_the_wrong_answer():
     code = ("import sys, jax; jax.lax.psum = lambda x, axis_name: x; "
             "from trainer import smoke; sys.exit(smoke.main(sys.argv[1:]))")
     result = smoke(["--expect-devices", "8", "--expect-slices", "2"], code=code)
-    assert result.returncode == 1
+    assert result.returncode == exit_codes.SMOKE_FAILED
     assert "SMOKE FAILED: all-reduce of ones gave [1]" in result.stderr
 
 
@@ -151,6 +152,32 @@ def test_ray_smoke_expects_two_devices_per_tpu7x_chip():
 
     args = build_parser().parse_args(["--ray", "--model", "llama3-8b", "--generation", "tpu7x",
                                       "--topology", "2x2x2", "--slices", "2"])
-    assert ray_expectation(ray_plan(args)) == {"devices": 2 * 2 * 8, "slices": 2}
+    expected = ray_expectation(ray_plan(args))
+    assert (expected["devices"], expected["slices"]) == (2 * 2 * 8, 2)
     v6e = build_parser().parse_args(["--ray", "--generation", "v6e", "--topology", "4x4", "--slices", "2"])
-    assert ray_expectation(ray_plan(v6e)) == {"devices": 32, "slices": 2}
+    expected = ray_expectation(ray_plan(v6e))
+    assert (expected["devices"], expected["slices"]) == (32, 2)
+
+
+def test_elastic_ray_smoke_checks_the_slices_the_group_got():
+    """An elastic 1..2 run that got one slice passes its smoke test on that slice: the workers expect the
+    devices of the whole slices in their group (world size / hosts per slice), not the configured maximum; the
+    scaling config asks for MIN..MAX slices' workers, as the training job's does."""
+    from trainer.entrypoint import scaling_kwargs
+    from trainer.smoke import build_parser, expectation_for_world, ray_expectation, ray_plan
+
+    args = build_parser().parse_args(["--ray", "--model", "llama3-8b", "--topology", "4x4", "--elastic", "1,2"])
+    full = ray_plan(args)
+    assert scaling_kwargs(full)["num_workers"] == (4, 8)
+    config = ray_expectation(full)
+    assert expectation_for_world(config, 4) == {"devices": 16, "slices": 1}
+    assert expectation_for_world(config, 8) == {"devices": 32, "slices": 2}
+    with pytest.raises(SmokeFailure):
+        expectation_for_world(config, 6)
+
+
+def test_ray_smoke_refuses_bad_elastic_bounds_with_exit_2(capsys):
+    from trainer.smoke import main
+
+    assert main(["--ray", "--elastic", "2,1"]) == exit_codes.CONFIG_ERROR
+    assert capsys.readouterr().err.strip().count("\n") == 0

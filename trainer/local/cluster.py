@@ -198,6 +198,18 @@ class LocalTpuCluster:
             if node.slice_index == index:
                 node.kill(signal.SIGKILL)
 
+    def preempt_slice(self, index: int) -> None:
+        """The preemption notice GKE gives a Spot slice: SIGTERM to the main process of every host's pod, which
+        for a KubeRay TPU pod is `ray start --block` (its handler drains the node, ray/_private/node.py). The
+        rest of the session is left alone: on GKE the kubelet signals the container's main process only, and
+        SIGKILLs what is left when the grace period ends (kill_slice)."""
+        for node in self.nodes:
+            if node.slice_index == index and node.alive:
+                try:
+                    os.kill(node.process.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
     def stop(self, timeout_s: float = 15.0) -> None:
         """Kill every process this object started. SIGKILL at once: nothing here needs a graceful exit
         (checkpoints are committed by Orbax before they count), and a worker busy in XLA ignores SIGTERM."""

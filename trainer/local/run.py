@@ -15,6 +15,11 @@ Steps are numbered as MaxText logs them (0 .. steps-1); a failure at STEP happen
                         fixed-size runs get the slice back at once (as a replacement node pool would be).
   --recovery cold       at --fail-at, kill the driver and the whole cluster, start both again; MaxText resumes
                         from its last checkpoint (a job resubmitted after losing its cluster).
+  --preempt-slice-at STEP  the preemption notice, as GKE gives it to a Spot slice: SIGTERM to every host's
+                        `ray start` (a pod's main process), SIGKILL of what is left after --grace-period seconds;
+                        the trainer saves at the step all hosts agree on. A fixed-size run gets the slice back.
+  --start-slices N --add-slice-at STEP  elastic growth: start with N slices, add the rest at STEP; the group
+                        saves before it re-forms bigger.
 Everything it starts (Ray nodes, the driver) is killed on exit, Ctrl-C included; nothing else is touched.
 """
 from __future__ import annotations
@@ -32,12 +37,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core.cli_errors import OneLineParser
 from trainer import cli, maxtext_runtime, progress
 from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
 from trainer.local.cluster import LocalTpuCluster, session_members
 from core.planner import Plan
-from core.cli_errors import OneLineParser
 
 LOCAL_DEFAULTS = {"model": "tiny", "generation": "v6e", "topology": "2x4", "slices": 2, "steps": 30,
                   "checkpoint_period": 5}
@@ -46,18 +51,24 @@ _PLAN_FLAGS = ("model", "generation", "topology", "slices", "elastic", "ici_fsdp
                "dcn_fsdp", "per_device_batch_size", "max_target_length", "remat_policy", "remat_offload",
                "weight_dtype", "attention")
 POLL_S = 0.25
+# GKE's graceful node shutdown on a Spot notice: regular pods get the first 15 s of the node's 30 s.
+GKE_POD_GRACE_S = 15.0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m trainer.local", description=__doc__.split("\n\n")[0],
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-# GKE's graceful node shutdown on a Spot notice: regular pods get the first 15 s of the node's 30 s.
-GKE_POD_GRACE_S = 15.0
     cli.add_plan_arguments(parser, LOCAL_DEFAULTS)
     cli.add_run_arguments(parser, {**LOCAL_DEFAULTS, "run_name": "local"})
     g = parser.add_argument_group("local run")
     g.add_argument("--fail-at", type=int, metavar="STEP", help="kill one host's training worker at this step")
     g.add_argument("--kill-slice-at", type=int, metavar="STEP", help="kill a whole slice at this step")
+    g.add_argument("--preempt-slice-at", type=int, metavar="STEP",
+                   help="deliver a Spot preemption notice to every host of one slice at this step")
+    g.add_argument("--grace-period", type=float, default=GKE_POD_GRACE_S,
+                   help="seconds between the notice (SIGTERM) and SIGKILL, and Ray's drain deadline")
+    g.add_argument("--start-slices", type=int, metavar="N", help="elastic: start with N slices")
+    g.add_argument("--add-slice-at", type=int, metavar="STEP", help="elastic: add the missing slices at this step")
     g.add_argument("--recovery", choices=("retry", "cold"), default="retry",
                    help="how --fail-at recovers: Ray Train in-place retry, or a new cluster and driver")
     g.add_argument("--max-failures", type=int, default=3)
@@ -79,6 +90,11 @@ def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progre
         value = getattr(args, dest)
         if value is not None:
             argv += [f"--{dest.replace('_', '-')}", str(value)]
+    # Run flags the entrypoint reads besides the ones above (the data, and the tokenizer).
+    for flag, value in (("--dataset-type", args.dataset_type), ("--dataset-path", args.dataset_path),
+                        ("--tokenizer-path", args.tokenizer_path)):
+        if value:
+            argv += [flag, value]
     for item in args.extra:
         argv += ["--set", item]
     return argv
@@ -128,6 +144,9 @@ class LocalRun:
     driver: subprocess.Popen | None = None
     injected: bool = False
     printed: set = field(default_factory=set)
+    # A preempted slice: when its grace period ends (time.time()), and which slice.
+    preempt_deadline: float | None = None
+    preempted_slice: int | None = None
 
     @property
     def progress_dir(self) -> Path:
@@ -143,9 +162,6 @@ class LocalRun:
         t0 = time.time()
         self.cluster.start()
         print(f"local: Ray cluster up in {time.time() - t0:.0f}s: head + {slices} x "
-    # A preempted slice: when its grace period ends (time.time()), and which slice.
-    preempt_deadline: float | None = None
-    preempted_slice: int | None = None
               f"{self.plan.shape.pod_type} ({self.plan.shape.hosts} hosts x {self.plan.shape.chips_per_host} "
               f"chips each)", flush=True)
 
@@ -196,7 +212,17 @@ class LocalRun:
                     print(f"local: {_describe_event(rec)}", flush=True)
         return last
 
+    def maybe_end_grace(self) -> None:
+        """The kubelet's SIGKILL at the end of the grace period, then (fixed-size runs) the replacement slice."""
+        if self.preempt_deadline is None or time.time() < self.preempt_deadline:
+            return
+        self.preempt_deadline = None
+        self.cluster.kill_slice(self.preempted_slice)
+        if not self.plan.elastic:
+            self.cluster.add_slice(self.preempted_slice)
+
     def maybe_inject(self, last: dict | None) -> None:
+        self.maybe_end_grace()
         if self.injected or last is None:
             return
         args = self.args
@@ -217,17 +243,7 @@ class LocalRun:
             self._record_failure("slice-lost", last["step"])
             victim = self.plan.slices - 1
             self.cluster.kill_slice(victim)
-    def maybe_end_grace(self) -> None:
-        """The kubelet's SIGKILL at the end of the grace period, then (fixed-size runs) the replacement slice."""
-        if self.preempt_deadline is None or time.time() < self.preempt_deadline:
-            return
-        self.preempt_deadline = None
-        self.cluster.kill_slice(self.preempted_slice)
-        if not self.plan.elastic:
-            self.cluster.add_slice(self.preempted_slice)
-
             if not self.plan.elastic:
-        self.maybe_end_grace()
                 self.cluster.add_slice(victim)        # the replacement slice arrives
         elif args.recovery == "cold":
             self._record_failure("cold-restart", last["step"])
@@ -272,6 +288,10 @@ def _describe_event(rec: dict) -> str:
         return f"attempt {rec['attempt']}: {rec['workers']} workers ({rec['slices']} slices), maxtext {rec['maxtext_version']}"
     if rec["event"] == "model":
         return f"model check: MaxText built {rec['params']:,} parameters (preset: {rec['expected']:,})"
+    if rec["event"] == "notice":
+        return f"notice at step {rec['step']}: {rec['reason']}"
+    if rec["event"] == "saved-at-notice":
+        return f"checkpoint saved at step {rec['step']} on the notice; the group waits to be replaced"
     return f"injected failure: {rec['kind']} after step {rec['at_step']}"
 
 
@@ -283,10 +303,6 @@ def outcome(args: argparse.Namespace, plan_: Plan, records: list[dict], wall_s: 
         "target_steps": args.steps,
         "steps_completed": summary.steps_completed,
         "reached_target": summary.reached_target,
-    if rec["event"] == "notice":
-        return f"notice at step {rec['step']}: {rec['reason']}"
-    if rec["event"] == "saved-at-notice":
-        return f"checkpoint saved at step {rec['step']} on the notice; the group waits to be replaced"
         "final_loss": summary.final_loss,
         "maxtext_version": summary.maxtext_version or maxtext_runtime.installed_version(),
         "model": plan_.model.name,
@@ -300,6 +316,9 @@ def outcome(args: argparse.Namespace, plan_: Plan, records: list[dict], wall_s: 
         "productive_s": round(summary.productive_s, 2),
         "goodput": round(summary.productive_s / wall_s, 4) if wall_s > 0 else 0.0,
         "driver_exit_code": rc,
+        # Every logged step of every attempt, so a resumed run's losses can be compared with another run's.
+        "step_losses": [{"step": r["step"], "loss": r["loss"], "attempt": r["attempt"]}
+                        for r in records if r.get("event") == "step"],
     }
 
 
@@ -311,9 +330,6 @@ def print_table(result: dict) -> None:
             ("wall", f"{result['wall_s']:.1f}s"),
             ("goodput", f"{result['goodput']:.1%}")]
     for f in result["failures"]:
-        # Every logged step of every attempt, so a resumed run's losses can be compared with another run's.
-        "step_losses": [{"step": r["step"], "loss": r["loss"], "attempt": r["attempt"]}
-                        for r in records if r.get("event") == "step"],
         rec = "never resumed" if f["recovery_s"] is None else (
             f"recovered in {f['recovery_s']:.1f}s, {f['steps_redone']} steps redone, on {f['workers_after']} workers")
         saved = f" (saved at step {f['saved_at_notice']} on the notice)" if f.get("saved_at_notice") is not None else ""

@@ -1,0 +1,118 @@
+"""Real data (core/data.py): each model's own tokenizer, the dataset types offered, and how they resume.
+
+Sources (MaxText 0.2.5 as installed; re-read here from the package where a test can):
+- maxtext/assets/tokenizers/: tokenizer_llama3.tiktoken, qwen3-tokenizer/ (the tokenizers the wheel ships).
+- maxtext/configs/models/qwen3-0.6b.yml: `tokenizer_type: "huggingface"`.
+- maxtext/configs/base.yml: "hf pipeline only supports huggingface type"; `grain_use_elastic_iterator`:
+  "For elastic training, set to this true and packing=false".
+- maxtext/common/checkpointing.py `save_checkpoint`: the data iterator is saved (checkpointables["iter"]) only
+  for dataset_type == "grain".
+"""
+from __future__ import annotations
+
+import importlib.resources
+import inspect
+
+import pytest
+
+from core import data
+from core.errors import PlanError
+from core.maxtext_args import RunSettings, maxtext_overrides
+from core.planner import PlanRequest, plan
+from core.presets import PRESETS
+
+maxtext = pytest.importorskip("maxtext")
+ASSETS = importlib.resources.files("maxtext") / "assets" / "tokenizers"
+
+
+def _keys(argv):
+    return dict(item.split("=", 1) for item in argv)
+
+
+def test_every_preset_has_a_tokenizer_that_maxtext_ships():
+    assert set(data.TOKENIZERS) == set(PRESETS)
+    for model, tok in data.TOKENIZERS.items():
+        assert (ASSETS / tok.asset).exists(), f"{model}: {tok.asset} not in maxtext's assets"
+
+
+def test_llama3_tokenizer_fills_the_llama3_vocabulary_exactly():
+    """Llama 3's vocab_size (128,256) is the tiktoken BPE's 128,000 ranks + 256 special tokens; the Llama-2
+    sentencepiece model MaxText used to default to has 32,000."""
+    from maxtext.input_pipeline.tokenizer import build_tokenizer
+
+    tok = build_tokenizer(str(ASSETS / data.LLAMA3.asset), data.LLAMA3.type, True, True, None)
+    assert tok.model.n_vocab == PRESETS["llama3-8b"].vocab_size == PRESETS["llama3-70b"].vocab_size == 128256
+    ids = tok.encode("Spot capacity trains too.")
+    assert ids and max(ids) < 128256
+
+
+def test_qwen3_tokenizer_fits_the_qwen3_vocabulary():
+    from maxtext.input_pipeline.tokenizer import build_tokenizer
+
+    path = importlib.resources.files("maxtext") / "configs" / "models" / "qwen3-0.6b.yml"
+    assert 'tokenizer_type: "huggingface"' in path.read_text()
+    tok = build_tokenizer(str(ASSETS / data.QWEN3.asset), data.QWEN3.type, False, False, None)
+    ids = tok.encode("Spot capacity trains too.")
+    assert ids and max(ids) < PRESETS["qwen3-0.6b"].vocab_size
+
+
+@pytest.mark.parametrize("model, tokenizer, expected", [
+    ("llama3-8b", "tokenizer.llama2", "tokenizer_llama3.tiktoken"),
+    ("llama3-70b", "gs://b/tok/qwen3-tokenizer", "tokenizer_llama3.tiktoken"),
+    ("qwen3-0.6b", "tokenizer_llama3.tiktoken", "qwen3-tokenizer"),
+])
+def test_another_models_tokenizer_is_refused_in_one_line(model, tokenizer, expected):
+    with pytest.raises(PlanError) as err:
+        data.check_dataset(model, "grain", "gs://b/*.arrayrecord", tokenizer, {})
+    message = str(err.value)
+    assert "\n" not in message and f"tokenizer_path={tokenizer!r}" in message and expected in message
+
+
+def test_the_models_own_tokenizer_reaches_maxtext():
+    p = plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2))
+    keys = _keys(maxtext_overrides(p, RunSettings("r", "gs://b", 100, 10, dataset_type="grain",
+                                                  dataset_path="gs://b/c4/*.arrayrecord")))
+    assert (keys["tokenizer_path"], keys["tokenizer_type"]) == ("tokenizer_llama3.tiktoken", "tiktoken")
+    copy = _keys(maxtext_overrides(p, RunSettings("r", "gs://b", 100, 10, dataset_type="grain",
+                                                  dataset_path="gs://b/c4/*", tokenizer_path="gs://b/t/tokenizer_llama3.tiktoken")))
+    assert copy["tokenizer_path"] == "gs://b/t/tokenizer_llama3.tiktoken"
+    synthetic = _keys(maxtext_overrides(p, RunSettings("r", "gs://b", 100, 10)))
+    assert "tokenizer_path" not in synthetic
+
+
+@pytest.mark.parametrize("dataset_type, path, pattern", [
+    ("grain", "", "dataset_type=grain needs a dataset path"),
+    ("tfds", "c4/en:3.1.0", "dataset_type=tfds is not offered: needs TensorFlow"),
+    ("hf", "allenai/c4", "dataset_type=hf is not offered: restarts from its first record"),
+    ("synthetic", "gs://b/x", "dataset_type=synthetic, which reads no files"),
+    ("webdataset", "x", "unknown"),
+])
+def test_dataset_types_that_cannot_train_or_resume_are_refused(dataset_type, path, pattern):
+    with pytest.raises(PlanError, match=pattern):
+        data.check_dataset("llama3-8b", dataset_type, path, "", {})
+
+
+def test_only_grains_position_is_saved_with_the_model():
+    """Why tfds and hf are gone: MaxText checkpoints the data iterator for grain only."""
+    from maxtext.common import checkpointing
+
+    source = inspect.getsource(checkpointing.save_checkpoint)
+    assert 'checkpointables["iter"]' in source and '"dataset_type", None) == "grain"' in source
+    assert data.DATASET_TYPES == ("synthetic", "grain")
+
+
+def test_elastic_grain_uses_the_elastic_iterator_without_packing():
+    base = (importlib.resources.files("maxtext") / "configs" / "base.yml").read_text()
+    assert "grain_use_elastic_iterator: false # For elastic training, set to this true and packing=false" in base
+    elastic = plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2, min_slices=1))
+    run = RunSettings("r", "gs://b", 100, 10, dataset_type="grain", dataset_path="gs://b/*.arrayrecord")
+    keys = _keys(maxtext_overrides(elastic, run))
+    assert (keys["grain_use_elastic_iterator"], keys["packing"]) == ("true", "false")
+    fixed = _keys(maxtext_overrides(plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2)), run))
+    assert "grain_use_elastic_iterator" not in fixed
+
+
+def test_the_cpu_test_model_reads_pretokenized_data_only():
+    with pytest.raises(PlanError, match="tokenize_train_data=false"):
+        data.check_dataset("tiny", "grain", "/d/*.arrayrecord", "", {})
+    data.check_dataset("tiny", "grain", "/d/*.arrayrecord", "", {"tokenize_train_data": "false"})

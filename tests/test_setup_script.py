@@ -1,0 +1,54 @@
+"""scripts/setup.sh says what it is doing while it runs for minutes: a numbered line per step, a heartbeat while a
+step runs, each step's time, and on failure the step that failed with its exit status. Run against stand-ins for
+pip and the MaxText installer (the real setup is what CI's `.ci/run` does)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+STUB_PYTHON = """#!/usr/bin/env bash
+case "$*" in
+  *"-m pip"*) sleep 3; exit "${STUB_PIP_EXIT:-0}" ;;
+  *--version*) echo "Python 3.11.7" ;;
+esac
+"""
+
+
+def _sandbox(tmp_path: Path) -> Path:
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    (tmp_path / "scripts" / "install_maxtext.sh").write_text("sleep 1\n")
+    (tmp_path / "requirements.txt").write_text("pulumi==3.272.0\n")
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(STUB_PYTHON)
+    python.chmod(0o755)
+    return python
+
+
+def _run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    python = _sandbox(tmp_path)
+    environment = {"PATH": "/usr/bin:/bin", "PYTHON": str(python), "SETUP_HEARTBEAT_S": "1", **env}
+    return subprocess.run(["bash", str(tmp_path / "scripts" / "setup.sh")], capture_output=True, text=True,
+                          env=environment, timeout=60)
+
+
+def test_every_step_is_announced_timed_and_long_ones_keep_talking(tmp_path):
+    proc = _run(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for number in range(1, 5):
+        assert any(line.startswith(f"setup [{number}/4] ") for line in lines), proc.stdout
+        assert any(line.startswith(f"setup [{number}/4]   done in ") for line in lines), proc.stdout
+    assert any(line.startswith("setup [2/4]   still running (") for line in lines), proc.stdout
+    assert lines[-1].startswith("setup done in ")
+
+
+def test_a_failed_step_is_named_with_its_exit_status(tmp_path):
+    proc = _run(tmp_path, STUB_PIP_EXIT="3")
+    assert proc.returncode == 3
+    assert "setup [2/4] failed (exit 3)" in proc.stderr
+    assert "setup [3/4]" not in proc.stdout

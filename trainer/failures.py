@@ -1,0 +1,104 @@
+"""What a retry can fix: the trainer's errors, their exit codes (core/exit_codes.py) and Ray Train's fail-fast.
+
+Errors a retry cannot fix are raised as `NotRetryable` subclasses, named by the phase that found them: the settings
+(ConfigurationError), the installed software (EnvironmentImportError) or the data (DataError). Anything else is a
+runtime failure. `exit_code_of` maps any exception — also one wrapped by Ray Train on its way from a worker to the
+driver — to the code the process exits with.
+
+Under Ray Train every worker error is retried (a WorkerGroupError is always retryable in Ray 2.60,
+ray/train/v2/_internal/execution/failure_handling/default.py `_is_retryable_error`), so a bad dataset path would
+be paid for `max_failures` more times, each a full worker-group restart. `FailFast`, a Ray Train user callback,
+sees the workers' exceptions first (`UserCallback.after_exception`, called from the controller's worker poll) and
+raises on a not-retryable one; an exception raised in the control loop becomes a ControllerError, which the default
+failure policy never retries (`RETRYABLE_CONTROLLER_ERRORS` holds only worker-group start-up errors), so the run
+ends at once with the worker's reason.
+"""
+from __future__ import annotations
+
+from core import exit_codes
+from core.errors import PlanError
+
+
+class NotRetryable(RuntimeError):
+    """A deterministic error: the same settings, software and data fail the same way on every attempt."""
+
+    exit_code = exit_codes.RUNTIME_FAILURE   # overridden by each subclass
+
+    def __reduce__(self):
+        # Ray pickles worker exceptions to the controller and driver: keep the message and the class.
+        return (type(self), (str(self),))
+
+
+class ConfigurationError(NotRetryable):
+    exit_code = exit_codes.CONFIG_ERROR
+
+
+class EnvironmentImportError(NotRetryable):
+    exit_code = exit_codes.IMPORT_ERROR
+
+
+class DataError(NotRetryable):
+    exit_code = exit_codes.DATA_ERROR
+
+
+class StoppedForNotice(Exception):
+    """Not an error: the run saved a checkpoint at a preemption or resize notice and stopped stepping."""
+
+
+def _causes(exc: BaseException):
+    """The exception, what Ray wrapped inside it, and its cause/context chain (each visited once)."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        stack += [current.__cause__, current.__context__]
+        # ray.train.v2.api.exceptions: ControllerError.controller_failure, WorkerGroupError.worker_failures;
+        # ray.exceptions.RayTaskError keeps the original as .cause.
+        stack.append(getattr(current, "controller_failure", None))
+        failures = getattr(current, "worker_failures", None)
+        if isinstance(failures, dict):
+            stack += list(failures.values())
+        cause = getattr(current, "cause", None)
+        if isinstance(cause, BaseException):
+            stack.append(cause)
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code for `exc`: the most specific not-retryable reason found anywhere in it, else a runtime
+    failure. Import errors count as the environment's fault (a module missing from the image or the lock), as do
+    trainer.maxtext_runtime's MaxText version and model checks (EnvironmentImportError subclasses)."""
+    codes = []
+    for item in _causes(exc):
+        code = getattr(item, "exit_code", None)
+        if isinstance(item, NotRetryable) and code in exit_codes.NOT_RETRYABLE:
+            codes.append(code)
+        elif isinstance(item, ImportError):
+            codes.append(exit_codes.IMPORT_ERROR)
+        elif isinstance(item, PlanError):
+            codes.append(exit_codes.CONFIG_ERROR)
+    return min(codes) if codes else exit_codes.RUNTIME_FAILURE
+
+
+def fail_fast_callback():
+    """A Ray Train UserCallback that ends the run on the first not-retryable worker error (module docstring)."""
+    from ray.train import UserCallback
+
+    class FailFast(UserCallback):
+        def after_exception(self, run_context, worker_exceptions):
+            for rank, error in sorted(worker_exceptions.items()):
+                code = exit_code_of(error)
+                if code in exit_codes.NOT_RETRYABLE:
+                    raise _fatal(code, f"worker {rank}: {type(error).__name__}: {error}")
+
+    return FailFast()
+
+
+def _fatal(code: int, message: str) -> NotRetryable:
+    for cls in (ConfigurationError, EnvironmentImportError, DataError):
+        if cls.exit_code == code:
+            return cls(message)
+    raise ValueError(f"exit code {code} is not a not-retryable one")

@@ -1,0 +1,55 @@
+"""MaxText pre-training in a JobSet pod (plain JAX processes, no Ray), exiting with the trainer's exit codes.
+
+    python -m trainer.jobset_run <maxtext base.yml> key=value ...     (MaxText's own pre_train argv)
+
+MaxText's `train.main` on its own exits 0 when it stops at a preemption notice (train_loop catches StopTraining and
+returns): the pod would count as a completed index and the JobSet would finish "successfully" mid-run. And every
+error exits 1, so a failure policy cannot tell a bad setting from a lost host. Here the same run ends with
+core/exit_codes.py: PREEMPTED after saving at the notice (JAX's preemption sync point on the kubelet's SIGTERM,
+MaxText's enable_autocheckpoint; trainer/notice.py), CONFIG_ERROR / IMPORT_ERROR / DATA_ERROR for what a restart
+cannot fix (trainer/failures.py), RUNTIME_FAILURE for the rest.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+
+from core import exit_codes
+from trainer import failures, maxtext_runtime, notice
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 1:
+        print("trainer.jobset_run: usage: python -m trainer.jobset_run <base.yml> key=value ...", file=sys.stderr)
+        return exit_codes.CONFIG_ERROR
+    overrides = argv[1:]
+    try:
+        maxtext_runtime.require_version()
+        notice.require_autocheckpoint(overrides)
+    except maxtext_runtime.MaxTextVersionError as err:
+        print(f"trainer.jobset_run: {err}", file=sys.stderr)
+        return exit_codes.IMPORT_ERROR
+    except ValueError as err:
+        print(f"trainer.jobset_run: {err}", file=sys.stderr)
+        return exit_codes.CONFIG_ERROR
+    # JAX's notice only: no Ray here. `at` asks the poll once per step; nothing to ask.
+    watch = notice.NoticeWatch(lambda step: None,
+                               lambda step, reason: print(f"trainer: notice at step {step}: {reason}", flush=True))
+    try:
+        notice.install(watch)
+        maxtext_runtime.run_pre_train(["maxtext.trainers.pre_train.train", *argv])
+    except Exception as err:  # noqa: BLE001 - every failure leaves with a code the failure policy understands
+        code = failures.exit_code_of(err)
+        traceback.print_exc()
+        print(f"trainer.jobset_run: {exit_codes.describe(code)}: {type(err).__name__}: {err}", file=sys.stderr,
+              flush=True)
+        return code
+    if watch.stopped:
+        print(f"trainer.jobset_run: saved at step {watch.notice_step} on notice; exiting "
+              f"{exit_codes.PREEMPTED} so the pod is restarted, not counted as done", flush=True)
+        return exit_codes.PREEMPTED
+    return exit_codes.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
