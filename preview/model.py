@@ -1,6 +1,6 @@
 """What the offline plan knows about a stack, computed from one run of the program under mocks.
 
-No printing here (infra/plan.py renders); no Pulumi engine either: only the registrations, outputs and
+No printing here (preview/cli.py renders); no Pulumi engine either: only the registrations, outputs and
 the validated config.
 """
 from __future__ import annotations
