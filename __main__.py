@@ -34,7 +34,9 @@ for warning in preflight.warnings:
 services = ProjectServices("apis", config.gcp.project, required_apis(config.worker_image is not None))
 network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)
 node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready)
-bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready)
+# Prod data survives destroy: deletionProtection (on by default) also protects the bucket; a kept bucket is adopted.
+bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready,
+                          adopt=preflight.adopt_bucket, protect=config.cluster.deletion_protection)
 cluster = GkeCluster("gke", config, network, node_account.email, depends_on=services.ready)
 pools = None if config.cluster.autopilot else TpuSlicePools(
     "tpu-slices", config, cluster, network, node_account.email)

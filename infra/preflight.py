@@ -86,6 +86,7 @@ def _exists(project: str, what: str, call: Callable[[], object]) -> bool:
 @dataclass(frozen=True)
 class Preflight:
     project_number: str
+    adopt_bucket: bool = False     # a kept checkpoint bucket of this name exists: import it instead of creating it
     warnings: tuple[str, ...] = ()
 
 
@@ -108,4 +109,10 @@ def run(config: StackConfig, location: str) -> Preflight:
             raise ConfigError(problems)
         warnings = tuple(f"{problem} (cluster {config.cluster.name} already exists and keeps running; this would be "
                          "refused for a new cluster)" for problem in problems)
-    return Preflight(project_number=str(project_number), warnings=warnings)
+    adopt = False
+    if config.storage.keep_on_destroy:
+        # A bucket kept by an earlier `pulumi destroy` is still there under the same name; the provider does not
+        # adopt existing buckets, so creating it again fails with 409 (pulumi/pulumi#3388: no "adopt if exists").
+        adopt = _exists(project, f"bucket {config.storage.bucket_name!r}",
+                        lambda: gcp.storage.get_bucket(name=config.storage.bucket_name))
+    return Preflight(project_number=str(project_number), adopt_bucket=adopt, warnings=warnings)

@@ -8,6 +8,23 @@ from infra.component import child_options, component_type
 from infra.config import GcpSettings, StorageSettings
 
 _DAY_SECONDS = 24 * 3600
+# What the bucket keeps only for a while (object name prefix → days since the object was written). Never the
+# checkpoints (maxtext/<run>/checkpoints: MaxText keeps the newest checkpointsToKeep itself) nor TensorBoard logs:
+# - maxtext/jax_cache/: JAX's persistent compile cache (core/maxtext_args.py); a deleted entry is compiled again.
+# - ray-results/: Ray Train's run state (trainer/entrypoint.py --storage-path); runs resume from MaxText's own
+#   checkpoints, never from it.
+# - pathways/: the Pathways servers' scratch (gcs_scratch_location, workloads/pathways/spec.py).
+EXPIRING_PREFIXES: dict[str, int] = {"maxtext/jax_cache/": 30, "ray-results/": 30, "pathways/": 7}
+
+
+def lifecycle_rules() -> list[gcp.storage.BucketLifecycleRuleArgs]:
+    """One Delete rule per expiring prefix (Cloud Storage Object Lifecycle Management: `age` counts days since an
+    object's creation, `matchesPrefix` limits the rule to names starting with the prefix;
+    https://cloud.google.com/storage/docs/lifecycle). Deleted objects stay recoverable for softDeleteDays."""
+    return [gcp.storage.BucketLifecycleRuleArgs(
+                action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
+                condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=days, matches_prefixes=[prefix]))
+            for prefix, days in EXPIRING_PREFIXES.items()]
 
 
 class CheckpointBucket(pulumi.ComponentResource):
@@ -15,12 +32,18 @@ class CheckpointBucket(pulumi.ComponentResource):
 
     Hierarchical namespace gives atomic directory renames, which Orbax relies on when it writes through
     GCS FUSE (docs/platform-notes.md §6). With keep_on_destroy the bucket is retained by `pulumi destroy` (the stack
-    forgets it; the data stays) and never force-destroyed.
+    forgets it; the data stays), never force-destroyed, and adopted again by the next `pulumi up`.
     """
 
     def __init__(self, name: str, gcp_settings: GcpSettings, settings: StorageSettings,
-                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None):
+                 depends_on: list[pulumi.Resource], adopt: bool = False, protect: bool = False,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "CheckpointBucket"), name, None, opts)
+        # adopt: a bucket kept by an earlier `pulumi destroy` exists under this name (infra/preflight.py looked it
+        # up), so it is imported instead of created (creating it would fail with 409). Pulumi ignores `import_` once
+        # the bucket is in the stack's state; an import succeeds only if the inputs below match the existing bucket
+        # (change bucket keys only while the stack holds it). protect: `pulumi destroy` and replacements refuse to
+        # touch the bucket until deletionProtection is turned off.
         self.bucket = gcp.storage.Bucket(
             "checkpoints",
             name=settings.bucket_name,
@@ -32,8 +55,10 @@ class CheckpointBucket(pulumi.ComponentResource):
             soft_delete_policy=gcp.storage.BucketSoftDeletePolicyArgs(
                 retention_duration_seconds=settings.soft_delete_days * _DAY_SECONDS),
             force_destroy=not settings.keep_on_destroy,
+            lifecycle_rules=lifecycle_rules(),
             labels={"app": "tpu-multislice"},
-            opts=child_options(self, depends_on=depends_on, retain_on_delete=settings.keep_on_destroy),
+            opts=child_options(self, depends_on=depends_on, retain_on_delete=settings.keep_on_destroy,
+                               import_=settings.bucket_name if adopt else None, protect=protect),
         )
         self.name = self.bucket.name
         self.url = self.bucket.url

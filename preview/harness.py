@@ -116,6 +116,7 @@ class Registration:
     deleted_with: str
     ignore_changes: list[str]
     delete_before_replace: bool = False
+    import_id: str = ""
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -156,6 +157,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 deleted_with=request.deletedWith,
                 ignore_changes=list(request.ignoreChanges),
                 delete_before_replace=bool(request.deleteBeforeReplace),
+                import_id=request.importId,
             ))
         return response
 

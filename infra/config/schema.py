@@ -92,7 +92,9 @@ KEYS: tuple[Key, ...] = (
         "of every enabled feature (checked before anything is created).", DERIVED),
     Key("releaseChannel", "string", "GKE release channel.", "REGULAR",
         ("RAPID", "REGULAR", "STABLE", "EXTENDED", "UNSPECIFIED")),
-    Key("deletionProtection", "boolean", "Refuse to delete the GKE cluster (set false for throw-away stacks).", True),
+    Key("deletionProtection", "boolean", "Refuse to delete the GKE cluster, and protect the checkpoint bucket (Pulumi "
+        "protect: destroy and replacements refuse to touch it); set false before destroying, or for throw-away "
+        "stacks.", True),
     Key("systemPoolMachineType", "string", "Machine type of the CPU node pool for system pods and the Ray or "
         "Pathways head. Unset: e2-standard-16, or n2-standard-64 with workloadBackend=pathways (the Pathways head "
         "needs more than e2-standard-16 holds; n2-standard-64 is the Pathways on GKE guide's CPU machine type).",
@@ -143,7 +145,9 @@ KEYS: tuple[Key, ...] = (
         "multi-region (US, EU, ASIA), never a zone; default the region.", DERIVED,
         check=check.bucket_location),
     Key("keepCheckpointsOnDestroy", "boolean", "Keep the checkpoint bucket when the stack is destroyed "
-        "(false lets destroy delete it with its objects).", True),
+        "(false lets destroy delete it with its objects). A kept bucket is adopted (imported) by the next pulumi up "
+        "of a stack with the same bucketName; the import needs the bucket keys (bucketLocation, softDeleteDays) "
+        "unchanged.", True),
     Key("softDeleteDays", "integer", "Days deleted checkpoint objects stay recoverable (0 or 7-90).", 7,
         check=check.soft_delete_days),
     # --- Kubernetes ---
