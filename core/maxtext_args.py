@@ -36,6 +36,9 @@ GOODPUT_OVERRIDES = {
 }
 
 
+DEFAULT_CHECKPOINTS_TO_KEEP = 3
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """Per-run settings that are not the planner's business."""
@@ -44,6 +47,9 @@ class RunSettings:
     base_output_directory: str       # gs://bucket/path on GKE, a local directory in local mode
     steps: int                       # total steps; a resumed run continues up to this number
     checkpoint_period: int           # MaxText's default (10000) means "only step 0" for short runs
+    # MaxText keeps every checkpoint unless told (base.yml max_num_checkpoints_to_keep: None); one llama3-8b
+    # checkpoint with its optimizer state is ~100 GB, so runs keep the last few (the newest is what resumes).
+    checkpoints_to_keep: int = DEFAULT_CHECKPOINTS_TO_KEEP
     dataset_type: str = "synthetic"
     dataset_path: str = ""           # grain_train_files (a file pattern) for dataset_type=grain
     tokenizer_path: str = ""
@@ -66,6 +72,9 @@ class RunSettings:
             raise PlanError("base_output_directory is required (checkpoints and compile cache live there)")
         if self.steps < 1:
             raise PlanError(f"steps={self.steps} must be >= 1")
+        if self.checkpoints_to_keep < 1:
+            raise PlanError(f"checkpoints_to_keep={self.checkpoints_to_keep} must be >= 1 (the newest checkpoint "
+                            "is what a restarted run resumes from)")
         if not 1 <= self.checkpoint_period <= self.steps:
             raise PlanError(f"checkpoint_period={self.checkpoint_period} must be within 1..steps={self.steps}"
                             " (otherwise no checkpoint after step 0)")
@@ -153,6 +162,8 @@ def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
         # SIGTERM; under Ray Train the trainer adds Ray's notice, trainer/notice.py), instead of only stopping.
         "enable_autocheckpoint": "true",
         "checkpoint_period": str(run.checkpoint_period),
+        # Orbax deletes older checkpoints past this many (MaxText checkpointing.create_orbax_checkpoint_manager).
+        "max_num_checkpoints_to_keep": str(run.checkpoints_to_keep),
         "jax_cache_dir": _jax_cache_dir(run),
         "dataset_type": run.dataset_type,
     })

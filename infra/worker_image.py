@@ -25,6 +25,25 @@ CONTEXT = "."
 DOCKERFILE = "worker_env/Dockerfile"
 IMAGE_NAME = "worker"
 READER_ROLE = "roles/artifactregistry.reader"
+# Every change to the image's inputs pushes a new multi-GB image: keep the newest few (what runs, and what a
+# rollback would run) and delete the rest after a month. A version matching both a delete and a keep policy is
+# kept (Artifact Registry "Cleanup policies", https://cloud.google.com/artifact-registry/docs/repositories/
+# cleanup-policy-overview).
+KEEP_NEWEST_IMAGES = 5
+DELETE_IMAGES_OLDER_THAN = f"{30 * 24 * 3600}s"
+
+
+def cleanup_policies() -> list[gcp.artifactregistry.RepositoryCleanupPolicyArgs]:
+    return [
+        gcp.artifactregistry.RepositoryCleanupPolicyArgs(
+            id="delete-older-than-30-days", action="DELETE",
+            condition=gcp.artifactregistry.RepositoryCleanupPolicyConditionArgs(
+                tag_state="ANY", older_than=DELETE_IMAGES_OLDER_THAN)),
+        gcp.artifactregistry.RepositoryCleanupPolicyArgs(
+            id=f"keep-newest-{KEEP_NEWEST_IMAGES}", action="KEEP",
+            most_recent_versions=gcp.artifactregistry.RepositoryCleanupPolicyMostRecentVersionsArgs(
+                keep_count=KEEP_NEWEST_IMAGES)),
+    ]
 
 
 @dataclass(frozen=True)
@@ -59,6 +78,7 @@ class WorkerImage(pulumi.ComponentResource):
             "images", project=spec.project, location=spec.region, repository_id=spec.repository_id,
             format="DOCKER", description="tpu-multislice worker images",
             docker_config=gcp.artifactregistry.RepositoryDockerConfigArgs(immutable_tags=True),
+            cleanup_policies=cleanup_policies(), cleanup_policy_dry_run=False,
             opts=child_options(self, depends_on=depends_on))
         self.node_reader = gcp.artifactregistry.RepositoryIamMember(
             "node-reader", project=spec.project, location=spec.region, repository=self.repository.repository_id,

@@ -317,6 +317,7 @@ def launched_overrides(config: StackConfig) -> dict[str, str]:
 
         run = RunSettings(run_name=flag("--run-name"), base_output_directory=flag("--base-output-directory"),
                           steps=int(flag("--steps")), checkpoint_period=int(flag("--checkpoint-period")),
+                          checkpoints_to_keep=int(flag("--checkpoints-to-keep")),
                           hardware="cpu" if "--local-cpu" in command else "tpu")
         argv = maxtext_overrides(config.workload.plan, run)
     return dict(item.split("=", 1) for item in argv if "=" in item)

@@ -10,7 +10,7 @@ import os
 from typing import Any, Mapping
 
 from core.errors import PlanError
-from core.maxtext_args import DATASET_TYPES, RunSettings, default_checkpoint_period
+from core.maxtext_args import DATASET_TYPES, DEFAULT_CHECKPOINTS_TO_KEEP, RunSettings, default_checkpoint_period
 from core.memory import REMAT_POLICIES
 from core.planner import PlanRequest
 from core.presets import PRESETS
@@ -73,6 +73,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, An
     g.add_argument("--steps", type=_positive_int, default=int(_env("steps", defaults["steps"])))
     g.add_argument("--checkpoint-period", type=_positive_int, default=_env("checkpoint_period", defaults.get("checkpoint_period")),
                    help="steps between checkpoints (default: steps/10, at most 100)")
+    g.add_argument("--checkpoints-to-keep", type=_positive_int,
+                   default=_env("checkpoints_to_keep", DEFAULT_CHECKPOINTS_TO_KEEP),
+                   help="MaxText keeps this many newest checkpoints and deletes older ones")
     # Checked in run_settings (one line naming a removed type's reason), not by argparse's `choices`.
     g.add_argument("--dataset-type", default=_env("dataset_type", "synthetic"),
                    help=f"one of {', '.join(DATASET_TYPES)} (core/data.py: what each resumes, what was removed)")
@@ -120,7 +123,7 @@ def run_settings(args: argparse.Namespace, hardware: str) -> RunSettings:
                          else default_checkpoint_period(args.steps))
     run = RunSettings(
         run_name=args.run_name or "", base_output_directory=args.base_output_directory or "",
-        steps=args.steps, checkpoint_period=checkpoint_period,
+        steps=args.steps, checkpoint_period=checkpoint_period, checkpoints_to_keep=int(args.checkpoints_to_keep),
         dataset_type=args.dataset_type, dataset_path=args.dataset_path, tokenizer_path=args.tokenizer_path,
         jax_cache_dir=args.jax_cache_dir, hardware=hardware, extra=extra,
     )

@@ -59,7 +59,8 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
         kubernetes=KubernetesSettings(namespace=v["namespace"], service_account=v["serviceAccount"]),
         workload=WorkloadSettings(
             backend=v["workloadBackend"], plan=workload_plan, train_steps=v["trainSteps"],
-            checkpoint_period=rules.checkpoint_period(v), maxtext_version=v["maxtextVersion"],
+            checkpoint_period=rules.checkpoint_period(v), checkpoints_to_keep=v["checkpointsToKeep"],
+            maxtext_version=v["maxtextVersion"],
             smoke_test=v["smokeTest"], worker_environment=v["workerEnvironment"],
             shutdown=shutdown),
         backend=_backend_settings(v, shape.chips),

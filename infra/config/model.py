@@ -119,6 +119,7 @@ class WorkloadSettings:
     plan: Plan                 # the planner's verdict: mesh, batch, remat, memory per chip
     train_steps: int
     checkpoint_period: int
+    checkpoints_to_keep: int   # MaxText max_num_checkpoints_to_keep
     maxtext_version: str
     smoke_test: bool           # run the multislice smoke test before training
     worker_environment: str    # "runtime": install the lock at start; "image": run the image built from it

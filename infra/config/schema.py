@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from core.maxtext_args import DEFAULT_CHECKPOINTS_TO_KEEP
 from infra import naming
 from infra.config import key_checks as check
 from infra.config.key_checks import Check
@@ -165,6 +166,11 @@ KEYS: tuple[Key, ...] = (
     Key("checkpointPeriod", "integer", "Save a checkpoint every this many steps (MaxText checkpoint_period). "
         f"Unset: {DEFAULT_CHECKPOINT_PERIOD}, or trainSteps when the run is shorter.", DERIVED,
         check=check.at_least(1)),
+    Key("checkpointsToKeep", "integer", "Checkpoints a run keeps (MaxText max_num_checkpoints_to_keep; older ones "
+        "are deleted as new ones are saved). MaxText's own default keeps every checkpoint, ~100 GB each for "
+        "llama3-8b with its optimizer state; at least 1 (the newest is what a restarted run resumes from).",
+        DEFAULT_CHECKPOINTS_TO_KEEP, check=check.at_least(1, "at least 1 (the newest checkpoint is what a run "
+                                                          "resumes from)")),
     Key("perDeviceBatchSize", "string", "MaxText per_device_batch_size, e.g. 2; the global batch (this x JAX "
         "devices) must split evenly over the mesh's data/fsdp shards, which on this planner's fully sharded meshes "
         "means a whole number. Unset lets the planner pick the preset's tuned value, lowered until it fits HBM.",

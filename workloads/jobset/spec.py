@@ -52,7 +52,8 @@ def run_name(config: StackConfig) -> str:
 
 def run_settings(config: StackConfig) -> RunSettings:
     return RunSettings(run_name=run_name(config), base_output_directory=common.output_directory(config),
-                       steps=config.workload.train_steps, checkpoint_period=config.workload.checkpoint_period)
+                       steps=config.workload.train_steps, checkpoint_period=config.workload.checkpoint_period,
+                       checkpoints_to_keep=config.workload.checkpoints_to_keep)
 
 
 def training_argv(config: StackConfig) -> list[str]:

@@ -63,6 +63,7 @@ def run_settings(config: StackConfig) -> RunSettings:
         base_output_directory=common.output_directory(config),
         steps=workload.train_steps,
         checkpoint_period=workload.checkpoint_period,
+        checkpoints_to_keep=workload.checkpoints_to_keep,
         extra=maxtext_extra(config),
     )
 

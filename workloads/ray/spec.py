@@ -62,6 +62,7 @@ def entrypoint(config: StackConfig) -> list[str]:
         "--slices", str(config.tpu.slices),
         "--steps", str(workload.train_steps),
         "--checkpoint-period", str(workload.checkpoint_period),
+        "--checkpoints-to-keep", str(workload.checkpoints_to_keep),
         "--per-device-batch-size", str(plan.per_device_batch_size),
         "--max-failures", str(config.ray.max_failures),
         "--run-name", run_name(config),
