@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from core.errors import PlanError
 from core.maxtext_facts import PATHWAYS_MIN_MAXTEXT, release_tuple
 from core.pathways import PATHWAYS_TPU_VERSIONS, head_requests
-from core.planner import Plan, PlanRequest, plan
+from core.planner import Alternative, Plan, PlanRequest, advise, plan
 from core.pod_sizing import tpu_pod_size
 from core.presets import PRESETS
 from core.tpu_catalog import CATALOG, CatalogError, SliceShape, slice_shape
@@ -440,7 +440,21 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         # shape; the model (default or not) when the user set none of them.
         blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
         value = shape.topology if blamed == "tpuTopology" else v[blamed]
-        problems.append(f"{_setting(blamed, value, raw)} is refused by the planner for {keys}: {error}")
+        nearest = nearest_config(request, on_ray=v["workloadBackend"] == "rayjob")
+        advice = f"nearest that fits: {nearest}; " if nearest else ""
+        problems.append(f"{_setting(blamed, value, raw)} is refused by the planner for {keys}: {advice}"
+                        f"why: {error}")
+        return None
+
+
+# The planner's changes a stack's config can express, and the key that expresses each (core/planner.py
+# _CHANGE_ORDER; the mesh, remat and weight dtype of a stack are the planner's and the preset's, not config keys).
+_CONFIG_CHANGES = ("batch", "min_slices", "slices")
+
+
+def _config_keys(alt: Alternative, on_ray: bool) -> str | None:
+    """The config keys to set for a planner alternative, or None when config cannot express it."""
+    if not set(alt.kinds) <= set(_CONFIG_CHANGES) or ("min_slices" in alt.kinds and not on_ray):
         return None
 
 
@@ -459,6 +473,23 @@ def check_pod_size(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Pla
 
 
 def check_jobset(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> None:
+    sets = []
+    if "batch" in alt.kinds:
+        batch = alt.plan.per_device_batch_size
+        sets.append(f"{NAMESPACE}:perDeviceBatchSize={int(batch) if batch == int(batch) else batch}")
+    if "slices" in alt.kinds:
+        sets.append(f"{NAMESPACE}:slices={alt.plan.slices}")
+    if "min_slices" in alt.kinds:
+        sets.append(f"{NAMESPACE}:elasticMinSlices={alt.plan.min_slices}")
+    extra = f" (+{alt.extra_chips} chips)" if alt.extra_chips else ""
+    return " and ".join(sets) + extra
+
+
+def nearest_config(request: PlanRequest, on_ray: bool, limit: int = 2) -> str:
+    """The nearest configurations that fit, as the config keys to set, nearest first ("" when none can)."""
+    options = [keys for alt in advise(request, limit=8).alternatives
+               if (keys := _config_keys(alt, on_ray)) is not None]
+    return ", or ".join(options[:limit])
     """The Kueue quota must admit the whole workload at once."""
     quota = v["kueueTpuQuota"]
     if v["workloadBackend"] != "jobset" or shape is None or v["slices"] is None or quota is None:

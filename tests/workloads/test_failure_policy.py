@@ -134,6 +134,19 @@ def test_pod_failure_policy_names_a_container_of_a_never_restarting_pod(training
             assert rule["onExitCodes"]["containerName"] in names
 
 
+def test_the_training_container_exits_with_the_codes_the_policy_reads(training_jobset):
+    """MaxText alone exits 1 on every error and 0 at a preemption notice: the container runs it through
+    trainer.jobset_run (shipped in the code bundle), and a MaxText that cannot be imported exits IMPORT_ERROR."""
+    from workloads.bundle import load_bundle
+    _, job = _slice_job(training_jobset)
+    (container,) = job["template"]["spec"]["containers"]
+    script = container["command"][2].splitlines()
+    assert script[-1] == 'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"'
+    assert any(line.startswith("BASE_CONFIG=") and line.endswith(f"|| exit {exit_codes.IMPORT_ERROR}")
+               for line in script)
+    assert "trainer/jobset_run.py" in load_bundle().files
+
+
 def test_patterns_match_only_their_own_rules_message():
     preempted, not_retryable = failure_policy.jobset_rules(exit_codes=True)
     disrupted = "Pod ns/p has condition DisruptionTarget matching FailJob rule at index 0"

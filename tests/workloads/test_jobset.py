@@ -224,7 +224,8 @@ def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, confi
     assert container["args"] == argv[2:]
     script = container["command"][2]
     assert container["command"][:2] == ["bash", "-c"]
-    assert 'exec python -m maxtext.trainers.pre_train.train "$BASE_CONFIG" "$@"' in script
+    # MaxText's own argv, through the trainer's wrapper that exits with core/exit_codes.py (failure policy).
+    assert 'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"' in script
     # Exactly the workers' lock, shipped with the code: hashes checked, nothing resolved again.
     assert ("python -m pip install --no-cache-dir --root-user-action=ignore --no-deps --require-hashes -r "
             "/opt/tpu-multislice/worker_env/requirements.lock") in script
@@ -250,7 +251,7 @@ def test_training_pods_run_the_shipped_smoke_program_first_and_train_only_if_it_
     script = container["command"][2].splitlines()
     assert script[0] == "set -euo pipefail"                     # a failed smoke test ends the container
     [smoke_line] = [i for i, line in enumerate(script) if "-m trainer.smoke" in line]
-    [train_line] = [i for i, line in enumerate(script) if line.startswith("exec python -m maxtext.")]
+    [train_line] = [i for i, line in enumerate(script) if line.startswith("exec python -m trainer.jobset_run ")]
     assert smoke_line < train_line
     assert script[smoke_line] == ("(cd /opt/tpu-multislice && python -m trainer.smoke --distributed "
                                   "--expect-devices 32 --expect-slices 2)")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from core import exit_codes
+from core.maxtext_args import PRE_TRAIN_MODULE
 from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape, chips_in
 from core.tpu_env import MEGASCALE_PORT, tpu_worker_env
 from core.pod_sizing import TpuPodSize
@@ -266,7 +268,10 @@ def smoke_argv(spec: JobSetSpec) -> list[str]:
 
 def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], base_config_placeholder: str,
                         install: str | None, smoke: list[str] | None = None) -> dict:
-    """MaxText's pre_train run directly: `python -m <module> <base.yml of the installed package> key=value...`.
+    """MaxText's pre_train through the trainer's wrapper: `python -m trainer.jobset_run <base.yml of the installed
+    package> key=value...` (MaxText's own argv), which runs MaxText's train and exits with core/exit_codes.py, so
+    the JobSet's failure policy (workloads/failure_policy.py) can tell what a retry fixes from what it cannot:
+    MaxText alone exits 1 on every error and 0 when it stops at a preemption notice.
 
     `argv` is core.maxtext_args.pre_train_argv(...) built with `base_config_placeholder`; base.yml is
     resolved inside the container from the installed package (docs/platform-notes.md §5), and the overrides travel
@@ -280,14 +285,19 @@ def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], bas
     module, base_config, *overrides = argv
     if base_config != base_config_placeholder:
         raise ValueError("argv must be built with the base-config placeholder")
+    if module != PRE_TRAIN_MODULE:
+        raise ValueError(f"trainer.jobset_run runs {PRE_TRAIN_MODULE}, not {module}")
     # `install` (install_lock) when the image is a plain Python one; None when it is the built worker image.
     lines = ["set -euo pipefail", *([install] if install else [])]
     if smoke:
         lines.append(f"(cd {shlex.quote(CODE_MOUNT)} && {shlex.join(smoke)})")
     lines += [
+        # MaxText not importable is an image or lock problem, which no restart fixes.
         "BASE_CONFIG=$(python -c \"import importlib.resources as r; "
-        "print(r.files('maxtext') / 'configs' / 'base.yml')\")",
-        f'exec python -m {shlex.quote(module)} "$BASE_CONFIG" "$@"',
+        f"print(r.files('maxtext') / 'configs' / 'base.yml')\") || exit {exit_codes.IMPORT_ERROR}",
+        # The shipped trainer code first on the path, as for the smoke test (its directory is read-only).
+        f'export PYTHONPATH={shlex.quote(CODE_MOUNT)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"',
     ]
     mounts = [code_mount()]
     return _container(spec, jobset_name, "maxtext", ["bash", "-c", "\n".join(lines), "pre_train"],
