@@ -456,23 +456,6 @@ def _config_keys(alt: Alternative, on_ray: bool) -> str | None:
     """The config keys to set for a planner alternative, or None when config cannot express it."""
     if not set(alt.kinds) <= set(_CONFIG_CHANGES) or ("min_slices" in alt.kinds and not on_ray):
         return None
-
-
-def check_pod_size(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | None,
-                   problems: list[str]) -> None:
-    """The host memory a planned run needs on each TPU VM (core/pod_sizing.py) must fit what a pod can have."""
-    if workload_plan is None:
-        return
-    try:
-        tpu_pod_size(workload_plan, ray=v["workloadBackend"] == "rayjob")
-    except PlanError as error:
-        blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
-        value = workload_plan.shape.topology if blamed == "tpuTopology" else v[blamed]
-        problems.append(f"{_setting(blamed, value, raw)} is refused for {workload_plan.model.name} on "
-                        f"{workload_plan.shape.pod_type}: {error}")
-
-
-def check_jobset(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> None:
     sets = []
     if "batch" in alt.kinds:
         batch = alt.plan.per_device_batch_size
@@ -490,6 +473,23 @@ def nearest_config(request: PlanRequest, on_ray: bool, limit: int = 2) -> str:
     options = [keys for alt in advise(request, limit=8).alternatives
                if (keys := _config_keys(alt, on_ray)) is not None]
     return ", or ".join(options[:limit])
+
+
+def check_pod_size(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | None,
+                   problems: list[str]) -> None:
+    """The host memory a planned run needs on each TPU VM (core/pod_sizing.py) must fit what a pod can have."""
+    if workload_plan is None:
+        return
+    try:
+        tpu_pod_size(workload_plan, ray=v["workloadBackend"] == "rayjob")
+    except PlanError as error:
+        blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
+        value = workload_plan.shape.topology if blamed == "tpuTopology" else v[blamed]
+        problems.append(f"{_setting(blamed, value, raw)} is refused for {workload_plan.model.name} on "
+                        f"{workload_plan.shape.pod_type}: {error}")
+
+
+def check_jobset(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> None:
     """The Kueue quota must admit the whole workload at once."""
     quota = v["kueueTpuQuota"]
     if v["workloadBackend"] != "jobset" or shape is None or v["slices"] is None or quota is None:
