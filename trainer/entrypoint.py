@@ -19,12 +19,12 @@ from typing import Any
 
 from core import exit_codes
 from core.maxtext_facts import PINNED_MAXTEXT
-from trainer import cli, failures, maxtext_runtime
+from trainer import advice, cli, failures, maxtext_runtime
 from core.data import check_dataset
 from core.errors import PlanError
 from core.cli_errors import OneLineParser
 from core.maxtext_args import RunSettings
-from core.planner import Plan, plan, worker_bounds
+from core.planner import DoesNotFit, Plan, plan, worker_bounds
 from trainer.worker import request_to_dict, run_to_dict, train_loop_per_worker, worker_plan_and_argv
 
 # The MaxText release this project runs and tests (requirements-trainer.txt, scripts/install_maxtext.sh).
@@ -121,7 +121,12 @@ def prepare(argv: list[str] | None) -> tuple[argparse.Namespace, Plan, RunSettin
     args = build_parser().parse_args(argv)
     if args.run_name is None:
         args.run_name = f"{args.model}-{args.topology}"
-    plan_ = plan(cli.plan_request(args, ENTRYPOINT_DEFAULTS["slices"]))
+    request = cli.plan_request(args, ENTRYPOINT_DEFAULTS["slices"])
+    try:
+        plan_ = plan(request)
+    except DoesNotFit as err:
+        nearest = advice.nearest_flags(request)
+        raise PlanError(f"nearest that fits: {nearest}; why: {err}" if nearest else str(err)) from None
     run = cli.run_settings(args, "cpu" if args.local_cpu else "tpu")
     check_dataset(plan_.model.name, run.dataset_type, run.dataset_path, run.tokenizer_path, dict(run.extra))
     if plan_.model.cpu_only and not args.local_cpu:
