@@ -59,10 +59,12 @@ def notice_actor(run_name: str, create: bool = False):
 def save_before_resize_callback(run_name: str, timeout_s: float = DEFAULT_SAVE_TIMEOUT_S):
     """The controller-side callback (module docstring). Only a resize of a running group waits: the first
     start and a restart after a failure have no group to save."""
-    from ray.train import UserCallback
     from ray.train.v2._internal.execution.callback import ControllerCallback
 
-    class SaveBeforeResize(UserCallback, ControllerCallback):
+    # Not a UserCallback: Ray hands those to a handler that only forwards after_report/after_exception; other
+    # RayTrainCallbacks in RunConfig.callbacks join the controller's own (ray/train/v2/api/data_parallel_trainer.py
+    # `_create_default_callbacks`: "Append all other callbacks to the full list").
+    class SaveBeforeResize(ControllerCallback):
         def __init__(self) -> None:
             self._actor = None
             self._running_group_resizes = False
