@@ -140,6 +140,11 @@ class ShutdownBudget:
 
     def describe(self) -> list[str]:
         lines = [f"save at the notice: {self.save.describe()}; pods get {SAFETY:g} x that = {self.needed_s} s"]
+        if not self.sees_notice:
+            lines = [f"no save at a notice: MaxText runs behind the Pathways proxy, where a notice is not seen; "
+                     f"pods keep Kubernetes' default grace period and an interruption falls back to the last "
+                     f"periodic checkpoint (up to {self.checkpoint_period} steps)"]
+            return lines
         if not self.spot:
             lines.append(f"not Spot: no preemption notice to race; the TPU pods' terminationGracePeriodSeconds is "
                          f"{self.pod_grace_s} s, what a drain or maintenance shutdown gives them to save")

@@ -393,6 +393,17 @@ def cluster_version(run: ProgramRun, config: StackConfig) -> str:
     return config.cluster.minimum_version
 
 
+def _preemption(config: StackConfig) -> dict[str, Any]:
+    """The save at a notice and what each interruption costs (core/preemption.py, core/interruptions.py)."""
+    from core.interruptions import interruption_costs
+
+    budget = config.workload.shutdown
+    # Pathways has no smoke test (its head is the only JAX client; config refuses smokeTest there).
+    smoke = config.workload.smoke_test and config.workload.backend != "pathways"
+    costs = interruption_costs(budget, chips=config.tpu.total_chips, smoke_test=smoke)
+    return {"summary": budget.describe() + costs.describe(), **budget.as_dict(), "costs": costs.as_dict()}
+
+
 def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Path | None) -> Plan:
     names = {r.urn: r.name for r in run.resources}
     resources, manifests, notes = [], [], []
@@ -426,4 +437,4 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
         deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
         dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config),
         recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology),
-        preemption={"summary": config.workload.shutdown.describe(), **config.workload.shutdown.as_dict()})
+        preemption=_preemption(config))

@@ -43,3 +43,6 @@ def test_a_save_that_fits_shows_its_budget_and_no_warning():
     text = io.StringIO()
     render_text(plan, default_schemas_dir(), text)
     assert "a preemption costs 0 steps (saved at the notice) plus the restart" in text.getvalue()
+    costs = plan.as_dict()["preemption"]["costs"]
+    assert costs["chips"] == 32 and costs["preemption_chip_minutes"] < costs["restart_chip_minutes"]
+    assert "a Spot preemption costs up to ~" in text.getvalue()
