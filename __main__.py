@@ -69,7 +69,7 @@ pulumi.export("endpoint", cluster.endpoint)
 pulumi.export("kubeconfig", cluster.kubeconfig)
 get_credentials = pulumi.Output.concat(
     "gcloud container clusters get-credentials ", cluster.name,
-    f" --location {cluster.location} --project {config.gcp.project}")
+    f" --location {cluster.location} --project {config.gcp.project} --dns-endpoint")
 pulumi.export("getCredentialsCommand", get_credentials)
 pulumi.export("bucketUrl", bucket.url)
 pulumi.export("nodePools", pools.names if pools else [])

@@ -13,15 +13,60 @@ from infra.network import ClusterNetwork
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
-def kubeconfig(cluster_name: str, endpoint: str, ca_certificate: str) -> str:
-    """Kubeconfig (JSON, which every kubeconfig reader accepts) that authenticates with
-    gke-gcloud-auth-plugin, so no credential is stored in it."""
+# No node upgrade, and no minor upgrade, while the exclusion lasts: a node upgrade recreates the VMs of a TPU slice
+# and ends every run on it. NO_MINOR_OR_NODE_UPGRADES still lets GKE patch the control plane; UNTIL_END_OF_SUPPORT
+# ends it when the cluster's minor version leaves support, the longest GKE allows for this scope (GKE "Maintenance
+# windows and exclusions", https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions;
+# terraform-provider-google resource_container_cluster.go `exclusion_options`). The scope needs a release channel.
+# The start is fixed so the policy never diffs; a start in the past is what terraform-provider-google's own example
+# uses (an assumption the offline plan lists). GKE still applies security-critical upgrades regardless.
+NODE_UPGRADE_EXCLUSION = "tpu-slices-no-node-upgrades"
+EXCLUSION_START = "2026-01-01T00:00:00Z"
+# A maintenance policy needs a window (the provider's ExactlyOneOf); control-plane patches go here, 03:00 UTC.
+MAINTENANCE_WINDOW_START = "03:00"
+
+
+def maintenance_policy(release_channel: str) -> gcp.container.ClusterMaintenancePolicyArgs | None:
+    if release_channel == "UNSPECIFIED":
+        return None   # no channel: the TPU pools turn node auto-upgrade off instead (infra/tpu_pools.py)
+    return gcp.container.ClusterMaintenancePolicyArgs(
+        daily_maintenance_window=gcp.container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(
+            start_time=MAINTENANCE_WINDOW_START),
+        maintenance_exclusions=[gcp.container.ClusterMaintenancePolicyMaintenanceExclusionArgs(
+            exclusion_name=NODE_UPGRADE_EXCLUSION, start_time=EXCLUSION_START,
+            exclusion_options=gcp.container.ClusterMaintenancePolicyMaintenanceExclusionExclusionOptionsArgs(
+                scope="NO_MINOR_OR_NODE_UPGRADES", end_time_behavior="UNTIL_END_OF_SUPPORT"))])
+
+
+def control_plane_access(authorized_networks: tuple[str, ...]) -> dict:
+    """The control plane is reached through GKE's DNS-based endpoint: every request carries a Google identity that
+    IAM checks (container.clusters.connect), from wherever `pulumi up` runs, with no network allow-list to keep
+    current (GKE "About network isolation", DNS-based endpoint; `gcloud container clusters get-credentials
+    --dns-endpoint`). The public IP endpoint exists only when the user names the ranges allowed to reach it (CIS GKE
+    Benchmark 5.6.3 "Ensure Control Plane Authorized Networks is Enabled", 5.6.4 "Ensure clusters are created with
+    Private Endpoint Enabled and Public Access Disabled"; cluster-toolkit always sets master_authorized_networks_config).
+    Nodes keep using the private IP endpoint."""
+    return dict(
+        control_plane_endpoints_config=gcp.container.ClusterControlPlaneEndpointsConfigArgs(
+            dns_endpoint_config=gcp.container.ClusterControlPlaneEndpointsConfigDnsEndpointConfigArgs(
+                allow_external_traffic=True)),
+        master_authorized_networks_config=gcp.container.ClusterMasterAuthorizedNetworksConfigArgs(
+            cidr_blocks=[gcp.container.ClusterMasterAuthorizedNetworksConfigCidrBlockArgs(
+                cidr_block=cidr, display_name=f"controlPlaneAuthorizedNetworks[{index}]")
+                for index, cidr in enumerate(authorized_networks)]),
+        private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(
+            enable_private_nodes=True, enable_private_endpoint=not authorized_networks),
+    )
+
+
+def kubeconfig(cluster_name: str, dns_endpoint: str) -> str:
+    """Kubeconfig (JSON, which every kubeconfig reader accepts) for the DNS-based endpoint: it serves a publicly
+    trusted certificate, so no CA data, and authenticates with gke-gcloud-auth-plugin, so no credential is stored."""
     context = f"gke_{cluster_name}"
     document = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": context, "cluster": {"server": f"https://{endpoint}",
-                                                   "certificate-authority-data": ca_certificate}}],
+        "clusters": [{"name": context, "cluster": {"server": f"https://{dns_endpoint}"}}],
         "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
         "current-context": context,
         "users": [{"name": context, "user": {"exec": {
@@ -68,10 +113,9 @@ class GkeCluster(pulumi.ComponentResource):
             # initial version; a floor would ask for an old patch GKE no longer offers).
             min_master_version=settings.gke_version,
             deletion_protection=settings.deletion_protection,
-            # Nodes get no public IP; the control-plane endpoint stays reachable (authenticated) for
-            # `pulumi up` and kubectl.
-            private_cluster_config=gcp.container.ClusterPrivateClusterConfigArgs(
-                enable_private_nodes=True, enable_private_endpoint=False),
+            # Nodes get no public IP; the control plane is reached through its DNS endpoint with IAM.
+            **control_plane_access(settings.authorized_networks),
+            maintenance_policy=maintenance_policy(settings.release_channel),
             addons_config=gcp.container.ClusterAddonsConfigArgs(
                 ray_operator_configs=[gcp.container.ClusterAddonsConfigRayOperatorConfigArgs(
                     enabled=True,
@@ -130,8 +174,8 @@ class GkeCluster(pulumi.ComponentResource):
                 opts=child_options(self),
             )
         self.name = self.cluster.name
-        self.endpoint = self.cluster.endpoint
-        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(
-            self.cluster.name, self.cluster.endpoint, self.cluster.master_auth.cluster_ca_certificate,
-        ).apply(lambda parts: kubeconfig(*parts)))
+        self.endpoint = self.cluster.control_plane_endpoints_config.apply(
+            lambda config: config.dns_endpoint_config.endpoint)
+        self.kubeconfig = pulumi.Output.secret(pulumi.Output.all(self.cluster.name, self.endpoint).apply(
+            lambda parts: kubeconfig(*parts)))
         self.register_outputs({"name": self.name, "endpoint": self.endpoint, "location": self.location})

@@ -130,7 +130,10 @@ class TpuSlicePools(pulumi.ComponentResource):
                 # Flex-start pools must not auto-repair (cluster-toolkit gke-node-pool precondition "enable_flex_start
                 # needs node auto_repair set to false"; xpk adds --no-enable-autorepair).
                 management=gcp.container.NodePoolManagementArgs(
-                    auto_repair=config.tpu.capacity is not Capacity.FLEX_START, auto_upgrade=True),
+                    auto_repair=config.tpu.capacity is not Capacity.FLEX_START,
+                    # In a release channel GKE requires auto-upgrade, and the cluster's maintenance exclusion keeps
+                    # it from recreating a slice (infra/cluster.py); without a channel it is simply off.
+                    auto_upgrade=config.cluster.release_channel != "UNSPECIFIED"),
                 **size_settings(config, index),
                 opts=child_options(self),
             ))

@@ -44,6 +44,11 @@ class GcpMocks(pulumi.runtime.Mocks):
         if token == "gcp:container/cluster:Cluster":
             state["endpoint"] = "203.0.113.10"
             state["masterAuth"] = {"clusterCaCertificate": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t"}
+            endpoints = dict(state.get("controlPlaneEndpointsConfig") or {})
+            endpoints["dnsEndpointConfig"] = {**(endpoints.get("dnsEndpointConfig") or {}),
+                                              "endpoint": f"gke-0a1b2c3d4e5f-{FAKE_PROJECT_NUMBER}.{state.get('location')}"
+                                                          ".gke.goog"}
+            state["controlPlaneEndpointsConfig"] = endpoints
         elif token == "gcp:storage/bucket:Bucket":
             state["url"] = f"gs://{name}"
         elif token == "gcp:serviceaccount/account:Account":

@@ -31,6 +31,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     rules.check_dranet_machine(v, shape, problems)
     floors = rules.check_version(v, shape, problems)
     rules.check_autopilot(v, raw, problems)
+    rules.check_authorized_networks(v, problems)
     bucket, bucket_location = rules.check_storage(v, raw, region, problems)
     rules.check_workload(v, problems)
     rules.check_worker_environment(v, problems)
@@ -48,7 +49,8 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
             name=v["clusterName"], mode=ClusterMode(v["clusterMode"]), gke_version=v["gkeVersion"],
             release_channel=v["releaseChannel"], version_floors=tuple(floors.items()),
             deletion_protection=v["deletionProtection"], system_pool_machine_type=rules.system_pool_machine_type(v),
-            system_pool_nodes=v["systemPoolNodes"]),
+            system_pool_nodes=v["systemPoolNodes"],
+            authorized_networks=tuple(v["controlPlaneAuthorizedNetworks"] or ())),
         tpu=TpuSettings(shape=shape, slices=v["slices"], capacity=Capacity(v["capacity"]),
                         reservation_name=v["reservationName"], warm_slices=rules.warm_slices(v)),
         network=NetworkSettings(

@@ -54,6 +54,9 @@ class ClusterSettings:
     deletion_protection: bool
     system_pool_machine_type: str
     system_pool_nodes: int
+    # CIDRs allowed to reach the control plane's public IP endpoint; empty: no public IP endpoint, only the DNS
+    # endpoint with IAM (infra/cluster.py).
+    authorized_networks: tuple[str, ...] = ()
 
     @property
     def autopilot(self) -> bool:

@@ -306,6 +306,23 @@ def check_autopilot(v: dict[str, Any], raw: Mapping[str, Any], problems: list[st
                         "release channel; use RAPID, REGULAR, STABLE or EXTENDED, or clusterMode=standard")
 
 
+def check_authorized_networks(v: dict[str, Any], problems: list[str]) -> None:
+    """Each range a CIDR with an explicit prefix, and none that opens the endpoint to every address (CIS GKE
+    Benchmark "Ensure Control Plane Authorized Networks is Enabled")."""
+    for index, cidr in enumerate(v["controlPlaneAuthorizedNetworks"] or ()):
+        key = f"controlPlaneAuthorizedNetworks[{index}]"
+        try:
+            if "/" not in cidr:
+                raise ValueError(cidr)
+            network = ipaddress.ip_network(cidr, strict=True)
+        except ValueError:
+            problems.append(problem(key, cidr, "a CIDR range with an explicit prefix length, e.g. 203.0.113.0/24"))
+            continue
+        if network.prefixlen == 0:
+            problems.append(problem(key, cidr, "a range narrower than every address (leave the list empty to use "
+                                    "the DNS endpoint with IAM from anywhere)"))
+
+
 def check_storage(v: dict[str, Any], raw: Mapping[str, Any], region: str | None,
                   problems: list[str]) -> tuple[str, str]:
     bucket = v["bucketName"]

@@ -96,6 +96,10 @@ KEYS: tuple[Key, ...] = (
     Key("deletionProtection", "boolean", "Refuse to delete the GKE cluster, and protect the checkpoint bucket (Pulumi "
         "protect: destroy and replacements refuse to touch it); set false before destroying, or for throw-away "
         "stacks.", True),
+    Key("controlPlaneAuthorizedNetworks", "array", "CIDR ranges allowed to reach the control plane's public IP "
+        "endpoint (master authorized networks). Empty: the cluster has no public IP endpoint; kubectl and pulumi "
+        "reach it through GKE's DNS-based endpoint, authorised by IAM (container.clusters.connect), from anywhere. "
+        "0.0.0.0/0 is refused.", ()),
     Key("systemPoolMachineType", "string", "Machine type of the CPU node pool for system pods and the Ray or "
         "Pathways head. Unset: e2-standard-16, or n2-standard-64 with workloadBackend=pathways (the Pathways head "
         "needs more than e2-standard-16 holds; n2-standard-64 is the Pathways on GKE guide's CPU machine type).",

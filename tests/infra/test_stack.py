@@ -185,15 +185,15 @@ def test_component_type_tokens_name_the_project(prod):
 def test_exports_and_their_secrecy(prod):
     out = prod.outputs
     assert out["clusterName"] == "tpu-multislice-prod" and out["location"] == "us-east5-b"
-    assert out["endpoint"] == "203.0.113.10"
+    assert out["endpoint"] == "gke-0a1b2c3d4e5f-123456789012.us-east5-b.gke.goog"
     assert out["bucketUrl"] == "gs://my-tpu-project-tpu-multislice-prod-ckpt"
     assert out["nodePools"] == ["slice-0", "slice-1"]
     assert (out["slices"], out["totalHosts"], out["totalChips"]) == (2, 8, 32)
     assert out["getCredentialsCommand"] == ("gcloud container clusters get-credentials tpu-multislice-prod "
-                                            "--location us-east5-b --project my-tpu-project")
+                                            "--location us-east5-b --project my-tpu-project --dns-endpoint")
     assert prod.secret_outputs == {"kubeconfig"}
     kubeconfig = json.loads(out["kubeconfig"])
-    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://203.0.113.10"
+    assert kubeconfig["clusters"][0]["cluster"]["server"] == "https://gke-0a1b2c3d4e5f-123456789012.us-east5-b.gke.goog"
     assert kubeconfig["users"][0]["user"]["exec"]["command"] == "gke-gcloud-auth-plugin"
 
 
