@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ from core.cli_errors import OneLineParser
 from trainer import cli, maxtext_runtime, progress
 from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
+from trainer.local import logs
 from trainer.local.cluster import LocalTpuCluster, session_members
 from core.planner import Plan
 
@@ -73,7 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how --fail-at recovers: Ray Train in-place retry, or a new cluster and driver")
     g.add_argument("--max-failures", type=int, default=3)
     g.add_argument("--resize-interval", type=float, default=5.0, help="elastic: seconds between resize checks")
-    g.add_argument("--workdir", help="keep everything here (default: a fresh temporary directory, removed)")
+    g.add_argument("--workdir", help="keep everything here (default: a fresh temporary directory, removed after a "
+                                     "run that reached its target unless --keep)")
+    g.add_argument("--keep", action="store_true",
+                   help="keep the work directory (checkpoints, logs) after a successful run too")
+    g.add_argument("--verbose", action="store_true",
+                   help="print the driver's whole log as it comes (MaxText, JAX, Ray and tokenizer notices "
+                        "included); default: the run's progress lines, notices counted at the end")
     g.add_argument("--json", dest="json_path", help="write the outcome as JSON here")
     g.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     return parser
@@ -271,7 +279,10 @@ class LocalRun:
         self.start_cluster()
         self.start_driver()
         deadline = started + self.args.timeout
+        follower = logs.LogFollower(self.workdir / "driver.log") if self.args.verbose else None
         while True:
+            for line in follower.new_lines() if follower else ():
+                print(f"driver| {line}", flush=True)
             last = self.report_progress(progress.read(self.progress_dir))
             self.maybe_inject(last)
             if self.driver.poll() is not None:
@@ -338,6 +349,16 @@ def print_table(result: dict) -> None:
     print("\n".join(f"  {k:<{width}}  {v}" for k, v in rows), flush=True)
 
 
+def report_outputs(workdir: Path, run_name: str) -> None:
+    """Where the run's checkpoints and logs are (MaxText writes under base_output_directory/run_name)."""
+    checkpoints = workdir / "output" / run_name / "checkpoints"
+    saved = sorted((p.name for p in checkpoints.iterdir() if p.name.isdigit()), key=int) if checkpoints.is_dir() else []
+    steps = f" (steps {', '.join(saved)})" if saved else " (none saved)"
+    print(f"local: checkpoints {checkpoints}{steps}", flush=True)
+    print(f"local: driver log  {logs.summary(workdir / 'driver.log')}", flush=True)
+    print(f"local: Ray nodes   {workdir / 'nodes'}/*.log", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -359,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     driver_argv = entrypoint_argv(args, "@ADDRESS@", workdir / "output", workdir / "progress", args.run_name,
                                   checkpoint_period)
     run = LocalRun(args, plan_, workdir, ray_temp, driver_argv)
-    print(f"local: {plan_.describe()}", flush=True)
+    print(textwrap.fill(f"local: {plan_.describe()}", width=100, subsequent_indent="       "), flush=True)
     print(f"local: work directory {workdir} (driver log: driver.log)", flush=True)
 
     def on_signal(signum, _frame):
@@ -383,10 +404,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(ray_temp, ignore_errors=True)
-    if not args.workdir and result["reached_target"] and rc == 0:
+    report_outputs(workdir, args.run_name)
+    if not args.workdir and not args.keep and result["reached_target"] and rc == 0:
         shutil.rmtree(workdir, ignore_errors=True)
-    elif not args.workdir:
-        print(f"local: kept {workdir} for inspection", flush=True)
+        print(f"local: removed {workdir} with its checkpoints and logs (the run reached its target; --keep keeps "
+              "them)", flush=True)
+    else:
+        print(f"local: kept {workdir}", flush=True)
     if rc == 130:
         return rc
     ok = rc == 0 and result["reached_target"] and result["final_loss"] is not None and math.isfinite(result["final_loss"])
