@@ -18,8 +18,9 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # ends it when the cluster's minor version leaves support, the longest GKE allows for this scope (GKE "Maintenance
 # windows and exclusions", https://cloud.google.com/kubernetes-engine/docs/concepts/maintenance-windows-and-exclusions;
 # terraform-provider-google resource_container_cluster.go `exclusion_options`). The scope needs a release channel.
-# The start is fixed so the policy never diffs; a start in the past is what terraform-provider-google's own example
-# uses (an assumption the offline plan lists). GKE still applies security-critical upgrades regardless.
+# The start is fixed so the policy never diffs; GKE takes a start in the past (terraform-provider-google's acceptance
+# test TestAccContainerCluster_withMaintenanceExclusionOptions_untilEndOfSupport creates this scope with a 2019
+# start; listed as an assumption all the same). GKE still applies security-critical upgrades regardless.
 NODE_UPGRADE_EXCLUSION = "tpu-slices-no-node-upgrades"
 EXCLUSION_START = "2026-01-01T00:00:00Z"
 # A maintenance policy needs a window (the provider's ExactlyOneOf); control-plane patches go here, 03:00 UTC.

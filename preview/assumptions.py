@@ -45,6 +45,29 @@ def _preemption(config: StackConfig) -> list[str]:
     return lines
 
 
+def _first_run(config: StackConfig) -> list[str]:
+    """What a real `pulumi up` reads or needs from the project that mocks stand in for (infra/preflight.py)."""
+    project = config.gcp.project
+    lines = [f"APIs: cloudresourcemanager.googleapis.com and container.googleapis.com are assumed on in {project} "
+             "(the look-ups run before the stack can enable APIs); otherwise `pulumi up` stops in one line naming "
+             f"`gcloud services enable cloudresourcemanager.googleapis.com container.googleapis.com --project "
+             f"{project}`",
+             "control plane: reached through GKE's DNS endpoint with a Google token; whoever runs `pulumi up` or "
+             "kubectl needs container.clusters.connect (check: `gcloud container clusters get-credentials ... "
+             "--dns-endpoint && kubectl get ns`)",
+             "goodput log reader: a custom role holding only logging.logEntries.list is assumed enough to read the "
+             "goodput entries back from the _Default bucket (creating it needs roles/iam.roleAdmin); check the "
+             "dashboard's goodput chart after a run",
+             "upgrades: GKE is assumed to accept the NO_MINOR_OR_NODE_UPGRADES exclusion's fixed start in the past "
+             "(terraform-provider-google's acceptance test uses a 2019 start); check `gcloud container clusters "
+             "describe CLUSTER --format='value(maintenancePolicy)'`"]
+    if config.storage.keep_on_destroy:
+        lines.append(f"checkpoint bucket: the offline plan assumes {config.storage.bucket_name} does not exist yet; "
+                     "`pulumi up` looks it up and imports a bucket kept by an earlier destroy, which succeeds only "
+                     "if its settings still match the stack's bucket inputs")
+    return lines
+
+
 def assumptions(config: StackConfig) -> list[str]:
     cluster = config.cluster
     lines = []
@@ -57,7 +80,10 @@ def assumptions(config: StackConfig) -> list[str]:
                      f"versions and refuses a default below {cluster.minimum_version}")
     else:
         lines.append(f"GKE version: gkeVersion={cluster.gke_version} is assumed to be offered in the location; "
-                     "`pulumi up` checks it against GKE's list first")
+                     f"`pulumi up` checks it against the {cluster.release_channel} channel's newest version first "
+                     "(the provider exposes no channel minimum: an older patch the channel no longer offers is "
+                     "refused by GKE itself), and only warns once the cluster exists")
+    lines.extend(_first_run(config))
     for image in _images(config):
         lines.append(f"image {image}: its tag or digest cannot be checked offline; check it exists "
                      "(gcloud artifacts docker images describe / docker manifest inspect)")

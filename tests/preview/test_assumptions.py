@@ -38,3 +38,15 @@ def test_the_plan_names_the_recipe_the_run_follows():
     plan = build_plan(committed_stack_run("prod"), build(load_stack_config("prod", REPO)), "prod", default_schemas_dir())
     assert plan.recipe[0].startswith("recipe: AI-Hypercomputer/tpu-recipes")
     assert plan.as_dict()["recipe"] == plan.recipe
+
+
+def test_what_a_first_real_up_reads_from_the_project_is_listed():
+    """infra/preflight.py's look-ups and the cluster's access and upgrade settings only the cloud can confirm
+    (sources in docs/assumptions.md)."""
+    lines = assumptions(build(load_stack_config("prod", REPO)))
+    for words in ("gcloud services enable cloudresourcemanager.googleapis.com container.googleapis.com --project "
+                  "my-tpu-project", "container.clusters.connect", "logging.logEntries.list",
+                  "NO_MINOR_OR_NODE_UPGRADES", "imports a bucket kept by an earlier destroy"):
+        assert any(words in line for line in lines), words
+    dev = assumptions(build(load_stack_config("dev", REPO)))
+    assert not any("imports a bucket" in line for line in dev)   # dev's bucket is deleted with the stack
