@@ -1,0 +1,123 @@
+"""The IAM roles the account that runs `pulumi up` needs, derived from the resource types the stack registers.
+
+Each resource type maps to the predefined role whose permissions create, change and delete it; the deploy guide's
+table (docs/deploying.md) is generated from this module (`python -m preview.deployer_roles`) and
+tests/preview/test_deployer_roles.py fails when a stack registers a type this table does not cover, or when the
+guide's table is stale. Roles are granted on the project; the owner or editor basic roles also work, but carry far
+more than a deployment needs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.cli_errors import OneLineParser
+
+
+@dataclass(frozen=True)
+class DeployerRole:
+    role: str
+    why: str              # what of the stack needs it
+    source: str           # where Google documents what the role grants
+    when: str = "always"  # the configs that register the types it covers
+    verified: bool = True  # False: the role is the likely one, but no source read here names the permission
+
+
+_IAM_COMPUTE = "https://cloud.google.com/compute/docs/access/iam"
+ROLES: tuple[DeployerRole, ...] = (
+    DeployerRole("roles/serviceusage.serviceUsageAdmin", "enable the APIs the stack needs (ProjectServices)",
+                 "https://cloud.google.com/service-usage/docs/access-control"),
+    DeployerRole("roles/compute.networkAdmin", "VPCs, subnets, Cloud Router and NAT (ClusterNetwork)",
+                 _IAM_COMPUTE + " (network admin: networking resources except firewall rules)"),
+    DeployerRole("roles/compute.securityAdmin", "the DCN networks' allow-internal firewall rules",
+                 _IAM_COMPUTE + " (security admin: firewall rules)", when="dcn=true"),
+    DeployerRole("roles/compute.instanceAdmin.v1", "the workload policy that places TPU7x slices",
+                 _IAM_COMPUTE, when="tpuGeneration=tpu7x", verified=False),
+    DeployerRole("roles/iam.serviceAccountAdmin", "the node service account (NodeServiceAccount)",
+                 "https://cloud.google.com/iam/docs/service-account-permissions"),
+    DeployerRole("roles/iam.serviceAccountUser", "create node pools that run as the node service account (actAs)",
+                 "https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts"),
+    DeployerRole("roles/resourcemanager.projectIamAdmin",
+                 "project-level grants to the node account and the training pods (goodput, logging)",
+                 "https://cloud.google.com/iam/docs/granting-changing-revoking-access"),
+    DeployerRole("roles/iam.roleAdmin", "the goodput log reader custom role (one permission: "
+                 "logging.logEntries.list) that replaces roles/logging.viewer",
+                 "https://cloud.google.com/iam/docs/creating-custom-roles"),
+    DeployerRole("roles/container.admin",
+                 "the GKE cluster and node pools, and every Kubernetes object (namespaces, RBAC of the Helm "
+                 "charts, RayCluster/RayJob, JobSet, Kueue) through the cluster's API",
+                 "https://cloud.google.com/kubernetes-engine/docs/how-to/iam"),
+    DeployerRole("roles/storage.admin", "the checkpoint bucket and its IAM bindings",
+                 "https://cloud.google.com/storage/docs/access-control/iam-roles"),
+    DeployerRole("roles/monitoring.dashboardEditor", "the Cloud Monitoring dashboard",
+                 "https://cloud.google.com/monitoring/access-control"),
+    DeployerRole("roles/artifactregistry.admin", "the worker image repository, its reader grant, the image push",
+                 "https://cloud.google.com/artifact-registry/docs/access-control",
+                 when="workerEnvironment=image"),
+)
+_BY_ROLE = {role.role: role for role in ROLES}
+
+# Resource type token -> the role that manages it. Kubernetes objects go through the cluster's API, which GKE
+# authorises through IAM (container.admin: full access to the Kubernetes API objects) and RBAC.
+_TYPE_ROLE: dict[str, str] = {
+    "gcp:projects/service:Service": "roles/serviceusage.serviceUsageAdmin",
+    "gcp:compute/network:Network": "roles/compute.networkAdmin",
+    "gcp:compute/subnetwork:Subnetwork": "roles/compute.networkAdmin",
+    "gcp:compute/router:Router": "roles/compute.networkAdmin",
+    "gcp:compute/routerNat:RouterNat": "roles/compute.networkAdmin",
+    "gcp:compute/firewall:Firewall": "roles/compute.securityAdmin",
+    "gcp:compute/resourcePolicy:ResourcePolicy": "roles/compute.instanceAdmin.v1",
+    "gcp:serviceaccount/account:Account": "roles/iam.serviceAccountAdmin",
+    "gcp:projects/iAMMember:IAMMember": "roles/resourcemanager.projectIamAdmin",
+    "gcp:projects/iAMCustomRole:IAMCustomRole": "roles/iam.roleAdmin",
+    "gcp:container/cluster:Cluster": "roles/container.admin",
+    "gcp:container/nodePool:NodePool": "roles/container.admin",
+    "gcp:storage/bucket:Bucket": "roles/storage.admin",
+    "gcp:storage/bucketIAMMember:BucketIAMMember": "roles/storage.admin",
+    "gcp:monitoring/dashboard:Dashboard": "roles/monitoring.dashboardEditor",
+    "gcp:artifactregistry/repository:Repository": "roles/artifactregistry.admin",
+    "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember": "roles/artifactregistry.admin",
+    "docker-build:index:Image": "roles/artifactregistry.admin",
+}
+# Node pools and clusters that run as a user-managed service account also need actAs on it.
+_ALSO = {"gcp:container/nodePool:NodePool": ("roles/iam.serviceAccountUser",),
+         "gcp:container/cluster:Cluster": ("roles/iam.serviceAccountUser",)}
+
+
+def role_for(resource_type: str) -> str | None:
+    """The role that manages a registered resource type; None when the table has no row for it."""
+    if resource_type.startswith("kubernetes:") or resource_type == "pulumi:providers:kubernetes":
+        return "roles/container.admin"
+    return _TYPE_ROLE.get(resource_type)
+
+
+def roles_for(resource_types: set[str]) -> list[DeployerRole]:
+    """The roles a deployment of these resource types needs, in the table's order. Raises KeyError naming a type
+    the table does not cover."""
+    needed: set[str] = set()
+    for resource_type in resource_types:
+        role = role_for(resource_type)
+        if role is None:
+            raise KeyError(f"no deployer role for resource type {resource_type}")
+        needed.add(role)
+        needed.update(_ALSO.get(resource_type, ()))
+    return [role for role in ROLES if role.role in needed]
+
+
+def markdown_table() -> str:
+    rows = ["| role | what it is for | needed when | source |", "| --- | --- | --- | --- |"]
+    for role in ROLES:
+        source = role.source if role.verified else f"{role.source} (assumed: no source read names the permission)"
+        rows.append(f"| `{role.role}` | {role.why} | {role.when} | {source} |")
+    return "\n".join(rows)
+
+
+def gcloud_grants(project: str = "PROJECT", member: str = "user:YOU@EXAMPLE.COM") -> str:
+    """The grant commands for the roles every stack needs (the `when` column adds the others)."""
+    return "\n".join(f"gcloud projects add-iam-policy-binding {project} --member={member} --role={role.role}"
+                     for role in ROLES if role.when == "always")
+
+
+if __name__ == "__main__":
+    parser = OneLineParser(prog="python -m preview.deployer_roles", description=__doc__.splitlines()[0])
+    parser.add_argument("--grants", action="store_true", help="print the gcloud commands that grant the roles")
+    print(gcloud_grants() if parser.parse_args().grants else markdown_table())
