@@ -68,3 +68,11 @@ def test_on_demand_pools_get_no_kubelet_budget_but_jobset_pods_get_the_save(sche
 
 def test_dev_spot_save_fits_gkes_default_so_its_pools_are_untouched(dev):
     assert all("kubeletConfig" not in pool.inputs["nodeConfig"] for pool in tpu_pools(dev))
+
+
+def test_autopilot_has_no_pools_to_raise_so_the_plan_says_the_save_does_not_fit():
+    config = build({**MINIMAL, "clusterMode": "autopilot", "capacity": "spot"})
+    budget = config.workload.shutdown
+    assert budget.node_shutdown_s is None and not budget.fits
+    assert FLOOR not in dict(config.cluster.version_floors)
+    assert "Autopilot" in budget.warnings()[0]
