@@ -20,6 +20,9 @@ BAD_INPUT = [
     ("preview", ["--stack"]),
     ("preview", ["--stack", "prod", "--set", "slices=0"]),
     ("preview.compile", ["--calibrate", "--model", "tiny"]),
+    ("preview.deployer_roles", ["--no-such-flag"]),
+    ("preview.docs_tables", ["--no-such-flag"]),
+    ("trainer.smoke", ["--expect-devices", "many"]),
     ("infra.config.docs", ["--no-such-flag"]),
 ]
 

@@ -29,6 +29,7 @@ import time
 from typing import Any, Sequence
 
 from core import exit_codes
+from core.cli_errors import OneLineParser
 
 # Distinct from a runtime failure: the JobSet's failure policy ends the run on it instead of restarting onto the
 # same nodes, and the RayJob's driver stops before training (core/exit_codes.py).
@@ -204,7 +205,7 @@ def run_ray(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m trainer.smoke", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m trainer.smoke", description=__doc__.split("\n\n")[0])
     parser.add_argument("--expect-devices", type=int, help="slices x JAX devices per slice (2 per chip on TPU7x)")
     parser.add_argument("--expect-slices", type=int, default=1)
     parser.add_argument("--distributed", action="store_true", help="jax.distributed.initialize() from the env")
