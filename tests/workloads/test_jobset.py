@@ -227,8 +227,8 @@ def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, confi
     # MaxText's own argv, through the trainer's wrapper that exits with core/exit_codes.py (failure policy).
     assert 'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"' in script
     # Exactly the workers' lock, shipped with the code: hashes checked, nothing resolved again.
-    assert ("python -m pip install --no-cache-dir --root-user-action=ignore --no-deps --require-hashes -r "
-            "/opt/tpu-multislice/worker_env/requirements.lock") in script
+    assert ("python -m pip install --cache-dir /var/cache/install/pip --root-user-action=ignore --no-deps "
+            "--require-hashes -r /opt/tpu-multislice/worker_env/requirements.lock") in script
     args = dict(a.split("=", 1) for a in container["args"])
     assert args["base_output_directory"] == "gs://my-tpu-project-tpu-multislice-jobset-ckpt/maxtext"
     assert args["checkpoint_period"] == str(config.workload.checkpoint_period) == "50"
@@ -439,3 +439,23 @@ def test_a_finished_jobset_keeps_no_pod_and_is_not_deleted_behind_pulumis_back(r
         assert jobset["metadata"]["labels"][jobset_manifests.QUEUE_LABEL]
         for replicated in jobset["spec"]["replicatedJobs"]:
             assert replicated["template"]["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_a_restarted_pod_installs_from_the_nodes_cache():
+    """Every JobSet restart recreates every pod, which installs the lock again; pip's cache on a node-level
+    hostPath (workloads/install_cache.py) spares the download on a node that stayed. Autopilot refuses writable
+    hostPath volumes (GKE "Autopilot security capabilities"): an emptyDir there."""
+    from workloads import install_cache
+    from workloads.bundle import load_bundle
+    from workloads.jobset.spec import jobset_objects
+    for raw, kind in ((load_stack_config("jobset", REPO), "hostPath"),
+                      ({**MINIMAL, "workloadBackend": "jobset", "clusterMode": "autopilot"}, "emptyDir")):
+        jobset = jobset_objects(build(raw), load_bundle())["jobset"]
+        pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+        volume = {v["name"]: v for v in pod["volumes"]}["install-cache"]
+        assert kind in volume
+        if kind == "hostPath":
+            assert volume["hostPath"]["path"] == install_cache.HOST_PATH
+        [container] = pod["containers"]
+        assert {"name": "install-cache", "mountPath": "/var/cache/install"} in container["volumeMounts"]
+        assert "--cache-dir /var/cache/install/pip" in container["command"][2]

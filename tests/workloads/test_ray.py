@@ -199,8 +199,11 @@ def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
     runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
     # Exactly the lock: every locked package at its version, nothing resolved again.
     assert runtime_env["uv"]["uv_pip_install_options"] == ["--no-deps"]
-    assert runtime_env["uv"]["packages"] == requirement_lines(load_pins(REPO))
-    assert "maxtext==0.2.5" in runtime_env["uv"]["packages"] and "ray==2.60.0" in runtime_env["uv"]["packages"]
+    # Every locked package but Ray, which the image provides (Ray refuses another version in the environment).
+    assert runtime_env["uv"]["packages"] == requirement_lines(
+        {name: version for name, version in load_pins(REPO).items() if name != "ray"})
+    assert "maxtext==0.2.5" in runtime_env["uv"]["packages"]
+    assert not any(p.startswith("ray==") for p in runtime_env["uv"]["packages"])
     volume = spec["submitterPodTemplate"]["spec"]["volumes"][0]["configMap"]
     assert volume["name"] == code["metadata"]["name"] and code["immutable"] is True
     mount = spec["submitterPodTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
@@ -376,3 +379,43 @@ def test_the_head_service_and_logs_follow_whichever_cluster_the_job_created(prod
     assert selector.pop("ray.io/node-type") == "head"
     assert selector.items() <= head_labels.items() and selector.items() <= worker_labels.items()
     assert prod.outputs["rayDashboardPortForward"].endswith(f"svc/{service['metadata']['name']} 8265:8265")
+
+
+# ---- starting costs TPU time ----------------------------------------------------------------------------
+
+def test_the_runtime_install_gets_the_time_it_takes_and_keeps_uvs_cache_on_the_node():
+    """Ray fails a worker whose runtime environment is not set up within `config.setup_timeout_seconds` (default
+    600 s, ray/_private/ray_constants.py DEFAULT_RUNTIME_ENV_TIMEOUT_SECONDS); the lock's cold install gets more
+    (benchmarks/startup_bench.py). Ray's uv plugin passes `--no-cache` unless install options are given
+    (ray/_private/runtime_env/uv.py): ours are, so uv uses UV_CACHE_DIR, a hostPath that outlives the pods."""
+    from workloads import install_cache
+    from workloads.ray.spec import RUNTIME_ENV_SETUP_TIMEOUT_S
+    job = ray_objects(stack_config("prod"), FIXED_BUNDLE)["ray-job"]
+    runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
+    assert runtime_env["config"]["setup_timeout_seconds"] == RUNTIME_ENV_SETUP_TIMEOUT_S > 600
+    assert "--no-cache" not in runtime_env["uv"]["uv_pip_install_options"]
+    cluster = job["spec"]["rayClusterSpec"]
+    for group in (cluster["headGroupSpec"], cluster["workerGroupSpecs"][0]):
+        pod = group["template"]["spec"]
+        [container] = pod["containers"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        assert volumes["install-cache"]["hostPath"] == {"path": install_cache.HOST_PATH,
+                                                        "type": "DirectoryOrCreate"}
+        assert {"name": "install-cache", "mountPath": "/var/cache/install"} in container["volumeMounts"]
+        assert {"name": "UV_CACHE_DIR", "value": "/var/cache/install/uv"} in container["env"]
+        [init] = pod["initContainers"]
+        assert init["command"] == ["chown", "1000:100", "/var/cache/install"]
+        assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+
+
+def test_autopilot_keeps_the_cache_in_the_pod_and_the_image_path_installs_nothing():
+    """Autopilot refuses writable hostPath volumes (GKE "Autopilot security capabilities"): an emptyDir there."""
+    autopilot = ray_objects(build({**MINIMAL, "clusterMode": "autopilot"}), FIXED_BUNDLE)["ray-job"]
+    pod = autopilot["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert {v["name"]: v for v in pod["volumes"]}["install-cache"] == {"name": "install-cache", "emptyDir": {}}
+    assert "initContainers" not in pod
+    image = ray_objects(build({**MINIMAL, "workerEnvironment": "image"}), FIXED_BUNDLE, worker_image="r/w:1")
+    pod = image["ray-job"]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert "install-cache" not in {v["name"] for v in pod["volumes"]}
+    assert yaml.safe_load(image["ray-job"]["spec"]["runtimeEnvYAML"]) == {"working_dir": "/code"} or \
+        "uv" not in yaml.safe_load(image["ray-job"]["spec"]["runtimeEnvYAML"])

@@ -252,10 +252,13 @@ def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: in
 
 # ---- containers -----------------------------------------------------------------------------------------
 
-def install_lock(lock_path: str) -> str:
+def install_lock(lock_path: str, cache_dir: str | None = None) -> str:
     """Shell: install exactly the workers' locked environment shipped with the code: every file checked against
-    the lock's sha256 (--require-hashes) and nothing resolved again (--no-deps)."""
-    return shlex.join(["python", "-m", "pip", "install", "--no-cache-dir", "--root-user-action=ignore",
+    the lock's sha256 (--require-hashes) and nothing resolved again (--no-deps). With `cache_dir` (a node-level
+    volume, workloads/install_cache.py) pip keeps the wheels it downloaded, so a restarted pod on the same node
+    downloads nothing; pip checks a cached wheel against the lock's hash like a downloaded one."""
+    cache = ["--cache-dir", cache_dir] if cache_dir else ["--no-cache-dir"]
+    return shlex.join(["python", "-m", "pip", "install", *cache, "--root-user-action=ignore",
                        "--no-deps", "--require-hashes", "-r", f"{CODE_MOUNT}/{lock_path}"])
 
 

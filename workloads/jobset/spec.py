@@ -7,7 +7,7 @@ from core.maxtext_args import RunSettings, pre_train_argv
 from core.tpu_env import pod_dcn_nics
 from core.worker_lock import LOCK_PATH
 from infra.config import StackConfig
-from workloads import common
+from workloads import common, install_cache
 from workloads.bundle import TrainerBundle, short_digest
 from workloads.jobset import manifests as jm
 
@@ -86,12 +86,22 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str
     objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
     volumes = [common.code_volume(code_name, list(bundle.files))]
     smoke = jm.smoke_argv(spec) if config.workload.smoke_test else None
-    install = None if config.workload.worker_environment == "image" else jm.install_lock(LOCK_PATH)
+    install = None
+    if config.workload.worker_environment != "image":
+        # pip runs as root in the plain Python image: the node's cache directory needs no owner change.
+        install = jm.install_lock(LOCK_PATH, install_cache.PIP_CACHE_DIR)
+        volumes.append(install_cache.cache_volume(on_node=not config.cluster.autopilot))
     argv = training_argv(config)
+
+    def container(name: str) -> dict:
+        built = jm.pre_train_container(spec, name, argv, BASE_CONFIG_PLACEHOLDER, install, smoke=smoke)
+        if install:
+            built["volumeMounts"].append(install_cache.cache_mount())
+        return built
+
     objects["jobset"] = _named(lambda name: jm.jobset(
         name=name, spec=spec, priority_class=TRAINING_PRIORITY[0], max_restarts=config.jobset.max_restarts,
-        container=jm.pre_train_container(spec, name, argv, BASE_CONFIG_PLACEHOLDER, install, smoke=smoke),
-        volumes=volumes), prefix)
+        container=container(name), volumes=volumes), prefix)
     return objects
 
 

@@ -17,6 +17,7 @@ import yaml
 
 from core.tpu_catalog import SliceShape
 from core.tpu_env import tpu_worker_env
+from workloads import install_cache
 from core.pod_sizing import TpuPodSize
 from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, code_volume, labels, tpu_node_selector,
                               tpu_pod_resources)
@@ -70,6 +71,10 @@ class RaySpec:
     termination_grace_s: int | None = None
     # RayJob activeDeadlineSeconds (workloads/ray/deadline.py); None: no deadline.
     active_deadline_s: int | None = None
+    # Where the pods that install the lock at start keep uv's cache (workloads/install_cache.py): "node" (a
+    # hostPath that outlives pods), "pod" (an emptyDir: container restarts only; Autopilot), None (nothing
+    # installed: the worker image).
+    install_cache: str | None = None
 
 
 def _head_group(spec: RaySpec) -> dict:
@@ -103,6 +108,9 @@ def _head_group(spec: RaySpec) -> dict:
     }
     if spec.system_pool_selector:
         pod_spec["nodeSelector"] = dict(spec.system_pool_selector)
+    if spec.install_cache:
+        # The driver runs the job's runtime env on the head too: it installs the lock there as well.
+        install_cache.add_cache(pod_spec, pod_spec["containers"][0], spec.image, spec.install_cache == "node")
     return {
         "rayStartParams": {"dashboard-host": "0.0.0.0"},
         # The head Service (dashboard, job API, GCS, client) stays inside the cluster: Ray's job API runs
@@ -149,6 +157,8 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
     }
     if spec.termination_grace_s is not None:
         pod_spec["terminationGracePeriodSeconds"] = spec.termination_grace_s
+    if spec.install_cache:
+        install_cache.add_cache(pod_spec, container, spec.image, spec.install_cache == "node")
     if spec.dranet_claim_template:
         pod_spec["resourceClaims"] = [{"name": "dcn-nics", "resourceClaimTemplateName": spec.dranet_claim_template}]
         container["resources"]["claims"] = [{"name": "dcn-nics"}]

@@ -13,6 +13,13 @@ from workloads import common
 from workloads.ray.deadline import job_deadline_seconds
 from workloads.ray.manifests import RaySpec
 
+# Packages every Ray image already has at the lock's version, left out of the runtime install.
+IMAGE_PROVIDES = frozenset({"ray"})
+# Seconds Ray waits for a worker's runtime environment (the lock's install) before failing the worker; Ray's
+# default is 600 (ray_constants.DEFAULT_RUNTIME_ENV_TIMEOUT_SECONDS). The lock's install took 141-189 s on a
+# shared 2-core machine (benchmarks/startup_bench.py, docs/worker-environment.md); every host of every slice
+# (and the head) downloads it from the same index at the same moment, so this allows about six times that.
+RUNTIME_ENV_SETUP_TIMEOUT_S = 1200
 # Ray version assumed when the image tag does not start with one (e.g. a custom image).
 DEFAULT_RAY_VERSION = "2.60.0"
 
@@ -43,7 +50,16 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         tpu_node_selector_extra=common.capacity_selectors(config),
         termination_grace_s=config.workload.shutdown.pod_grace_s,
         active_deadline_s=job_deadline_seconds(config),
+        install_cache=install_cache_kind(config),
     )
+
+
+def install_cache_kind(config: StackConfig) -> str | None:
+    """Where uv keeps its cache for the runtime install (workloads/install_cache.py): on the node on Standard,
+    in the pod on Autopilot (no writable hostPath there), none with the worker image (nothing is installed)."""
+    if config.workload.worker_environment == "image":
+        return None
+    return "pod" if config.cluster.autopilot else "node"
 
 
 def run_name(config: StackConfig) -> str:
@@ -104,4 +120,11 @@ def runtime_env(config: StackConfig, bundle: TrainerBundle) -> dict:
     if config.workload.worker_environment == "image":
         return {}
     pins = parse_pins(bundle.files[LOCK_PATH])
-    return {"uv": {"packages": requirement_lines(pins), "uv_pip_install_options": ["--no-deps"]}}
+    # Ray itself comes from the image: Ray's uv plugin builds the environment as a virtualenv over the image's
+    # site-packages (ray/_private/runtime_env/virtualenv_utils.py: --system-site-packages) and refuses any other
+    # Ray version (dependency_utils.check_ray); the config checks rayImage's Ray is the lock's.
+    packages = requirement_lines({name: version for name, version in pins.items() if name not in IMAGE_PROVIDES})
+    # Explicit install options replace the plugin's default ["--no-cache"] (ray/_private/runtime_env/uv.py), so
+    # uv keeps and reuses its cache (UV_CACHE_DIR on the node, workloads/install_cache.py).
+    return {"uv": {"packages": packages, "uv_pip_install_options": ["--no-deps"]},
+            "config": {"setup_timeout_seconds": RUNTIME_ENV_SETUP_TIMEOUT_S}}
