@@ -9,9 +9,10 @@ Three events, each priced as the chips of the whole run times the seconds they h
   rule, the RayJob's backoffLimit 0); without the failure policy a JobSet paid it maxRestarts + 1 times.
 
 The restart is an assumption, not a measurement (no TPU here): RESTART_START_S for pods to be recreated on the
-slice's nodes, the workers' lock installed (about 6 s at 1 Gb/s for its 738 MB, docs/worker-environment.md), JAX
-to join the hosts and the step to load from the compile cache in the bucket, plus the checkpoint read back at the
-write rate core/preemption.py assumes. Waiting for Spot capacity to return is not counted: nothing is billed for
+slice's nodes, the workers' lock installed (a cold install took 141-189 s on the development machine,
+benchmarks/startup_bench.py; a restarted pod installs from the node's cache), JAX to join the hosts and the step to
+load from the compile cache in the bucket, plus the checkpoint read back at the write rate core/preemption.py
+assumes. Waiting for Spot capacity to return is not counted: nothing is billed for
 VMs that do not exist, and slices that survive a JobSet restart scale away after GKE's idle delay.
 """
 from __future__ import annotations
