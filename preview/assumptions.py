@@ -91,8 +91,12 @@ def assumptions(config: StackConfig) -> list[str]:
         lines.append("worker image: built from worker_env/Dockerfile during `pulumi up` (needs Docker with BuildKit "
                      "where it runs); never built offline")
     if config.workload.backend == "rayjob":
-        lines.append("KubeRay: the GKE Ray add-on is assumed to run KubeRay >= 1.5.1 (authOptions); after `pulumi up` "
-                     "check the job's RayCluster .spec.authOptions.mode (kubectl get raycluster -n NAMESPACE)")
+        lines.append("KubeRay: `pulumi up` reads the RayJob CRD the GKE Ray add-on serves and creates the RayJob only "
+                     "if its schema declares every field the RayJob sets (authOptions: KubeRay >= 1.5.1), since the "
+                     "API server drops unknown fields with a warning; offline, the schema bundle's KubeRay v1.7.0 "
+                     "stands in. Assumed: the add-on's operator does what its CRD declares; check while a job runs: "
+                     "`kubectl get raycluster -n NAMESPACE -o jsonpath='{.items[*].spec.authOptions.mode}'` prints "
+                     "token")
         lines.append("RayJob-owned cluster: the add-on's KubeRay is assumed to create the job's RayCluster from "
                      "rayClusterSpec and delete it when the job ends (shutdownAfterJobFinishes), releasing the "
                      "slices; no Ray autoscaler is used. Check after a job: `kubectl get rayjob -n NAMESPACE` shows "

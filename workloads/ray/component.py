@@ -3,11 +3,13 @@ head's Service, optional dashboard ILB."""
 from __future__ import annotations
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from infra.component import child_options, component_type
 from infra.config import StackConfig
 from workloads import common
 from workloads.ray import manifests as ray_manifests
+from workloads.ray.served_schema import RAYJOB_CRD, unserved_problem
 from workloads.ray import spec as ray_inputs
 from workloads.k8s_objects import register
 from workloads.bundle import TrainerBundle, short_digest
@@ -54,9 +56,15 @@ class RayWorkload(pulumi.ComponentResource):
         # Pods wait for their image's push (workerEnvironment=image).
         base = dict(depends_on=[namespace, service_account, *(worker_image_ready or [])], deleted_with=cluster)
         self.resources: dict[str, pulumi.CustomResource] = {}
+        # The RayJob CRD the cluster's Ray add-on serves, read once the cluster exists: the RayJob is created only
+        # if that schema declares every field it sets (workloads/ray/served_schema.py), since the API server
+        # would drop an unknown authOptions without an error.
+        served = k8s.apiextensions.v1.CustomResourceDefinition.get(
+            f"{name}-rayjob-crd", RAYJOB_CRD, opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]))
         for logical_name, obj in objects.items():
             extra = {}
             if logical_name == "ray-job":
+                obj = {**obj, "spec": served.spec.apply(lambda crd_spec, job=obj: _checked_spec(job, crd_spec))}
                 # A relaunch must stop the old job before the new one asks for the same TPU hosts.
                 # Its cluster's pods mount the code and claim the DCN NICs: both exist first.
                 extra = dict(delete_before_replace=True,
@@ -77,3 +85,21 @@ class RayWorkload(pulumi.ComponentResource):
         self.smoke_job_name = self.job_name if config.workload.smoke_test else None
         self.head_service = ray_manifests.head_service_name(cluster_name)
         self.register_outputs({"rayCluster": cluster_name, "rayJob": self.job_name, "namespace": namespace_name})
+
+
+def _plain(value: object) -> object:
+    """Pulumi's output types (dict subclasses keyed by wire names) as plain dicts and lists."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in dict.items(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _checked_spec(ray_job: dict, crd_spec: object) -> dict:
+    """The RayJob's spec when the served CRD declares all of it; otherwise stop the update, in one line, before
+    the RayJob exists (secure default: never a RayJob whose token auth the server would drop)."""
+    problem = unserved_problem(ray_job, _plain(crd_spec))
+    if problem:
+        raise pulumi.RunError(f"RayJob {ray_job['metadata']['name']}: {problem}")
+    return ray_job["spec"]
