@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from core import exit_codes
+from core import advice, exit_codes
 from core.maxtext_facts import PINNED_MAXTEXT
-from trainer import advice, cli, failures, maxtext_runtime
+from trainer import cli, failures, maxtext_runtime
 from core.data import check_dataset
 from core.errors import PlanError
 from core.cli_errors import OneLineParser
