@@ -38,7 +38,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PYTHON_VERSION = "3.12"
 PLATFORM_UV = "x86_64-manylinux_2_31"        # libtpu ships manylinux_2_31 wheels only
-PLATFORM_PIP = "manylinux_2_31_x86_64"
+# pip takes a platform tag literally (no older manylinux tags implied), so every tag a glibc 2.31 host accepts.
+PLATFORMS_PIP = [f"manylinux_2_{minor}_x86_64" for minor in range(31, 16, -1)] + ["manylinux2014_x86_64"]
 LINK_RATES = (("1 Gb/s", 125e6), ("10 Gb/s", 1250e6), ("100 Gb/s", 12500e6))
 
 
@@ -93,7 +94,9 @@ def uv_install(uv: str, lock: Path, target: Path, cache: Path, timeout: float) -
 def pip_install(lock: Path, target: Path, timeout: float) -> tuple[float, bool, str]:
     command = [sys.executable, "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--require-hashes",
                "--disable-pip-version-check", "-r", str(lock), "--target", str(target),
-               "--python-version", PYTHON_VERSION, "--platform", PLATFORM_PIP, "--only-binary=:all:"]
+               "--python-version", PYTHON_VERSION, "--only-binary=:all:"]
+    for platform in PLATFORMS_PIP:
+        command += ["--platform", platform]
     return run(command, dict(os.environ), timeout)
 
 
