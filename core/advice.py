@@ -2,7 +2,11 @@
 command-line flags of trainer.entrypoint, trainer.local and preview.compile that ask for them (trainer/cli.py)."""
 from __future__ import annotations
 
-from core.planner import Alternative, PlanRequest, advise
+import dataclasses
+import math
+
+from core.errors import PlanError
+from core.planner import Alternative, Plan, PlanRequest, advise, plan
 
 # What each kind of change (core/planner.py _CHANGE_ORDER) sets, as trainer/cli.py flags, from the plan that fits.
 def _flags_of(kind: str, alt: Alternative) -> list[str]:
@@ -43,3 +47,26 @@ def nearest_flags(request: PlanRequest, limit: int = 2) -> str:
     """The nearest runs that fit, as flags, nearest first ("" when no change of shape fits)."""
     options = [flags_for(alt) for alt in advise(request, limit=limit).alternatives]
     return ", or ".join(option for option in options if option)
+
+
+def next_smaller_batch(chosen: Plan) -> float | None:
+    """For a planned run XLA refused (the estimate said it fits, the compiler ran out of HBM): the largest
+    per-device batch below the plan's that still lays out and fits the estimate, everything else as planned, or
+    None. It is the nearest run to compile next, not a proven fit."""
+    request = PlanRequest(
+        model=chosen.model.name, generation=chosen.shape.generation.name, topology=chosen.shape.topology,
+        slices=chosen.slices, min_slices=chosen.min_slices if chosen.min_slices != chosen.slices else None,
+        ici_fsdp=chosen.ici_fsdp, ici_tensor=chosen.ici_tensor, dcn_data=chosen.dcn_data, dcn_fsdp=chosen.dcn_fsdp,
+        max_target_length=chosen.max_target_length, remat_policy=chosen.remat_policy,
+        remat_offload=chosen.remat_offload, weight_dtype=chosen.weight_dtype, attention=chosen.attention)
+    current = chosen.per_device_batch_size
+    candidates = [float(b) for b in range(math.ceil(current) - 1, 0, -1) if b < current] + [0.5, 0.25]
+    for batch in candidates:
+        if batch >= current:
+            continue
+        try:
+            plan(dataclasses.replace(request, per_device_batch_size=batch))
+        except PlanError:
+            continue
+        return batch
+    return None

@@ -228,10 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         path, what = write_graph(plan.graph.to_dot(plan.deploy), args.graph)
         messages.append(f"graph: {what}: {path}")
 
-    compiled = None
+    compiled, retry = None, None
     if args.compile:
         compiled = compile_stack(config, plan, args.root, args.compile_timeout)
         plan.compile = compiled.as_dict()
+        retry = batch_to_try(config, compiled)
+        if retry is not None:
+            plan.compile["nearest_to_try"] = {"perDeviceBatchSize": retry}
 
     if args.json:
         document = plan.as_dict()
@@ -246,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
         if compiled is not None:
             from preview.compile import render
             render(compiled, text)
+            if retry is not None:
+                text.write(f"  nearest to try: tpu-multislice:perDeviceBatchSize={retry:g} (the largest smaller "
+                           "batch the planner lays out; compile again to check)\n")
         sys.stdout.write(fit(text.getvalue()))
     if not plan.validation.ok:
         return EXIT_INVALID
@@ -253,6 +259,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compile: {compiled.reason}", file=sys.stderr)
         return EXIT_COMPILE
     return EXIT_OK
+
+
+def batch_to_try(config: StackConfig, compiled) -> float | None:
+    """When XLA ran out of HBM on a step the planner accepted: the per-device batch to compile next."""
+    if compiled.compiled or compiled.required_bytes is None:
+        return None
+    from core.advice import next_smaller_batch
+    return next_smaller_batch(config.workload.plan)
 
 
 def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float):
