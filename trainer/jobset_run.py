@@ -25,6 +25,7 @@ def main(argv: list[str]) -> int:
     overrides = argv[1:]
     try:
         maxtext_runtime.require_version()
+        maxtext_runtime.pin_assets_root()
         notice.require_autocheckpoint(overrides)
     except maxtext_runtime.MaxTextVersionError as err:
         print(f"trainer.jobset_run: {err}", file=sys.stderr)
@@ -32,6 +33,11 @@ def main(argv: list[str]) -> int:
     except ValueError as err:
         print(f"trainer.jobset_run: {err}", file=sys.stderr)
         return exit_codes.CONFIG_ERROR
+    # MaxText logs through absl at INFO (steps, saves, restores); its own __main__ gets that level from absl's
+    # app.run, which this program does not use.
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.INFO)
     # JAX's notice only: no Ray here. `at` asks the poll once per step; nothing to ask.
     watch = notice.NoticeWatch(lambda step: None,
                                lambda step, reason: print(f"trainer: notice at step {step}: {reason}", flush=True))

@@ -64,6 +64,22 @@ def base_config_path() -> str:
     return str(path)
 
 
+def pin_assets_root() -> str:
+    """Point MaxText at the tokenizers its wheel ships. MaxText 0.2.5 looks for them under MAXTEXT_ASSETS_ROOT,
+    default `<repo root>/src/maxtext/assets` (maxtext/utils/globals.py), and takes the package directory as the repo
+    root when no `.git` sits next to it — an installed wheel — so the default is site-packages/maxtext/src/maxtext/
+    assets, which does not exist, and a tokenizer named by its asset name (tokenizer_llama3.tiktoken) is not found.
+    Must run before MaxText's globals are imported; an explicit MAXTEXT_ASSETS_ROOT wins."""
+    import importlib.util
+    import os
+
+    spec = importlib.util.find_spec("maxtext")
+    if spec is None or not spec.submodule_search_locations:
+        raise MaxTextVersionError("maxtext is not installed (run scripts/install_maxtext.sh)")
+    root = os.path.join(list(spec.submodule_search_locations)[0], "assets")
+    return os.environ.setdefault("MAXTEXT_ASSETS_ROOT", root)
+
+
 def check_param_count(actual: int, expected: int, model_name: str) -> None:
     if abs(actual - expected) > PARAM_TOLERANCE * expected:
         raise ModelMismatchError(

@@ -52,6 +52,7 @@ def train_loop_per_worker(config: dict) -> None:
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     version = maxtext_runtime.require_version()
+    maxtext_runtime.pin_assets_root()
     pinned = os.environ.get("TRAINER_MAXTEXT_VERSION")
     if pinned and version != pinned:
         raise maxtext_runtime.MaxTextVersionError(f"worker has maxtext {version}, the job pins {pinned}")

@@ -116,3 +116,26 @@ def test_the_cpu_test_model_reads_pretokenized_data_only():
     with pytest.raises(PlanError, match="tokenize_train_data=false"):
         data.check_dataset("tiny", "grain", "/d/*.arrayrecord", "", {})
     data.check_dataset("tiny", "grain", "/d/*.arrayrecord", "", {"tokenize_train_data": "false"})
+
+
+def test_the_workers_find_the_tokenizers_maxtext_ships(tmp_path):
+    """MaxText 0.2.5 installed from its wheel looks for its tokenizers under <package>/src/maxtext/assets
+    (maxtext/utils/globals.py MAXTEXT_ASSETS_ROOT: the repo root is the package directory when no .git is next to
+    it), which does not exist; the trainer points it at the package's assets/ (maxtext_runtime.pin_assets_root)."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import os, sys; {pin}from maxtext.utils import globals as g; "
+             "print(os.path.exists(os.path.join(g.MAXTEXT_ASSETS_ROOT, 'tokenizers', 'tokenizer_llama3.tiktoken')))")
+    env = {k: v for k, v in os.environ.items() if k != "MAXTEXT_ASSETS_ROOT"}
+    repo = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = repo
+
+    def found(pin: str) -> str:
+        out = subprocess.run([sys.executable, "-c", probe.format(pin=pin)], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        return out.stdout.strip().splitlines()[-1]
+
+    assert found("") == "False"                       # MaxText's own default, installed from the wheel
+    assert found("from trainer.maxtext_runtime import pin_assets_root; pin_assets_root(); ") == "True"
