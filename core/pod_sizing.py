@@ -28,14 +28,30 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from core.errors import PlanError
-from core.memory import GIB, offloaded_bytes_per_device
+from core.memory import GIB, MemoryEstimate, offloaded_bytes_per_device
+from core.presets import ModelPreset
+from core.tpu_catalog import SliceShape
 from core.node_sizing import node_capacity
 
-if TYPE_CHECKING:       # core.planner imports the memory model this module also reads; only the type is needed
-    from core.planner import Plan
+
+class Plan(Protocol):
+    """What this module reads of a core.planner.Plan (named structurally: the planner may call this module, so it
+    cannot import the planner back)."""
+
+    model: ModelPreset
+    shape: SliceShape
+    slices: int
+    min_slices: int
+    per_device_batch_size: float
+    max_target_length: int
+    remat_policy: str
+    remat_offload: tuple[str, ...]
+    memory: MemoryEstimate
+
+    def at_slices(self, slices: int) -> "Plan": ...
 
 # MaxText base.yml checkpoint_storage_device_host_concurrent_gb (8 GB = 7.45 GiB), rounded up.
 CHECKPOINT_STAGING_GIB = 8
@@ -97,7 +113,7 @@ class TpuPodSize:
         return {tpu_resource: str(self.chips), "cpu": str(self.cpu_limit), "memory": f"{self.memory_limit_gib}Gi"}
 
 
-def host_memory(plan: "Plan", ray: bool) -> HostMemory:
+def host_memory(plan: Plan, ray: bool) -> HostMemory:
     """What one host of `plan` needs, at the slice count of the run that needs most (an elastic run on fewer
     slices holds more state per device when FSDP spans the slices)."""
     counts = range(plan.min_slices, plan.slices + 1)
@@ -116,7 +132,7 @@ def host_memory(plan: "Plan", ray: bool) -> HostMemory:
     )
 
 
-def tpu_pod_size(plan: "Plan", ray: bool) -> TpuPodSize:
+def tpu_pod_size(plan: Plan, ray: bool) -> TpuPodSize:
     """The pod's requests (need x HEADROOM) and limits (the node's ceiling); PlanError when the need with its
     headroom does not fit under the ceiling of the plan's machine type."""
     machine = plan.shape.machine

@@ -118,7 +118,7 @@ def test_only_the_ray_backend_plans_ray_s_memory():
 
 def test_a_need_above_the_node_is_refused_naming_the_host_memory():
     """llama3-8b at per-device batch 12 on v5p fits HBM (its activations are offloaded) but not the host."""
-    chosen = plan(PlanRequest(model="llama3-8b", generation="v5p", topology="2x2x2", slices=2,
-                              per_device_batch_size=12))
+    tuned = plan(PlanRequest(model="llama3-8b", generation="v5p", topology="2x2x2", slices=2))
+    chosen = dataclasses.replace(tuned, per_device_batch_size=12)
     with pytest.raises(PlanError, match=r"host needs \d+ GiB of host memory .* at most 419 GiB"):
         tpu_pod_size(chosen, ray=True)
