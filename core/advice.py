@@ -1,5 +1,5 @@
 """What to do about a run the planner refuses over HBM: the nearest runs that fit (core/planner.py advise), as the
-command-line flags of trainer.entrypoint, trainer.local and preview.compile that ask for them (trainer/cli.py)."""
+command-line flags of trainer.entrypoint and trainer.local that ask for them (trainer/cli.py)."""
 from __future__ import annotations
 
 import dataclasses
