@@ -211,7 +211,10 @@ def write_checks(results: list[Result], version: str, path: Path = ROOT / "core"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sys.path.insert(0, str(ROOT))
+    from core.cli_errors import OneLineParser
+
+    parser = OneLineParser(prog="python scripts/libtpu_flag_check.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--probe", nargs=2, metavar=("TOPOLOGY", "SLICES"), help=argparse.SUPPRESS)
     parser.add_argument("--python", default=sys.executable, help="interpreter with jax (default: this one)")
     parser.add_argument("--libtpu-so", help="libtpu.so to load instead of the interpreter's libtpu package")

@@ -27,6 +27,12 @@ BAD_INPUT = [
 ]
 
 
+def test_scripts_refuse_bad_flags_in_one_line():
+    proc = subprocess.run([sys.executable, "scripts/libtpu_flag_check.py", "--no-such-flag"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
 @pytest.mark.parametrize("module, argv", BAD_INPUT, ids=[f"{m} {' '.join(a)}" for m, a in BAD_INPUT])
 def test_bad_input_is_one_line_exit_2(module, argv):
     proc = subprocess.run([sys.executable, "-m", module, *argv], cwd=REPO, capture_output=True, text=True,
