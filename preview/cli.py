@@ -275,7 +275,7 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float):
 
     try:
         target = stack_target(config, [entry.obj for entry in plan.manifests], root)
-        print(f"compile: {target.plan}", file=sys.stderr)
+        print(fit(f"compile: {target.plan}"), file=sys.stderr)
         return run_compile(target, timeout=timeout, progress=sys.stderr)
     except CompileSetupError as error:
         return failed_setup(config, str(error))
