@@ -42,3 +42,9 @@ def test_anchor_follows_github():
     assert anchor("JobSet + Kueue (`workloadBackend: jobset`, stack `jobset`)") == \
         "jobset--kueue-workloadbackend-jobset-stack-jobset"
     assert anchor("5. `pulumi up` and how long it takes") == "5-pulumi-up-and-how-long-it-takes"
+
+
+def test_the_readme_links_every_page():
+    readme = (REPO / "README.md").read_text()
+    unlinked = [p.name for p in (REPO / "docs").glob("*.md") if f"](docs/{p.name}" not in readme]
+    assert not unlinked, f"pages the README does not link: {unlinked}"
