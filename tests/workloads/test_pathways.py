@@ -346,5 +346,5 @@ def test_the_run_ends_when_the_head_finishes_and_leaves_nothing_on_tpu_nodes(run
     head = pod_spec(jobset, HEAD_JOB)
     assert "google.com/tpu" not in json.dumps(head)
     assert "cloud.google.com/gke-tpu-topology" not in (head.get("nodeSelector") or {})
-    assert all(not r.inputs.get("autoscaling") or r.inputs["autoscaling"]["minNodeCount"] == 0
-               for r in run.of_type("gcp:container/nodePool:NodePool") if r.name.startswith("slice-"))
+    slice_pools = [r for r in run.of_type("gcp:container/nodePool:NodePool") if r.name.startswith("slice-")]
+    assert slice_pools and all(r.inputs.get("autoscaling", {}).get("minNodeCount") == 0 for r in slice_pools)
