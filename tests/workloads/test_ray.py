@@ -109,7 +109,7 @@ def test_worker_group_matches_node_pools_and_topology(stack):
 def test_pods_run_as_the_service_account_bound_in_iam(prod):
     objects = registered_objects(prod)
     [ksa] = by_kind(objects, "ServiceAccount")
-    binding = prod.one("gcp:storage/bucketIAMMember:BucketIAMMember").inputs["member"]
+    binding = prod.one("gcp:storage/bucketIAMMember:BucketIAMMember", "checkpoints-object-user").inputs["member"]
     assert binding.endswith(f"/subject/ns/{ksa['metadata']['namespace']}/sa/{ksa['metadata']['name']}")
     cluster = job_cluster(objects)
     [job] = training_jobs(objects)
