@@ -112,6 +112,16 @@ def assumptions(config: StackConfig) -> list[str]:
                      "rule at index N\" (Kubernetes pkg/controller/job/pod_failure_policy.go; JobSet v0.12 "
                      "onJobFailureMessagePatterns exists for this), which is text, not an API field; after a failure "
                      "`kubectl get jobs -n NAMESPACE -o jsonpath='{..conditions}'` shows the message")
+    if not config.cluster.autopilot:
+        lines.append("slice pools from zero: spot and on-demand TPU pools autoscale 0..hosts per zone and GKE is "
+                     "assumed to add a multi-host slice's VMs at once when its pods ask (\"About TPUs in GKE\"); "
+                     "check no TPU node exists while no job runs: kubectl get nodes -l "
+                     "cloud.google.com/gke-tpu-topology")
+        if config.workload.worker_environment == "runtime" and config.workload.backend != "pathways":
+            lines.append("install cache: the pods keep uv's and pip's caches in the hostPath "
+                         "/var/lib/tpu-multislice/install-cache, assumed allowed in the namespace (no restrictive "
+                         "Pod Security level) and the Ray image's user assumed to be uid 1000; check a worker's "
+                         "`ls -ld /var/cache/install`")
     lines.append("dashboard: per-slice charts group by the node-pool label and TPU charts read libtpu's metrics "
                  "port 8431; check them once in Metrics Explorer")
     lines.append("TPU pod size: a 2 vCPU / 4 GiB allowance for the node's DaemonSets is assumed "

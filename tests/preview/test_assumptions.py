@@ -14,7 +14,7 @@ from tests.conftest import REPO
     ("prod", ["REGULAR channel's default", "image rayproject/ray:2.60.0-py312", "KubeRay >= 1.5.1", "MegaScale",
               "RayJob-owned cluster"]),
     ("dev", ["REGULAR channel's default", "image rayproject/ray:2.60.0-py312", "KubeRay", "RayJob-owned cluster"]),
-    ("jobset", ["image python:3.12.11-slim-bookworm", "MegaScale"]),
+    ("jobset", ["image python:3.12.11-slim-bookworm", "MegaScale", "slice pools from zero", "install cache"]),
     ("pathways", ["pathways/server", "pathways/proxy_server", "tpu_pre_training"]),
 ])
 def test_each_stack_lists_what_it_cannot_verify(stack, expected):
