@@ -1,8 +1,12 @@
-"""Recovery benchmark: one injected failure, recovered three ways, on the local fake-TPU cluster.
+"""Recovery benchmark: one injected event per run, on the local fake-TPU cluster.
 
   elastic shrink   --elastic 1,2 --kill-slice-at N   a slice is lost; Ray Train continues on the one left
   in-place retry   --fail-at N                       a worker dies; Ray Train restarts the group in place
   cold restart     --fail-at N --recovery cold       driver and cluster die; both restart, MaxText resumes
+  spot notice      --preempt-slice-at N              SIGTERM to one slice's hosts, SIGKILL 15 s later (GKE's
+                                                     Spot shutdown); the hosts save at the agreed step first
+  elastic growth   --elastic 1,2 --start-slices 1 --add-slice-at N
+                                                     the second slice arrives; the group saves, then re-forms
 
 Each scenario is a full `python -m trainer.local` run (same model, steps and checkpoint period), run one
 after another so they do not compete for the machine. Not a timed test: numbers depend on the machine.
@@ -23,6 +27,8 @@ SCENARIOS = (
     ("elastic shrink", ["--elastic", "1,2", "--kill-slice-at"]),
     ("in-place retry", ["--fail-at"]),
     ("cold restart", ["--recovery", "cold", "--fail-at"]),
+    ("spot notice", ["--preempt-slice-at"]),
+    ("elastic growth", ["--elastic", "1,2", "--start-slices", "1", "--add-slice-at"]),
 )
 BASELINE = "in-place retry"
 
@@ -46,14 +52,16 @@ def machine() -> str:
 
 def table(results: dict[str, dict]) -> str:
     base = results.get(BASELINE, {}).get("failures", [{}])[0]
-    head = f"{'recovery':<16}{'recovery s':>11}{'steps redone':>14}{'goodput':>9}{'wall s':>8}{'workers after':>15}{'vs retry (s)':>14}"
+    head = (f"{'recovery':<16}{'recovery s':>11}{'steps redone':>14}{'saved at':>10}{'goodput':>9}{'wall s':>8}"
+            f"{'workers after':>15}{'vs retry (s)':>14}")
     lines = [head, "-" * len(head)]
     for name, result in results.items():
         failure = result["failures"][0] if result["failures"] else {}
         rec = failure.get("recovery_s")
         ratio = f"{rec / base['recovery_s']:.2f}x" if rec and base.get("recovery_s") else "-"
         lines.append(f"{name:<16}{(f'{rec:.1f}' if rec is not None else 'never'):>11}"
-                     f"{str(failure.get('steps_redone', '-')):>14}{result['goodput']:>9.1%}{result['wall_s']:>8.0f}"
+                     f"{str(failure.get('steps_redone', '-')):>14}{str(failure.get('saved_at_notice') or '-'):>10}"
+                     f"{result['goodput']:>9.1%}{result['wall_s']:>8.0f}"
                      f"{str(failure.get('workers_after', '-')):>15}{ratio:>14}")
     return "\n".join(lines)
 
@@ -64,10 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--checkpoint-period", type=int, default=5)
     parser.add_argument("--json", dest="json_path", help="also write all results here")
+    parser.add_argument("--only", action="append", choices=[name for name, _ in SCENARIOS],
+                        help="run only this scenario (repeatable)")
     args = parser.parse_args(argv)
     results = {}
     with tempfile.TemporaryDirectory(prefix="recovery-bench-") as tmp:
         for name, flags in SCENARIOS:
+            if args.only and name not in args.only:
+                continue
             results[name] = run_scenario(flags, args.fail_at, args.steps, args.checkpoint_period,
                                          Path(tmp) / f"{name.replace(' ', '-')}.json")
     print(f"\nrecovery from one failure at step {args.fail_at} of {args.steps} (checkpoint every "
