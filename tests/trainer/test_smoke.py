@@ -181,3 +181,21 @@ def test_ray_smoke_refuses_bad_elastic_bounds_with_exit_2(capsys):
 
     assert main(["--ray", "--elastic", "2,1"]) == exit_codes.CONFIG_ERROR
     assert capsys.readouterr().err.strip().count("\n") == 0
+
+
+def test_elastic_stacks_smoke_test_takes_the_jobs_bounds():
+    """The dev stack trains elastically on 1..2 slices: its smoke test must be able to pass on the one slice the
+    run may start with, so it gets the training job's --elastic MIN,MAX, and its workers expect what they got."""
+    from trainer.smoke import build_parser, expectation_for_world, ray_expectation, ray_plan
+
+    config = build(load_stack_config("dev", REPO))
+    train = ray_inputs.entrypoint(config)
+    smoke = ray_inputs.smoke_command(config)
+    bounds = train[train.index("--elastic") + 1]
+    assert smoke[smoke.index("--elastic") + 1] == bounds
+    args = build_parser().parse_args(smoke[3:])
+    full = ray_plan(args)
+    one_slice = expectation_for_world(ray_expectation(full), full.shape.hosts)
+    assert one_slice["slices"] == 1 and one_slice["devices"] == full.devices // full.slices
+    fixed = ray_inputs.smoke_command(build(load_stack_config("prod", REPO)))
+    assert "--elastic" not in fixed

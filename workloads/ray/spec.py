@@ -93,12 +93,16 @@ def entrypoint(config: StackConfig) -> list[str]:
 
 def smoke_command(config: StackConfig) -> list[str]:
     """trainer/smoke.py through a JaxTrainer with the training job's scaling: every slice joined (device count)
-    and an all-reduce crosses the slices (DCN)."""
-    shape = config.tpu.shape
-    return ["python", "-m", "trainer.smoke", "--ray", "--model", config.workload.model,
-            "--generation", shape.generation.name, "--topology", shape.topology,
-            "--slices", str(config.tpu.slices), "--run-name", "multislice-smoke",
-            "--storage-path", f"gs://{config.storage.bucket_name}/ray-results"]
+    and an all-reduce crosses the slices (DCN). An elastic run's smoke test takes the same MIN,MAX and checks the
+    whole slices its group got: insisting on MAX would keep a run that may start on MIN from starting at all."""
+    shape, plan = config.tpu.shape, config.workload.plan
+    command = ["python", "-m", "trainer.smoke", "--ray", "--model", config.workload.model,
+               "--generation", shape.generation.name, "--topology", shape.topology,
+               "--slices", str(config.tpu.slices), "--run-name", "multislice-smoke",
+               "--storage-path", f"gs://{config.storage.bucket_name}/ray-results"]
+    if plan.elastic:
+        command += ["--elastic", f"{plan.min_slices},{plan.slices}"]
+    return command
 
 
 def job_command(config: StackConfig) -> list[str]:
