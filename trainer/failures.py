@@ -41,10 +41,6 @@ class DataError(NotRetryable):
     exit_code = exit_codes.DATA_ERROR
 
 
-class StoppedForNotice(Exception):
-    """Not an error: the run saved a checkpoint at a preemption or resize notice and stopped stepping."""
-
-
 def _causes(exc: BaseException):
     """The exception, what Ray wrapped inside it, and its cause/context chain (each visited once)."""
     seen: set[int] = set()
