@@ -133,7 +133,7 @@ def recipe_settings(plan: Plan, hardware: str) -> dict[str, str]:
     return recipe_kernel_settings(plan.model.name, plan.shape.generation.name, plan.attention)
 
 
-def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
+def maxtext_overrides(plan: Plan, run: RunSettings, elastic_run: bool | None = None) -> list[str]:
     """MaxText `key=value` overrides for pre-training `plan` with `run` settings.
 
     Args:
@@ -172,7 +172,9 @@ def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
         # The model's own tokenizer (a mismatched one was refused above); the data position is restored with
         # the model, through the elastic iterator when the slice count can change (core/data.py).
         keys.update(data.tokenizer_overrides(plan.model.name, run.tokenizer_path))
-        if run.dataset_type == "grain" and plan.elastic:
+        # An elastic run's group at its minimum is not `plan.elastic` any more, but its checkpoints must keep
+        # one format across resizes: `elastic_run` (the full plan's) decides when given.
+        if run.dataset_type == "grain" and (plan.elastic if elastic_run is None else elastic_run):
             keys.update(data.ELASTIC_GRAIN_OVERRIDES)
     if run.metrics_file:
         keys["metrics_file"] = run.metrics_file
@@ -185,6 +187,6 @@ def maxtext_overrides(plan: Plan, run: RunSettings) -> list[str]:
     return [f"{key}={value}" for key, value in keys.items()]
 
 
-def pre_train_argv(plan: Plan, run: RunSettings, base_config: str) -> list[str]:
+def pre_train_argv(plan: Plan, run: RunSettings, base_config: str, elastic_run: bool | None = None) -> list[str]:
     """argv for MaxText's `main(argv)` (argv[0] is the program name, argv[1] the base config)."""
-    return [PRE_TRAIN_MODULE, base_config, *maxtext_overrides(plan, run)]
+    return [PRE_TRAIN_MODULE, base_config, *maxtext_overrides(plan, run, elastic_run)]

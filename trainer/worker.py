@@ -41,8 +41,10 @@ def worker_plan_and_argv(config: dict, world: int, base_config: str) -> tuple[Pl
     """What a worker group of `world` workers runs: the plan for the slices it has and MaxText's argv.
     train_loop_per_worker runs exactly this; `python -m trainer.entrypoint ... --print-argv` prints it for the
     full worker group (preview/compile.py compiles that argv ahead of time)."""
-    current = plan_for_world(plan(request_from_dict(config["plan_request"])), world)
-    return current, pre_train_argv(current, RunSettings(**config["run"]), base_config)
+    full = plan(request_from_dict(config["plan_request"]))
+    current = plan_for_world(full, world)
+    # The group's size changes, the run's elasticity does not (the data iterator's checkpoint format follows it).
+    return current, pre_train_argv(current, RunSettings(**config["run"]), base_config, elastic_run=full.elastic)
 
 
 def train_loop_per_worker(config: dict) -> None:

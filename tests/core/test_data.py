@@ -139,3 +139,19 @@ def test_the_workers_find_the_tokenizers_maxtext_ships(tmp_path):
 
     assert found("") == "False"                       # MaxText's own default, installed from the wheel
     assert found("from trainer.maxtext_runtime import pin_assets_root; pin_assets_root(); ") == "True"
+
+
+def test_an_elastic_run_keeps_the_elastic_iterator_at_every_group_size():
+    """Grain's checkpoint format follows grain_use_elastic_iterator (maxtext/common/grain_utility.py `for_restore`:
+    the elastic iterator restores at any process count, the per-process one asserts the count is unchanged), so an
+    elastic run must ask for it at every size, also at its minimum, where the resized plan is no longer elastic."""
+    from trainer.worker import request_to_dict, run_to_dict, worker_plan_and_argv
+
+    request = PlanRequest("llama3-8b", "v6e", "4x4", slices=2, min_slices=1)
+    run = RunSettings("r", "gs://b", 100, 10, dataset_type="grain", dataset_path="gs://b/*.arrayrecord")
+    config = {"plan_request": request_to_dict(request), "run": run_to_dict(run)}
+    for world in (4, 8):                                   # one slice of 4 hosts, two slices
+        current, argv = worker_plan_and_argv(config, world, "base.yml")
+        keys = _keys(argv[2:])
+        assert (keys["grain_use_elastic_iterator"], keys["packing"]) == ("true", "false"), world
+    assert not current.at_slices(1).elastic                 # why the full plan has to decide
