@@ -92,8 +92,10 @@ def uv_install(uv: str, lock: Path, target: Path, cache: Path, timeout: float) -
 
 
 def pip_install(lock: Path, target: Path, timeout: float) -> tuple[float, bool, str]:
+    # --ignore-requires-python: pip checks Requires-Python against the interpreter it runs on (3.11 here), not
+    # --python-version; the lock is resolved for 3.12 already.
     command = [sys.executable, "-m", "pip", "install", "--no-cache-dir", "--no-deps", "--require-hashes",
-               "--disable-pip-version-check", "-r", str(lock), "--target", str(target),
+               "--ignore-requires-python", "--disable-pip-version-check", "-r", str(lock), "--target", str(target),
                "--python-version", PYTHON_VERSION, "--only-binary=:all:"]
     for platform in PLATFORMS_PIP:
         command += ["--platform", platform]

@@ -16,7 +16,7 @@ from workloads.ray.manifests import RaySpec
 # Packages every Ray image already has at the lock's version, left out of the runtime install.
 IMAGE_PROVIDES = frozenset({"ray"})
 # Seconds Ray waits for a worker's runtime environment (the lock's install) before failing the worker; Ray's
-# default is 600 (ray_constants.DEFAULT_RUNTIME_ENV_TIMEOUT_SECONDS). The lock's install took 141-189 s on a
+# default is 600 (ray_constants.DEFAULT_RUNTIME_ENV_TIMEOUT_SECONDS). The lock's install took up to 189 s on a
 # shared 2-core machine (benchmarks/startup_bench.py, docs/worker-environment.md); every host of every slice
 # (and the head) downloads it from the same index at the same moment, so this allows about six times that.
 RUNTIME_ENV_SETUP_TIMEOUT_S = 1200
