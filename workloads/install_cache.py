@@ -1,9 +1,9 @@
 """A node-level package cache for pods that install the workers' lock at start (workerEnvironment=runtime).
 
 Every host installs worker_env/requirements.lock (~740 MB of wheels, ~2.7 GB installed) before its first step.
-uv (Ray workers) keeps what it downloaded and unpacked in its cache and installs from there when it is warm
-(benchmarks/startup_bench.py measures both: the cache saves the download, not the writing); pip (JobSet pods)
-keeps the downloaded wheels. A pod's own filesystem is lost when the container restarts or the pod is recreated
+uv (Ray workers and JobSet pods) keeps what it downloaded and unpacked in its cache and installs from there when
+it is warm (benchmarks/startup_bench.py measures both: the cache saves the download, not the writing). A pod's
+own filesystem is lost when the container restarts or the pod is recreated
 (a new job, a slice coming back on a node that stayed), so the cache lives on the node: a hostPath directory of
 the stack's own, written only by its pods (TPU nodes run nothing else; the head's node is the system pool's). uv's cache is "thread-safe and append-only, and thus robust to multiple concurrent readers and
 writers" (uv docs, "Caching"), and what it installs is still exactly the lock's pinned versions.
@@ -13,10 +13,9 @@ emptyDir: it survives container restarts only.
 """
 from __future__ import annotations
 
-# The cache volume inside the container; uv's cache (its UV_CACHE_DIR variable) and pip's (--cache-dir) below it.
+# The cache volume inside the container; uv's cache (its UV_CACHE_DIR variable, or --cache-dir) below it.
 CACHE_MOUNT = "/var/cache/install"
 UV_CACHE_DIR = f"{CACHE_MOUNT}/uv"
-PIP_CACHE_DIR = f"{CACHE_MOUNT}/pip"
 VOLUME_NAME = "install-cache"
 # On the node: outside the paths GKE manages, owned by the stack.
 HOST_PATH = "/var/lib/tpu-multislice/install-cache"

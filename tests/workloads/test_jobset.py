@@ -226,9 +226,16 @@ def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, confi
     assert container["command"][:2] == ["bash", "-c"]
     # MaxText's own argv, through the trainer's wrapper that exits with core/exit_codes.py (failure policy).
     assert 'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"' in script
-    # Exactly the workers' lock, shipped with the code: hashes checked, nothing resolved again.
-    assert ("python -m pip install --cache-dir /var/cache/install/pip --root-user-action=ignore --no-deps "
-            "--require-hashes -r /opt/tpu-multislice/worker_env/requirements.lock") in script
+    # Exactly the workers' lock, shipped with the code: hashes checked, nothing resolved again; uv (itself pinned
+    # and hash-checked) installs it into the image's Python.
+    assert ("python -m uv pip install --system --cache-dir /var/cache/install/uv --no-deps --require-hashes -r "
+            "/opt/tpu-multislice/worker_env/requirements.lock") in script
+    assert "uv==0.13.9 --hash=sha256:" in script and "--require-hashes -r /dev/stdin" in script
+    assert script.index("-r /dev/stdin") < script.index("python -m uv pip install")
+    # A failed install is a runtime failure (retried), never one of the trainer's non-retryable codes: uv exits 2
+    # on any error (its ExitStatus::Error), which would read as CONFIG_ERROR.
+    install_lines = [line for line in script.splitlines() if "pip install" in line]
+    assert len(install_lines) == 2 and all(line.endswith("|| exit 1") for line in install_lines)
     args = dict(a.split("=", 1) for a in container["args"])
     assert args["base_output_directory"] == "gs://my-tpu-project-tpu-multislice-jobset-ckpt/maxtext"
     assert args["checkpoint_period"] == str(config.workload.checkpoint_period) == "50"
@@ -442,7 +449,7 @@ def test_a_finished_jobset_keeps_no_pod_and_is_not_deleted_behind_pulumis_back(r
 
 
 def test_a_restarted_pod_installs_from_the_nodes_cache():
-    """Every JobSet restart recreates every pod, which installs the lock again; pip's cache on a node-level
+    """Every JobSet restart recreates every pod, which installs the lock again; uv's cache on a node-level
     hostPath (workloads/install_cache.py) spares the download on a node that stayed. Autopilot refuses writable
     hostPath volumes (GKE "Autopilot security capabilities"): an emptyDir there."""
     from workloads import install_cache
@@ -458,4 +465,4 @@ def test_a_restarted_pod_installs_from_the_nodes_cache():
             assert volume["hostPath"]["path"] == install_cache.HOST_PATH
         [container] = pod["containers"]
         assert {"name": "install-cache", "mountPath": "/var/cache/install"} in container["volumeMounts"]
-        assert "--cache-dir /var/cache/install/pip" in container["command"][2]
+        assert "--cache-dir /var/cache/install/uv" in container["command"][2]

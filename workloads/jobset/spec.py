@@ -88,8 +88,8 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str
     smoke = jm.smoke_argv(spec) if config.workload.smoke_test else None
     install = None
     if config.workload.worker_environment != "image":
-        # pip runs as root in the plain Python image: the node's cache directory needs no owner change.
-        install = jm.install_lock(LOCK_PATH, install_cache.PIP_CACHE_DIR)
+        # The plain Python image runs as root: the node's cache directory needs no owner change.
+        install = jm.install_lock(LOCK_PATH, install_cache.UV_CACHE_DIR)
         volumes.append(install_cache.cache_volume(on_node=not config.cluster.autopilot))
     argv = training_argv(config)
 
