@@ -118,7 +118,7 @@ def assumptions(config: StackConfig) -> list[str]:
                      "check no TPU node exists while no job runs: kubectl get nodes -l "
                      "cloud.google.com/gke-tpu-topology")
         if config.workload.worker_environment == "runtime" and config.workload.backend != "pathways":
-            lines.append("install cache: the pods keep uv's and pip's caches in the hostPath "
+            lines.append("install cache: the pods keep uv's cache in the hostPath "
                          "/var/lib/tpu-multislice/install-cache, assumed allowed in the namespace (no restrictive "
                          "Pod Security level) and the Ray image's user assumed to be uid 1000; check a worker's "
                          "`ls -ld /var/cache/install`")
