@@ -7,9 +7,14 @@ Offered:
   MaxText saves Grain's iterator with every checkpoint and restores it with the model
   (maxtext/common/checkpointing.py `save_checkpoint`: checkpointables["iter"] only when dataset_type == "grain"),
   so a resumed run reads on from where it stopped. An elastic run changes the number of data-loading hosts on a
-  resize, which a per-host iterator state cannot follow: MaxText's `grain_use_elastic_iterator` keeps one
-  global position instead, and it needs `packing=false` (maxtext/configs/base.yml: "For elastic training, set to
-  this true and packing=false").
+  resize, which a per-host iterator state cannot follow: MaxText's `grain_use_elastic_iterator` is meant to keep one
+  global position instead (with `packing=false`; maxtext/configs/base.yml: "For elastic training, set to this true
+  and packing=false"). With the versions the workers run it does not: Grain 0.2.18's ElasticIterator is a dataset
+  whose `iter()` gives a plain DatasetIterator, while MaxText 0.2.5 saves the global position only when the
+  loader's iterator *is* an ElasticIterator (maxtext/common/grain_utility.py `for_save` / `for_restore`), so it
+  saves one state per host and, after a resize, refuses to restore ("4 processes found in Grain checkpoint
+  directory ..., but only 2 jax processes", seen on the local run). So elastic runs are refused grain data at
+  config time; `ELASTIC_GRAIN_OVERRIDES` records what would be set once the two agree.
 
 Removed, because they cannot work as offered:
 - `tfds`: needs TensorFlow and tensorflow-datasets, which are not in the workers' lock (maxtext[tpu] 0.2.5 does not
@@ -70,7 +75,7 @@ def _basename(path: str) -> str:
 
 
 def check_dataset(model: str, dataset_type: str, dataset_path: str, tokenizer_path: str,
-                  extra: dict[str, str]) -> None:
+                  extra: dict[str, str], elastic: bool = False) -> None:
     """Refuse, in one line naming the value, what cannot train or resume. Raises PlanError."""
     own = tokenizer_of(model)
     if tokenizer_path and _basename(tokenizer_path) != own.asset:
@@ -87,6 +92,10 @@ def check_dataset(model: str, dataset_type: str, dataset_path: str, tokenizer_pa
         return
     if not dataset_path:
         raise PlanError(f"dataset_type={dataset_type} needs a dataset path (files, e.g. gs://bucket/data/*.arrayrecord)")
+    if elastic and dataset_type == "grain":
+        raise PlanError("dataset_type=grain cannot resume after an elastic resize with MaxText 0.2.5 and Grain 0.2.18 "
+                        "(the data position is saved per host; core/data.py): train real data on a fixed number of "
+                        "slices (no --elastic / elasticMinSlices)")
     if model in PRETOKENIZED_ONLY and extra.get("tokenize_train_data", "true").lower() != "false":
         raise PlanError(f"model {model} has a 32-id test vocabulary that no tokenizer fits: its data must be "
                         "pre-tokenized (set tokenize_train_data=false)")

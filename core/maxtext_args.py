@@ -146,7 +146,8 @@ def maxtext_overrides(plan: Plan, run: RunSettings, elastic_run: bool | None = N
       PlanError: invalid run settings, or `run.extra` trying to replace a planned key.
     """
     run.validate()
-    data.check_dataset(plan.model.name, run.dataset_type, run.dataset_path, run.tokenizer_path, dict(run.extra))
+    data.check_dataset(plan.model.name, run.dataset_type, run.dataset_path, run.tokenizer_path, dict(run.extra),
+                       elastic=plan.elastic if elastic_run is None else elastic_run)
     planned = plan.overrides()
     planned.update(_mesh_for_hardware(plan, run.hardware))
     if plan.model.cpu_only and run.hardware != "cpu":

@@ -43,6 +43,8 @@ def no_ray(monkeypatch):
     (["--dataset-type", "grain", "--dataset-path", "/d/*", "--set", "tokenize_train_data=false",
       "--tokenizer-path", "tokenizer.llama2"], ["tokenizer_path='tokenizer.llama2'", "tiny"]),
     (["--dataset-type", "tfds", "--dataset-path", "c4"], ["dataset_type=tfds", "not offered"]),
+    (["--elastic", "1,2", "--dataset-type", "grain", "--dataset-path", "/d/*", "--set", "tokenize_train_data=false"],
+     ["dataset_type=grain", "elastic resize"]),
 ])
 def test_local_refuses_before_starting_ray(argv, names, no_ray, capsys):
     if argv[:2] == ["--elastic", "1,3"]:
