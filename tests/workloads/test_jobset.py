@@ -173,7 +173,12 @@ def test_one_child_job_per_slice_fills_a_node_pool(run, config):
         assert chips == config.tpu.shape.chips_per_host == 4
         assert job["parallelism"] == pools[0].inputs["autoscaling"]["maxNodeCount"]
         assert topology == pools[0].inputs["placementPolicy"]["tpuTopology"]
-        assert container["resources"]["requests"] == container["resources"]["limits"]
+        # The TPU chips are asked for whole; CPU and memory requests are what the job needs, at most the limits
+        # (the node's ceiling), so the pod fits the node GKE really gives (core/pod_sizing.py).
+        requests, limits = container["resources"]["requests"], container["resources"]["limits"]
+        assert requests["google.com/tpu"] == limits["google.com/tpu"]
+        assert int(requests["cpu"]) <= int(limits["cpu"])
+        assert int(requests["memory"].removesuffix("Gi")) <= int(limits["memory"].removesuffix("Gi"))
         assert pod["serviceAccountName"] == config.kubernetes.service_account
 
 
