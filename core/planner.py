@@ -34,8 +34,9 @@ from typing import Mapping
 
 from core.tpu_catalog import CatalogError, SliceShape, slice_shape
 from core.errors import PlanError
-from core.memory import GIB, MemoryEstimate, estimate
+from core.memory import ESTIMATE_ERROR, FITS, GIB, RECOMPUTES, MemoryEstimate, estimate
 from core.presets import ModelPreset, preset
+from core.recipes import expected_step
 
 
 class DoesNotFit(PlanError):
@@ -68,6 +69,14 @@ class PlanRequest:
     attention: str | None = None
     # False: keep a plan whose estimate is over the limit (the compile, not the estimate, decides).
     memory_check: bool = True
+    # MaxText settings the published recipes use beyond the mesh/batch/remat/dtype above (see with_maxtext_keys):
+    ici_context: int = 1                   # ici_context_parallelism: sequence split over devices inside a slice
+    ici_sequence: int = 1                  # ici_sequence_parallelism (laid out, not estimated)
+    num_vocab_tiling: int | None = None    # loss computed in this many chunks of the tokens (MaxText >= 0.2)
+    mu_dtype: str | None = None            # AdamW first moment's dtype (MaxText: weight_dtype when unset)
+    # Other MaxText keys the run sets that change memory but that the estimate does not model (quantization ...):
+    # passed through to MaxText, named in the plan's notes; the compile decides.
+    unmodeled: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,16 @@ class Plan:
     attention: str
     memory: MemoryEstimate
     notes: tuple[str, ...] = ()
+    ici_context: int = 1
+    ici_sequence: int = 1
+    num_vocab_tiling: int = 1
+    mu_dtype: str = ""                     # "" = MaxText's default (weight_dtype)
+    unmodeled: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def ici_batch_free(self) -> int:
+        """ICI ways that do not split the batch (tensor, context, sequence)."""
+        return self.ici_tensor * self.ici_context * self.ici_sequence
 
     @property
     def devices(self) -> int:
@@ -141,6 +160,12 @@ class Plan:
             "weight_dtype": self.weight_dtype,
             "attention": self.attention,
         })
+        # Only when asked for, so plans without them launch exactly as before.
+        for key, value, default in (("ici_context_parallelism", self.ici_context, 1),
+                                    ("ici_sequence_parallelism", self.ici_sequence, 1),
+                                    ("num_vocab_tiling", self.num_vocab_tiling, 1), ("mu_dtype", self.mu_dtype, "")):
+            if value != default:
+                keys[key] = str(value)
         keys.update({tensor: "offload" for tensor in self.remat_offload})
         return keys
 
@@ -161,8 +186,13 @@ def _estimate(plan: Plan) -> MemoryEstimate:
     generation = plan.shape.generation
     return estimate(
         plan.model,
-        fsdp=plan.ici_fsdp * plan.dcn_fsdp,
+        # MaxText's logical rules shard every weight's embed axis over fsdp and context (base.yml
+        # logical_axis_rules: ['embed', ['fsdp', 'fsdp_transpose', 'context', ...]]), not over sequence.
+        fsdp=plan.ici_fsdp * plan.ici_context * plan.dcn_fsdp,
         tensor=plan.ici_tensor,
+        num_vocab_tiling=plan.num_vocab_tiling,
+        mu_dtype=plan.mu_dtype or None,
+        slices=plan.slices,
         per_device_batch_size=plan.per_device_batch_size,
         seq_len=plan.max_target_length,
         remat_policy=plan.remat_policy,
@@ -260,6 +290,8 @@ def _compile_hint(request: PlanRequest, chosen: "Plan") -> str:
             flags.append(f"{flag} {value}")
     if request.remat_offload is not None:
         flags.append(f"--remat-offload {','.join(request.remat_offload) or ''}")
+    for key, value in maxtext_keys_of(chosen).items():
+        flags.append(f"--set {key}={value}")
     return "python -m preview.compile " + " ".join(flags)
 
 
@@ -275,9 +307,23 @@ def plan(request: PlanRequest) -> Plan:
     elastic = min_slices < request.slices
     counts = range(min_slices, request.slices + 1)
 
-    ici_fsdp, ici_tensor = _split(shape.devices, request.ici_fsdp, request.ici_tensor,
+    for name, ways in (("ici_context_parallelism", request.ici_context),
+                       ("ici_sequence_parallelism", request.ici_sequence)):
+        if ways < 1 or shape.devices % ways:
+            raise PlanError(f"{name}={ways} must be >= 1 and divide the {shape.devices} devices of a "
+                            f"{shape.pod_type} slice")
+    others = request.ici_context * request.ici_sequence
+    if shape.devices % others:
+        raise PlanError(f"ici_context_parallelism={request.ici_context} x ici_sequence_parallelism="
+                        f"{request.ici_sequence} does not divide the {shape.devices} devices of a {shape.pod_type} slice")
+    if request.num_vocab_tiling is not None and request.num_vocab_tiling < 1:
+        raise PlanError(f"num_vocab_tiling={request.num_vocab_tiling} must be >= 1")
+    if request.mu_dtype not in (None, "", "float32", "bfloat16"):
+        raise PlanError(f"mu_dtype={request.mu_dtype!r} unknown; allowed: float32, bfloat16")
+    ici_fsdp, ici_tensor = _split(shape.devices // others, request.ici_fsdp, request.ici_tensor,
                                   ("ici_fsdp_parallelism", "ici_tensor_parallelism"),
-                                  f"devices per {shape.pod_type} slice")
+                                  f"devices per {shape.pod_type} slice" + (
+                                      f" / (context x sequence parallelism {others})" if others > 1 else ""))
     problem = _tensor_problem(model, ici_tensor)
     if problem:
         raise PlanError(problem)
@@ -295,7 +341,7 @@ def plan(request: PlanRequest) -> Plan:
     problems: dict[tuple[int, int], str] = {}
     for d, f in dcn_options:
         for n in counts:
-            reason = _layout_problem(model, ici_fsdp, n if f > 1 else 1, n, elastic)
+            reason = _layout_problem(model, ici_fsdp * request.ici_context, n if f > 1 else 1, n, elastic)
             if reason:
                 problems[(d, f)] = reason
                 break
@@ -312,23 +358,31 @@ def plan(request: PlanRequest) -> Plan:
                        else (model.remat_offload if request.remat_policy in (None, "custom") else ())),
         weight_dtype=request.weight_dtype or model.weight_dtype,
         attention=request.attention or model.attention,
+        ici_context=request.ici_context, ici_sequence=request.ici_sequence,
+        num_vocab_tiling=request.num_vocab_tiling or 1, mu_dtype=request.mu_dtype or "",
+        unmodeled=tuple(request.unmodeled),
     )
+    batch_free = ici_tensor * others
     if base["max_target_length"] < 1:
         raise PlanError(f"max_target_length={base['max_target_length']} must be >= 1")
 
     if request.per_device_batch_size is not None:
         for slices in counts:
-            reason = _check_batch(request.per_device_batch_size, shape, slices, ici_tensor)
+            reason = _check_batch(request.per_device_batch_size, shape, slices, batch_free)
             if reason:
                 raise PlanError(reason)
         batches = [request.per_device_batch_size]
     else:
-        batches = _batch_candidates(model.per_device_batch_size, shape, counts, ici_tensor)
+        batches = _batch_candidates(model.per_device_batch_size, shape, counts, batch_free)
 
     tried: list[Plan] = []
+    host_problems: list[str] = []
     first: Plan | None = None
-    for dcn_data, dcn_fsdp in dcn_options:
-        for pdbs in batches:
+    # The largest batch first; at one batch a fit without recomputation on any DCN layout before a fit that needs
+    # XLA to recompute (data parallel across slices first within each).
+    for pdbs in batches:
+        candidates = []
+        for dcn_data, dcn_fsdp in dcn_options:
             candidate = Plan(dcn_data=dcn_data, dcn_fsdp=dcn_fsdp, per_device_batch_size=pdbs,
                              memory=None, **base)  # type: ignore[arg-type]
             candidate = dataclasses.replace(candidate, memory=_estimate(candidate))
@@ -336,13 +390,21 @@ def plan(request: PlanRequest) -> Plan:
             # Every slice count the run may have; the fewest slices hold the most bytes per device.
             worst = max((candidate.at_slices(n) for n in counts), key=lambda p: p.memory.total)
             tried.append(worst)
-            if worst.memory.fits:
-                return dataclasses.replace(candidate, notes=_notes(request, candidate, model))
+            candidates.append((candidate, worst))
+        for wanted in (FITS, RECOMPUTES):
+            for candidate, worst in candidates:
+                if worst.memory.verdict == wanted:
+                    host = _host_problem(worst)
+                    if host:
+                        host_problems.append(host)
+                        continue
+                    return dataclasses.replace(candidate, notes=_notes(request, candidate, model, worst))
     if not request.memory_check:
         assert first is not None
         return dataclasses.replace(first, notes=(
-            f"memory check off: estimated {first.memory.total / GIB:.1f} GiB per device is over "
-            f"{first.memory.usable / GIB:.2f} GiB; compile it to know ({_compile_hint(request, first)})",))
+            f"memory check off: estimated {first.memory.total / GIB:.1f} GiB per device, over the "
+            f"{first.memory.usable / GIB:.2f} GiB the planner accepts; compile it to know "
+            f"({_compile_hint(request, first)})",))
     best = min(tried, key=lambda p: p.memory.total)
     resized = f" (elastic: at {best.slices} of {min_slices}..{request.slices} slices)" if elastic else ""
     hint = _compile_hint(request, best)
@@ -350,13 +412,48 @@ def plan(request: PlanRequest) -> Plan:
                     f" (dcn data {best.dcn_data} x fsdp {best.dcn_fsdp}, ici fsdp {best.ici_fsdp} x tensor {best.ici_tensor},"
                     f" per_device_batch_size {_number(best.per_device_batch_size)}, seq {best.max_target_length},"
                     f" remat {best.remat_policy}, weights {best.weight_dtype}): {best.memory.describe()}."
-                    f" This is an estimate (core/xla_calibration.json: within 10 % of XLA near the limit, above it"
-                    f" elsewhere); for XLA's verdict compile it: {hint} --no-memory-check"
-                    + "".join(f". Not tried: {reason}" for reason in dict.fromkeys(problems.values())), best)
+                    f" This is an estimate (core/xla_calibration.json: within {ESTIMATE_ERROR:.0%} of XLA near the"
+                    f" limit, above it elsewhere); for XLA's verdict compile it: {hint} --no-memory-check"
+                    + "".join(f". Not tried: {reason}" for reason in dict.fromkeys(problems.values()))
+                    + (f". Host memory: {host_problems[0]}" if host_problems else ""), best)
 
 
-def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset) -> tuple[str, ...]:
+def _host_problem(candidate: Plan) -> str | None:
+    """Why the TPU host cannot hold what this plan offloads to it (core/pod_sizing.py sizes the pod; imported
+    here lazily: it reads plans), or None."""
+    from core.pod_sizing import tpu_pod_size
+    try:
+        tpu_pod_size(candidate, ray=True)
+    except PlanError as err:
+        return str(err)
+    return None
+
+
+def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, worst: Plan | None = None) -> tuple[str, ...]:
     notes = []
+    warning = (worst or chosen).memory.recompute_warning()
+    if warning:
+        at = f" (at {worst.slices} slices)" if worst is not None and worst.slices != chosen.slices else ""
+        notes.append(f"memory{at}: {warning}")
+    best = largest_batch(chosen)
+    clean = largest_batch(chosen, recompute=False) if chosen.memory.verdict == FITS else None
+    if clean is None:
+        shape = (f"shape: per_device_batch_size {_number(chosen.per_device_batch_size)} fits only with XLA "
+                 f"recomputing; up to {_number(best)} so")
+    elif best > chosen.per_device_batch_size:
+        shape = (f"shape: per_device_batch_size up to {_number(clean)} fits with this mesh, sequence and remat"
+                 + (f" ({_number(best)} if XLA recomputes)" if best > clean else ""))
+    else:
+        shape = "shape: this is the largest per_device_batch_size that fits with this mesh, sequence and remat"
+    expected = expected_step(model.name, chosen.shape.generation.name, chosen.max_target_length,
+                             chosen.per_device_batch_size)
+    notes.append(shape + (f"; {expected}" if expected else ""))
+    not_estimated = [f"{key}={value}" for key, value in chosen.unmodeled]
+    if chosen.ici_sequence > 1:
+        not_estimated.append(f"ici_sequence_parallelism={chosen.ici_sequence} (laid out; its memory effect is not)")
+    if not_estimated:
+        notes.append(f"memory: the estimate does not cover {', '.join(not_estimated)}: passed to MaxText as set; "
+                     "python -m preview.compile (or --compile in the offline plan) decides whether it fits")
     if chosen.elastic:
         low = chosen.at_slices(chosen.min_slices)
         notes.append(f"elastic: per_device_batch_size stays {_number(chosen.per_device_batch_size)} on a resize, so "
@@ -368,7 +465,8 @@ def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset) -> tuple[str,
                      f"to {_number(chosen.per_device_batch_size)} to fit HBM")
     if request.dcn_fsdp is None and chosen.dcn_fsdp > 1:
         notes.append("FSDP across slices: with data parallelism across slices each slice holds the whole model's "
-                     "weights, gradients and optimizer state, which is over the plannable bytes at every batch")
+                     "weights, gradients and optimizer state, which does not fit (or only by recomputing) at this "
+                     "batch")
     return tuple(notes)
 
 
@@ -430,18 +528,22 @@ class Advice:
         return self.plan is not None
 
 
-def largest_batch(chosen: Plan, ceiling: float = 64) -> float:
-    """The largest per-device batch that lays out and fits with every other choice of `chosen` kept (mesh,
-    sequence, remat, dtype, slice range), searched upward from the plan's own batch in steps of 1/tensor."""
-    step = 1 / chosen.ici_tensor
+def largest_batch(chosen: Plan, ceiling: float = 64, recompute: bool = True) -> float:
+    """The largest per-device batch that lays out and fits (HBM and the host's memory for offloads) with every
+    other choice of `chosen` kept (mesh, sequence, remat, dtype, slice range), searched upward from the plan's own
+    batch in steps of 1/tensor; `recompute`: count fits that need XLA to recompute."""
+    allowed = (FITS, RECOMPUTES) if recompute else (FITS,)
+    step = 1 / chosen.ici_batch_free
     best = chosen.per_device_batch_size
     counts = range(chosen.min_slices, chosen.slices + 1)
     k = int(round(best / step)) + 1
     while k * step <= ceiling:
         candidate = k * step
-        if all(_check_batch(candidate, chosen.shape, n, chosen.ici_tensor) is None for n in counts):
+        if all(_check_batch(candidate, chosen.shape, n, chosen.ici_batch_free) is None for n in counts):
             trial = dataclasses.replace(chosen, per_device_batch_size=candidate)
-            if not all(_estimate(trial.at_slices(n) if n != trial.slices else trial).fits for n in counts):
+            trial = dataclasses.replace(trial, memory=_estimate(trial))
+            sized = [trial.at_slices(n) for n in counts]
+            if not all(p.memory.verdict in allowed and _host_problem(p) is None for p in sized):
                 break
             best = candidate
         k += 1
@@ -471,7 +573,7 @@ def _single_changes(base: PlanRequest, closest: Plan, max_slices: int) -> list[t
         offload = tuple(sorted(set(closest.remat_offload) | set(kept)))
         out.append(("offload", f"remat_policy {closest.remat_policy} -> custom offloading {','.join(offload)} to "
                                "host memory", dataclasses.replace(base, remat_policy="custom", remat_offload=offload)))
-    step = 1 / closest.ici_tensor
+    step = 1 / closest.ici_batch_free
     k = int(round(closest.per_device_batch_size / step)) - 1
     while k >= 1:
         smaller = k * step
@@ -571,3 +673,56 @@ def advise(request: PlanRequest, *, max_slices: int | None = None, limit: int = 
     except PlanError as err:
         return Advice(request=request, plan=None, refusal=str(err))
     return Advice(request=request, plan=chosen, largest_batch=largest_batch(chosen))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MaxText keys a run adds (`--set KEY=VALUE`) that change the step's memory.
+#
+# Estimated (and laid out): ici_context_parallelism (weights sharded over it as over FSDP: MaxText base.yml
+# logical_axis_rules put `embed` on fsdp and context; the tokens per device do not change, the sequence is split
+# and the batch is not), num_vocab_tiling (the loss over this many chunks of the tokens: maxtext
+# utils/vocabulary_tiling.py), mu_dtype (optax adamw's first moment; the second stays in weight_dtype).
+# Laid out, not estimated: ici_sequence_parallelism. Passed through, not estimated (the plan names them; the
+# compile decides): quantization and the rest of MEMORY_KEYS_NOT_ESTIMATED. MaxText 0.2.5 base.yml has each key.
+_LIFTED = {"ici_context_parallelism": "ici_context", "ici_sequence_parallelism": "ici_sequence",
+           "num_vocab_tiling": "num_vocab_tiling", "mu_dtype": "mu_dtype"}
+LIFTED_KEYS = tuple(_LIFTED)
+MEMORY_KEYS_NOT_ESTIMATED = (
+    "quantization", "use_qwix_quantization", "quantize_logits_proj", "context_parallel_strategy",
+    "gradient_accumulation_steps", "optimizer_memory_host_offload", "parameter_memory_host_offload",
+    "opt_type", "dtype", "logits_dot_in_fp32", "cast_logits_to_fp32", "scan_layers", "dcn_context_parallelism",
+    "dcn_sequence_parallelism", "ici_tensor_sequence_parallelism", "ici_autoregressive_parallelism",
+    "ici_pipeline_parallelism", "dcn_pipeline_parallelism", "num_layers_per_pipeline_stage",
+    "shard_optimizer_over_data",
+)
+
+
+def with_maxtext_keys(request: PlanRequest, extra: Mapping[str, str]) -> tuple[PlanRequest, dict[str, str]]:
+    """The request with the memory-relevant MaxText keys of `extra` taken in, and the keys left for the run.
+
+    The lifted keys become planned keys (the plan emits them, sized into the estimate and the mesh); the keys the
+    estimate does not model stay in the run's keys and are named in the plan (`unmodeled`), never refused."""
+    changes: dict[str, object] = {}
+    rest: dict[str, str] = {}
+    for key, value in extra.items():
+        field_name = _LIFTED.get(key)
+        if field_name is None:
+            rest[key] = value
+            continue
+        if field_name == "mu_dtype":
+            changes[field_name] = value
+            continue
+        try:
+            changes[field_name] = int(value)
+        except ValueError:
+            raise PlanError(f"{key}={value!r} must be a whole number") from None
+    unmodeled = tuple(sorted((key, value) for key, value in rest.items() if key in MEMORY_KEYS_NOT_ESTIMATED))
+    if unmodeled:
+        changes["unmodeled"] = unmodeled
+    return dataclasses.replace(request, **changes), rest
+
+
+def maxtext_keys_of(chosen: Plan) -> dict[str, str]:
+    """The lifted MaxText keys the plan sets (what `--set` gives to reproduce it)."""
+    keys = chosen.overrides()
+    return {key: keys[key] for key in _LIFTED if key in keys}

@@ -234,6 +234,99 @@ RECIPES: tuple[Recipe, ...] = (
     ),
 )
 
+# Every Trillium run of the two Llama recipes that tpu-recipes publishes with a measured step (one slice each, 8192
+# tokens, flash attention, custom remat offloading the decoder-layer input and q/k/v — 8B also out_proj — to host;
+# MaxText tpu-recipes-v0.1.4, JAX 0.6.1). The planner must accept each at its published batch and weight dtype
+# (tests/core/test_xla_calibration.py), and quotes their throughput as the expected range (expected_step).
+
+
+@dataclass(frozen=True)
+class PublishedRun:
+    preset: str
+    generation: str
+    topology: str               # one slice
+    workload_name: str
+    per_device_batch_size: float
+    weight_dtype: str
+    quote: str                  # the README's log line, verbatim
+    seconds: float              # step time
+    tflops_per_device: float
+    tokens_per_second_per_device: float
+    source: Citation
+
+    @property
+    def pod_type(self) -> str:
+        return f"{self.generation}-{chips_in(self.topology) * CATALOG[self.generation].cores_per_chip}"
+
+
+def _published(preset: str, size: str, topology: str, workload: str, batch: float, dtype: str, quote: str,
+               commit: str, date: str) -> PublishedRun:
+    fields = dict(item.split(": ") for item in quote.split(", "))
+    chips = chips_in(topology)
+    path = f"training/trillium/Llama3.1-{size}-MaxText/v6e-{chips}/README.md"
+    return PublishedRun(preset, "v6e", topology, workload, batch, dtype, quote, float(fields["seconds"]),
+                        float(fields["TFLOP/s/device"]), float(fields["Tokens/s/device"]),
+                        Citation("AI-Hypercomputer/tpu-recipes", path, commit, date))
+
+
+_8B = ("llama3-8b", "8B")
+_70B = ("llama3-70b", "70B")
+_8B_AT = ("ac200ebcc5d5f7af21a4759b4b50ae2fe4466cde", "2026-06-27")
+_70B_AT = ("7e88b6d146a00901446f8a11244d49a471d8242b", "2025-10-07")
+PUBLISHED_RUNS: tuple[PublishedRun, ...] = (
+    _published(*_8B, "2x4", "llama3_1_8b_8192_no_collective_matmul", 3, "float32",
+               "completed step: 14, seconds: 3.443, TFLOP/s/device: 413.433, Tokens/s/device: 7138.890, "
+               "total_weights: 196608, loss: 2.136", *_8B_AT),
+    _published(*_8B, "4x4", "llama3_1_8b_8192_no_collective_matmul", 3, "float32",
+               "completed step: 14, seconds: 3.393, TFLOP/s/device: 419.485, Tokens/s/device: 7243.378, "
+               "total_weights: 393216, loss: 3.974", *_8B_AT),
+    _published(*_8B, "4x8", "llama3_1_8b_8192_no_collective_matmul", 3, "float32",
+               "completed step: 14, seconds: 3.495, TFLOP/s/device: 407.225, Tokens/s/device: 7031.689, "
+               "total_weights: 786432, loss: 5.864", *_8B_AT),
+    _published(*_8B, "8x8", "llama3_1_8b_8192_bs5", 5, "float32",
+               "completed step: 14, seconds: 5.652, TFLOP/s/device: 419.701, Tokens/s/device: 7247.111, "
+               "total_weights: 2621440, loss: 8.534", *_8B_AT),
+    _published(*_8B, "8x16", "llama3_1_8b_8192", 4, "float32",
+               "completed step: 14, seconds: 4.602, TFLOP/s/device: 412.319, Tokens/s/device: 7119.648, "
+               "total_weights: 4194304, loss: 9.285", *_8B_AT),
+    _published(*_8B, "16x16", "llama3_1_8b_8192", 4, "float32",
+               "completed step: 14, seconds: 4.546, TFLOP/s/device: 417.397, Tokens/s/device: 7207.336, "
+               "total_weights: 8388608, loss: 10.131", *_8B_AT),
+    _published(*_70B, "4x8", "llama3_1_70b_8192_bs2_bfloat16_no_collective_matmul", 2, "bfloat16",
+               "completed step: 34, seconds: 17.790, TFLOP/s/device: 443.385, Tokens/s/device: 920.965, "
+               "total_weights: 524288, loss: 11.457", *_70B_AT),
+    _published(*_70B, "8x8", "llama3_1_70b_8192_bs2", 2, "float32",
+               "completed step: 14, seconds: 18.688, TFLOP/s/device: 422.091, Tokens/s/device: 876.736, "
+               "total_weights: 1048576, loss: 0.865", *_70B_AT),
+    _published(*_70B, "8x16", "llama3_1_70b_8192_bs4", 4, "float32",
+               "completed step: 14, seconds: 34.786, TFLOP/s/device: 453.500, Tokens/s/device: 941.976, "
+               "total_weights: 4194304, loss: 4.174", *_70B_AT),
+    _published(*_70B, "16x16", "llama3_1_70b_8192", 5, "float32",
+               "completed step: 14, seconds: 42.656, TFLOP/s/device: 462.297, Tokens/s/device: 960.248, "
+               "total_weights: 10485760, loss: 6.658", *_70B_AT),
+)
+
+
+def expected_step(model: str, generation: str, max_target_length: int, per_device_batch_size: float) -> str | None:
+    """The step time and MFU a run can expect from the published runs of its model on its generation (their
+    tokens/s and TFLOP/s per device, min..max over topologies), or None when none was published for that model,
+    generation and sequence length. Not measured by this project; DCN (several slices) and other batches were not
+    part of those runs."""
+    runs = [r for r in PUBLISHED_RUNS if (r.preset, r.generation) == (model, generation)]
+    if not runs or max_target_length != 8192:
+        return None
+    tokens = per_device_batch_size * max_target_length
+    fast = max(r.tokens_per_second_per_device for r in runs)
+    slow = min(r.tokens_per_second_per_device for r in runs)
+    peak = CATALOG[generation].peak_bf16_tflops_per_chip / CATALOG[generation].devices_per_chip
+    low_mfu = min(r.tflops_per_device for r in runs) / peak
+    high_mfu = max(r.tflops_per_device for r in runs) / peak
+    where = ", ".join(sorted({r.pod_type for r in runs}, key=lambda name: int(name.split("-")[1])))
+    return (f"expected step {tokens / fast:.1f}-{tokens / slow:.1f} s at {_number(per_device_batch_size)} x "
+            f"{max_target_length} tokens per device, MFU {low_mfu:.0%}-{high_mfu:.0%} (published {model} runs on "
+            f"one slice of {where}: {slow:.0f}-{fast:.0f} tokens/s/device; not measured by us)")
+
+
 # Presets and generations without a recipe, and what public material exists for them (searched in the two
 # snapshots named in the module docstring).
 NO_RECIPE: Mapping[str, str] = {

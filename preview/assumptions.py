@@ -126,4 +126,22 @@ def assumptions(config: StackConfig) -> list[str]:
                  "port 8431; check them once in Metrics Explorer")
     lines.append("TPU pod size: a 2 vCPU / 4 GiB allowance for the node's DaemonSets is assumed "
                  "(core/node_sizing.py); check `kubectl describe node` allocatable against the pods' requests")
+    lines.append(_hbm_estimate(config))
     return lines
+
+
+def _hbm_estimate(config: StackConfig) -> str:
+    """The planner's HBM verdict rests on compiles made here, with a jax the workers do not run."""
+    import json
+
+    from core.worker_lock import load_pins
+    from preview.compile import CALIBRATION_PATH, PROJECT_ROOT
+
+    rows = json.loads(CALIBRATION_PATH.read_text())["rows"]
+    pairs = sorted({f"jax {row['jax']} + libtpu {row['libtpu']}" for row in rows})
+    lock = load_pins(PROJECT_ROOT)
+    memory = config.workload.plan.memory
+    return (f"HBM: the plan's {memory.total / 2**30:.1f} GiB per device ({memory.verdict}) is an estimate held to XLA's "
+            f"memory assignment compiled here with {', '.join(pairs)} (core/xla_calibration.json); the workers run "
+            f"jax {lock.get('jax', '?')} + libtpu {lock.get('libtpu', '?')}, whose jax front end this machine cannot "
+            "install (Python 3.12): check with `python -m preview --stack NAME --compile` where it can")

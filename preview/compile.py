@@ -2,7 +2,10 @@
 
     python -m preview --stack dev --compile        # the offline plan, then this compile (preview/cli.py)
     python -m preview.compile --calibrate          # recompile every CALIBRATION_CASES row -> core/xla_calibration.json
-    python -m preview.compile --calibrate --case llama3-70b-2x4x4-b1     # only some rows (others are kept)
+    python -m preview.compile --calibrate --case llama3-70b-2xv6e-16-fsdp-b1   # only some rows (others are kept)
+    TPU_LIBRARY_PATH=.../libtpu/libtpu.so python -m preview.compile --calibrate --memory-only --case ...
+        # with the workers' libtpu (its .so does not depend on the Python version), stopping each compile once XLA
+        # has assigned memory (how core/xla_calibration.json was made; see run_compile and calibrate)
 
 What runs: MaxText's own ahead-of-time compiler, `python -m maxtext.trainers.pre_train.train_compile <base.yml>
 <argv> compile_topology=<name> compile_topology_num_slices=<N>` (maxtext 0.2.5,
@@ -422,7 +425,7 @@ def _progress_line(line: str) -> str | None:
 # line; what follows is code generation for every fusion (minutes to tens of minutes), which decides nothing about
 # HBM: a step that does not fit fails before it (RESOURCE_EXHAUSTED, seconds into the compile).
 HLO_PASSES_DONE = "HLO_PASSES stage duration"
-MEMORY_ONLY_GRACE_S = 45.0
+MEMORY_ONLY_GRACE_S = 20.0
 
 
 def memory_assignment(libtpu_log: str) -> dict[str, int] | None:
@@ -437,10 +440,12 @@ def memory_assignment(libtpu_log: str) -> dict[str, int] | None:
     text = libtpu_log[:end]
     scheduled = re.findall(r"LatencyHidingScheduler current memory usage: (\d+) bytes", text)
     arguments = re.search(r"rematerialization limit .*?arguments \(" + _SIZE + r"\)", text)
-    if not scheduled or not arguments:
+    if not scheduled:
         return None
-    out = {"program": int(scheduled[-1]), "arguments": _size(arguments.group(1), arguments.group(2))}
-    out["need"] = out["program"] + out["arguments"]
+    out = {"program": int(scheduled[-1])}
+    if arguments:         # libtpu prints it only when the step reaches its rematerialization pass
+        out["arguments"] = _size(arguments.group(1), arguments.group(2))
+        out["need"] = out["program"] + out["arguments"]
     remats = [(_size(m.group(1), m.group(2)), _size(m.group(3), m.group(4))) for m in
               re.finditer(r"rematerialization hbm reduction:\s*" + _SIZE + r"\s*=>\s*" + _SIZE, text)]
     if remats:
@@ -531,7 +536,8 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         reason = f"the compile did not finish within {timeout:.0f} s"
     elif memory_only and assigned_event.is_set() and assigned is not None:
         # Memory assigned without RESOURCE_EXHAUSTED: XLA fits the step; code generation was not run.
-        verdict = dataclasses.replace(verdict, compiled=True, before_remat_bytes=assigned.get("after") and assigned["need"])
+        verdict = dataclasses.replace(verdict, compiled=True,
+                                      before_remat_bytes=assigned["need"] if "after" in assigned else None)
         reason = None
     result = CompileResult(
         compiled=verdict.compiled, peak_bytes_per_device=verdict.peak_bytes_per_device, hbm_bytes=verdict.hbm_bytes,
@@ -610,6 +616,15 @@ class CalibrationCase:
     weight_dtype: str | None = None
     why: str = ""
 
+    def plan_request(self):
+        """The planner's request for this case (what entrypoint_args asks the Ray entrypoint to plan)."""
+        from core.planner import PlanRequest
+        return PlanRequest(self.model, self.generation, self.topology, slices=self.slices,
+                           dcn_data=self.dcn_data or self.slices // self.dcn_fsdp, dcn_fsdp=self.dcn_fsdp,
+                           ici_tensor=self.ici_tensor, per_device_batch_size=self.per_device_batch_size,
+                           max_target_length=self.max_target_length, remat_policy=self.remat_policy,
+                           remat_offload=self.remat_offload, weight_dtype=self.weight_dtype, memory_check=False)
+
     def entrypoint_args(self) -> list[str]:
         args = ["--model", self.model, "--generation", self.generation, "--topology", self.topology,
                 "--slices", str(self.slices), "--per-device-batch-size", f"{self.per_device_batch_size:g}",
@@ -664,34 +679,50 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
     # The Trillium recipes Google published and measured (AI-Hypercomputer/tpu-recipes training/trillium/
     # Llama3.1-{8B,70B}-MaxText/v6e-N/README.md, workloads of MaxText tpu-recipes-v0.1.4): one slice, 8192 tokens,
     # flash attention, custom remat offloading the layer input and q/k/v (8B: and out_proj) to host; 8B and the
-    # v6e-64+ 70B runs keep MaxText's float32 weights, the v6e-32 70B run bfloat16.
-    CalibrationCase("llama3-70b-1xv6e-256-b5-fp32", "llama3-70b", "v6e", "16x16", 1, 5, weight_dtype="float32",
-                    why="published: Llama3.1-70B v6e-256, workload llama3_1_70b_8192 (batch 5, float32 weights)"),
-    CalibrationCase("llama3-70b-1xv6e-128-b4-fp32", "llama3-70b", "v6e", "8x16", 1, 4, weight_dtype="float32",
-                    why="published: Llama3.1-70B v6e-128, workload llama3_1_70b_8192_bs4 (float32 weights)"),
-    CalibrationCase("llama3-70b-1xv6e-64-b2-fp32", "llama3-70b", "v6e", "8x8", 1, 2, weight_dtype="float32",
-                    why="published: Llama3.1-70B v6e-64, workload llama3_1_70b_8192_bs2 (float32 weights)"),
-    CalibrationCase("llama3-8b-1xv6e-64-b5", "llama3-8b", "v6e", "8x8", 1, 5,
-                    why="published: Llama3.1-8B v6e-64, workload llama3_1_8b_8192_bs5"),
-    CalibrationCase("llama3-8b-1xv6e-8-b3", "llama3-8b", "v6e", "2x4", 1, 3,
-                    why="published: Llama3.1-8B v6e-8, workload llama3_1_8b_8192_no_collective_matmul (batch 3)"),
-    CalibrationCase("llama3-8b-1xv6e-256-b4", "llama3-8b", "v6e", "16x16", 1, 4,
-                    why="published: Llama3.1-8B v6e-256 (and v6e-128), workload llama3_1_8b_8192 (batch 4)"),
+    # v6e-64+ 70B runs keep MaxText's float32 weights, the v6e-32 70B run bfloat16. Then the spread around them
+    # (batch, weight dtype, remat policy) and the refusals. Compiled with `--memory-only` (XLA's figures once it has
+    # assigned memory; see run_compile) under the libtpu named in each row.
+    *(CalibrationCase(f"llama3-8b-1xv6e-{n}-b{b}", "llama3-8b", "v6e", topology, 1, b,
+                      why=f"published: Llama3.1-8B v6e-{n}, workload {workload} (batch {b}, float32 weights)")
+      for n, topology, b, workload in ((8, "2x4", 3, "llama3_1_8b_8192_no_collective_matmul"),
+                                       (16, "4x4", 3, "llama3_1_8b_8192_no_collective_matmul"),
+                                       (32, "4x8", 3, "llama3_1_8b_8192_no_collective_matmul"),
+                                       (64, "8x8", 5, "llama3_1_8b_8192_bs5"),
+                                       (128, "8x16", 4, "llama3_1_8b_8192"),
+                                       (256, "16x16", 4, "llama3_1_8b_8192"))),
     CalibrationCase("llama3-70b-1xv6e-32-b2", "llama3-70b", "v6e", "4x8", 1, 2,
                     why="published: Llama3.1-70B v6e-32, workload llama3_1_70b_8192_bs2_bfloat16_no_collective_matmul"),
+    *(CalibrationCase(f"llama3-70b-1xv6e-{n}-b{b}-fp32", "llama3-70b", "v6e", topology, 1, b, weight_dtype="float32",
+                      why=f"published: Llama3.1-70B v6e-{n}, workload {workload} (batch {b}, float32 weights)")
+      for n, topology, b, workload in ((64, "8x8", 2, "llama3_1_70b_8192_bs2"),
+                                       (128, "8x16", 4, "llama3_1_70b_8192_bs4"),
+                                       (256, "16x16", 5, "llama3_1_70b_8192"))),
+    CalibrationCase("llama3-8b-1xv6e-64-b8", "llama3-8b", "v6e", "8x8", 1, 8,
+                    why="the published 8B v6e-64 shape at batch 8: the loss phase as batch grows"),
     CalibrationCase("llama3-8b-1xv6e-64-b12", "llama3-8b", "v6e", "8x8", 1, 12,
-                    why="the published 8B v6e-64 shape at batch 12: what 12 x 8192 tokens of logits cost"),
+                    why="the published 8B v6e-64 shape at batch 12: 12 x 8192 tokens of logits"),
     CalibrationCase("llama3-8b-2xv6e-16-b12", "llama3-8b", "v6e", "4x4", 2, 12,
                     why="stacks prod and jobset at batch 12: the logits of 12 x 8192 tokens overflow a v6e chip"),
     CalibrationCase("llama3-70b-1xv6e-256-b8-fp32", "llama3-70b", "v6e", "16x16", 1, 8, weight_dtype="float32",
-                    why="the published 70B v6e-256 shape at batch 8: where the loss phase passes the limit"),
-    CalibrationCase("llama3-8b-1xv6e-64-b8", "llama3-8b", "v6e", "8x8", 1, 8,
-                    why="the published 8B v6e-64 shape at batch 8: the logits term as batch grows"),
+                    why="the published 70B v6e-256 shape at batch 8: the loss phase past the limit"),
+    CalibrationCase("llama3-70b-1xv6e-128-b1-fp32", "llama3-70b", "v6e", "8x16", 1, 1, weight_dtype="float32",
+                    why="the published 70B v6e-128 shape at batch 1: float32 weights under 128-way FSDP"),
+    CalibrationCase("llama3-70b-1xv6e-64-b2-bf16", "llama3-70b", "v6e", "8x8", 1, 2,
+                    why="the published 70B v6e-64 shape with bfloat16 weights: what the weight dtype changes"),
+    CalibrationCase("llama3-8b-1xv6e-16-b3-bf16", "llama3-8b", "v6e", "4x4", 1, 3, weight_dtype="bfloat16",
+                    why="the published 8B v6e-16 shape with bfloat16 weights"),
     CalibrationCase("llama3-8b-1xv6e-16-minimal-b1", "llama3-8b", "v6e", "4x4", 1, 1, remat_policy="minimal",
                     why="MaxText's minimal remat (every projection kept on device) at batch 1"),
-    CalibrationCase("llama3-70b-1xv6e-256-full-b4-fp32", "llama3-70b", "v6e", "16x16", 1, 4,
+    CalibrationCase("llama3-8b-1xv6e-16-full-b2", "llama3-8b", "v6e", "4x4", 1, 2, remat_policy="full",
+                    why="full remat (only the layer inputs kept, on device) at batch 2 x 8192"),
+    CalibrationCase("llama3-70b-1xv6e-256-full-b2-fp32", "llama3-70b", "v6e", "16x16", 1, 2,
                     weight_dtype="float32", remat_policy="full",
-                    why="70B on v6e-256 with full remat (layer inputs kept on device), float32 weights, batch 4"),
+                    why="70B on v6e-256 with full remat (80 layer inputs on device), float32 weights, batch 2"),
+    CalibrationCase("llama3-8b-1xv6e-4-b1", "llama3-8b", "v6e", "2x2", 1, 1,
+                    why="8B on one v6e-4 at batch 1: float32 train state of 22.4 GiB per chip, the rest near the limit "
+                        "(where the planner's verdict turns: fits by recomputing or refused)"),
+    CalibrationCase("llama3-70b-1xv6e-64-minimal-b1", "llama3-70b", "v6e", "8x8", 1, 1, remat_policy="minimal",
+                    why="70B with minimal remat at batch 1: every projection of 80 layers on device"),
 )
 
 
@@ -761,11 +792,30 @@ def calibration_row(case: CalibrationCase, result: CompileResult) -> dict[str, A
     }
 
 
+ABOUT = ("XLA's per-device HBM figures for MaxText training steps, compiled ahead of time for real TPU targets on CPU "
+         "by `python -m preview.compile --calibrate` (each row names the jax/libtpu pair; `memory_only`: stopped once "
+         "XLA's HLO passes had assigned memory, `assigned` holds the scheduler's peak of the program's buffers, the "
+         "arguments and XLA's need; otherwise libtpu's 'Total hbm usage'; 'Used X of Y hbm' when the step does not "
+         "fit; `earlier`: a full compile of the same step under another libtpu). tests/core/test_xla_calibration.py "
+         "holds core/memory.py's estimate to these rows; benchmarks/planner_vs_xla.py prints the table. 'hbm': per "
+         "generation, the per-device limit XLA compiles against and what the TPU runtime reserves of it (a tiny "
+         "compile's report).")
+
+
+def fill_limits(rows: Iterable[dict[str, Any]], hbm: Mapping[str, Mapping[str, Any]]) -> None:
+    """libtpu states the per-device limit at the end of code generation, which a memory-only compile stops before:
+    such rows take the generation's probe figure (the same limit every row of that generation reports)."""
+    for row in rows:
+        if row.get("hbm_bytes") is None and row["generation"] in hbm:
+            row["hbm_bytes"] = hbm[row["generation"]]["hbm_limit_bytes"]
+
+
 def calibrate(names: list[str], path: Path, progress: TextIO, timeout: float, keep: Path | None = None,
               memory_only: bool = False) -> int:
     """Compile the named cases (all when none) and merge their rows into `path`; `keep`: keep each compile's
     output and libtpu log under keep/<case> (the buffers at XLA's peak are in libtpu's log)."""
-    cases = [c for c in CALIBRATION_CASES if not names or c.case in names]
+    by_name = {c.case: c for c in CALIBRATION_CASES}
+    cases = [by_name[n] for n in dict.fromkeys(names) if n in by_name] if names else list(CALIBRATION_CASES)
     unknown = sorted(set(names) - {c.case for c in CALIBRATION_CASES})
     if unknown:
         progress.write(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(c.case for c in CALIBRATION_CASES)}\n")
@@ -787,18 +837,31 @@ def calibrate(names: list[str], path: Path, progress: TextIO, timeout: float, ke
         progress.write(f"calibrate: {case.case}: {case.why}\n")
         result = run_compile(request_target(case.entrypoint_args()), timeout=timeout, progress=progress,
                              keep_dir=keep / case.case if keep else None, memory_only=memory_only)
+        if result.assigned is not None and "arguments" not in result.assigned:
+            # Below the rematerialization pass libtpu does not print the arguments: the step's inputs are the
+            # train state, whose bytes the planner counts exactly (params + AdamW moments; equal to libtpu's
+            # "arguments" on every fully compiled row, tests/core/test_xla_calibration.py).
+            from core.planner import plan as plan_request
+            memory = plan_request(case.plan_request()).memory
+            arguments = memory.params + memory.optimizer
+            result = dataclasses.replace(result, assigned={**result.assigned, "arguments": arguments,
+                                                           "arguments_from": "planner",
+                                                           "need": result.assigned["program"] + arguments})
+        earlier = rows.get(case.case)
         rows[case.case] = calibration_row(case, result)
+        if earlier and not earlier.get("memory_only") and earlier.get("libtpu") != result.libtpu:
+            # A full compile under another libtpu: kept beside the new figures (the compiler's drift).
+            rows[case.case]["earlier"] = {key: earlier.get(key) for key in (
+                "libtpu", "jax", "compiled", "peak_bytes_per_device", "required_bytes", "before_remat_bytes",
+                "breakdown", "seconds", "date")}
+        fill_limits(rows.values(), hbm)
         verdict = (f"peak {result.peak_bytes_per_device / GIB:.2f} GiB" if result.peak_bytes_per_device else
                    f"assigned {result.assigned['need'] / GIB:.2f} GiB" if result.assigned else "")
         progress.write(f"calibrate: {case.case}: compiled={result.compiled} {verdict} in {_clock(result.seconds)}"
                        + (f" ({result.reason})" if result.reason else "") + "\n")
         order = [c.case for c in CALIBRATION_CASES]
         data = {
-            "about": "XLA's per-device HBM peak for MaxText training steps, compiled ahead of time for real TPU "
-                     "targets on CPU by `python -m preview.compile --calibrate` (libtpu's 'Total hbm usage', or "
-                     "'Used X of Y hbm' when the step does not fit). tests/core/test_xla_calibration.py holds "
-                     "core/memory.py's estimate to these rows. 'hbm': per generation, the per-device limit XLA "
-                     "compiles against and what the TPU runtime reserves of it (a tiny compile's report).",
+            "about": ABOUT,
             "hbm": hbm,
             "rows": sorted(rows.values(), key=lambda r: order.index(r["case"]) if r["case"] in order else len(order)),
         }
@@ -852,3 +915,34 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading calibration rows (tests/core/test_xla_calibration.py, benchmarks/planner_vs_xla.py)
+
+
+def row_reserved(row: Mapping[str, Any], data: Mapping[str, Any]) -> int:
+    return data["hbm"][row["generation"]]["reserved_bytes"]
+
+
+def row_need(row: Mapping[str, Any], data: Mapping[str, Any]) -> int:
+    """XLA's need for the step: its figure before recomputing anything ("rematerialization hbm reduction: X =>"),
+    else, for a memory-only row, the scheduler's peak plus the arguments and the runtime's reservation, else
+    libtpu's total peak, else what it said it needed when it refused ("Used X of Y hbm")."""
+    if row["before_remat_bytes"]:
+        return row["before_remat_bytes"]
+    assigned = row.get("assigned")
+    if assigned and row["compiled"]:
+        return assigned["need"] + row_reserved(row, data)
+    return row["peak_bytes_per_device"] or row["required_bytes"]
+
+
+def row_peak(row: Mapping[str, Any], data: Mapping[str, Any]) -> int:
+    """XLA's assignment after any recomputation: libtpu's total peak, the memory-only figure after XLA's
+    rematerialization (plus the runtime's reservation), or what it said it needed when it refused."""
+    if row["peak_bytes_per_device"]:
+        return row["peak_bytes_per_device"]
+    assigned = row.get("assigned")
+    if assigned and row["compiled"]:
+        return assigned.get("after", assigned["need"]) + row_reserved(row, data)
+    return row["required_bytes"]

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from core.errors import PlanError
 from core.maxtext_args import DATASET_TYPES, DEFAULT_CHECKPOINTS_TO_KEEP, RunSettings, default_checkpoint_period
 from core.memory import REMAT_POLICIES
-from core.planner import PlanRequest
+from core.planner import LIFTED_KEYS, PlanRequest, with_maxtext_keys
 from core.presets import PRESETS
 
 
@@ -99,7 +99,7 @@ def plan_request(args: argparse.Namespace, default_slices: int) -> PlanRequest:
     def opt_int(value):
         return None if value is None else int(value)
 
-    return PlanRequest(
+    request = PlanRequest(
         model=args.model, generation=args.generation, topology=args.topology, slices=slices, min_slices=min_slices,
         ici_fsdp=opt_int(args.ici_fsdp), ici_tensor=opt_int(args.ici_tensor),
         dcn_data=opt_int(args.dcn_data), dcn_fsdp=opt_int(args.dcn_fsdp),
@@ -110,15 +110,24 @@ def plan_request(args: argparse.Namespace, default_slices: int) -> PlanRequest:
         weight_dtype=args.weight_dtype, attention=args.attention,
         memory_check=getattr(args, "memory_check", True),
     )
+    # --set keys that change memory: context parallelism, vocabulary tiling and mu_dtype are planned and
+    # estimated, the rest (quantization ...) named in the plan as not estimated (core/planner.py with_maxtext_keys).
+    return with_maxtext_keys(request, _extra_keys(getattr(args, "extra", [])))[0]
 
 
-def run_settings(args: argparse.Namespace, hardware: str) -> RunSettings:
+def _extra_keys(items: list[str]) -> dict[str, str]:
     extra = {}
-    for item in args.extra:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise PlanError(f"--set {item!r}: expected KEY=VALUE")
         extra[key] = value
+    return extra
+
+
+def run_settings(args: argparse.Namespace, hardware: str) -> RunSettings:
+    # Keys the planner takes in (plan_request) are launched as planned keys, not as extras.
+    extra = {key: value for key, value in _extra_keys(args.extra).items() if key not in LIFTED_KEYS}
     checkpoint_period = (int(args.checkpoint_period) if args.checkpoint_period is not None
                          else default_checkpoint_period(args.steps))
     run = RunSettings(

@@ -153,6 +153,48 @@ def test_a_compile_that_hangs_is_stopped_and_progress_ticks(tmp_path, monkeypatc
     assert "elapsed (Jitting and compiling train step...)" in progress
 
 
+# libtpu 0.0.42.1's log of qwen3-0.6b on 1 x v6e-8 (no rematerialization pass: no arguments line).
+ASSIGNED_NO_REMAT = (
+    "I1125 12:51:54.573921    9578 latency_hiding_scheduler.cc:4325] [latency-hiding-scheduler] LatencyHidingScheduler "
+    "current memory usage: 11334904640 bytes. Current limit: 30918003712\n"
+    "I1125 12:51:55.050106    9578 deepsea_compiler_hlo_passes.cc:6241] HLO_PASSES stage duration: 6.09597376725s\n")
+
+
+# libtpu 0.0.50.1 (the workers'), llama3-70b on 1 x v6e-32 at batch 2.
+ASSIGNED_050 = (
+    "I1125 13:09:45.242365     445 latency_hiding_scheduler.cc:4597] [latency-hiding-scheduler] LatencyHidingScheduler "
+    "current memory usage: 16108008704 bytes. Current limit: 20266192896\n"
+    "I1125 13:09:45.740452     445 deepsea_compiler_hlo_passes.cc:6763] HLO_PASSES stage duration: 18.81144830225s\n")
+
+
+def test_memory_assignment_is_read_when_xlas_hlo_passes_end():
+    assert pf.memory_assignment(ASSIGNED_NO_REMAT.splitlines()[0]) is None          # passes not done yet
+    assert pf.memory_assignment(ASSIGNED_NO_REMAT) == {"program": 11334904640}       # arguments come from the plan
+    assert pf.memory_assignment(ASSIGNED_050) == {"program": 16108008704}
+    with_remat = (FITS_LOG.replace("I1122 deepsea_compiler_hlo_passes.cc:5728]",
+                                   "I1122 latency_hiding_scheduler.cc:4325] LatencyHidingScheduler current memory "
+                                   "usage: 20249502912 bytes.\nI1122 x] rematerialization limit 29.63G = 95% hbm "
+                                   "(29.68G) - (arguments (12.33G) - aliased_output(12.33G))\nI1122")
+                  + "I1122 HLO_PASSES stage duration: 1s\n")
+    figures = pf.memory_assignment(with_remat)
+    assert figures["arguments"] == int(12.33 * G)
+    assert (figures["need"], figures["after"]) == (int(36.02 * G), int(31.36 * G))   # XLA's own before => after
+
+
+def test_memory_only_stops_after_memory_is_assigned(tmp_path, monkeypatch):
+    monkeypatch.setattr(pf, "MEMORY_ONLY_GRACE_S", 0.5)
+    result, _, _ = _fake_run(tmp_path, monkeypatch, "assigned", memory_only=True, timeout=50)
+    assert result.seconds < 30                                   # not the 60 s of "code generation"
+    assert result.compiled and result.memory_only and result.peak_bytes_per_device is None
+    assert result.before_remat_bytes == int(31.19 * G) and result.assigned["after"] == int(29.23 * G)
+    assert result.assigned["need"] == int(31.19 * G) and result.assigned["arguments"] == int(12.33 * G)
+
+
+def test_memory_only_still_reports_a_step_that_does_not_fit(tmp_path, monkeypatch):
+    result, _, _ = _fake_run(tmp_path, monkeypatch, "oom", memory_only=True)
+    assert not result.compiled and result.required_bytes == int(44.02 * G)
+
+
 def _stack(stack: str):
     config = build(load_stack_config(stack, REPO))
     return config, build_plan(committed_stack_run(stack), config, stack, None)

@@ -1,0 +1,130 @@
+"""The planner's HBM estimate against XLA's buffer assignment, one row per compiled calibration case.
+
+    .venv/bin/python benchmarks/planner_vs_xla.py            # markdown table on stdout
+    .venv/bin/python benchmarks/planner_vs_xla.py --terms    # also each row's estimate, term by term
+
+The XLA figures are core/xla_calibration.json (`python -m preview.compile --calibrate`: MaxText 0.2.5's own AOT
+compile of the exact step for the real TPU target, run on CPU; each row names the jax/libtpu pair that compiled
+it). Nothing is compiled here: the estimate (core/memory.py through core/planner.py) is recomputed from the
+row's settings and set against it.
+
+Columns:
+  XLA peak     libtpu's "Total hbm usage" after XLA's own rematerialization (what it assigned), or, when the step
+               did not fit, "Used X of Y hbm" (what it said it needed);
+  XLA need     the step's bytes before XLA recomputed anything ("rematerialization hbm reduction: X => Y"), else
+               the peak;
+  est/need     the planner's bytes per device over XLA's need; est/peak likewise over the peak;
+  near         XLA's peak is at least 75 % of the limit XLA compiles against (where the planner's verdict
+               matters; below it XLA spends spare HBM on its schedule and an upper bound is fine);
+  XLA, planner what the compiler did (fits / recomputed / refused) and what the planner says.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from core.memory import ESTIMATE_ERROR, GIB  # noqa: E402
+from core.planner import PlanRequest, plan  # noqa: E402
+from preview.compile import fill_limits, row_need, row_peak  # noqa: E402
+
+NEAR_LIMIT = 0.75
+
+
+def request_of(row: dict, memory_check: bool = False) -> PlanRequest:
+    return PlanRequest(
+        model=row["model"], generation=row["generation"], topology=row["topology"], slices=row["slices"],
+        ici_fsdp=row["ici_fsdp"], ici_tensor=row["ici_tensor"], dcn_data=row["dcn_data"], dcn_fsdp=row["dcn_fsdp"],
+        per_device_batch_size=row["per_device_batch_size"], max_target_length=row["max_target_length"],
+        remat_policy=row["remat_policy"], remat_offload=tuple(row["remat_offload"]), weight_dtype=row["weight_dtype"],
+        attention=row["attention"], memory_check=memory_check)
+
+
+def near_limit(row: dict, data: dict) -> bool:
+    return row_peak(row, data) >= NEAR_LIMIT * row["hbm_bytes"]
+
+
+def xla_verdict(row: dict) -> str:
+    if not row["compiled"]:
+        return "refused"
+    return "recomputed" if row["before_remat_bytes"] else "fits"
+
+
+def planner_verdict(row: dict) -> str:
+    from core.errors import PlanError
+    try:
+        return plan(request_of(row, memory_check=True)).memory.verdict
+    except PlanError as err:
+        return "host memory" if "Host memory:" in str(err) else "does not fit"
+
+
+def rows(path: Path) -> list[dict]:
+    data = json.loads(path.read_text())
+    fill_limits(data["rows"], data["hbm"])
+    out = []
+    for row in data["rows"]:
+        memory = plan(request_of(row)).memory
+        need, peak = row_need(row, data), row_peak(row, data)
+        out.append({"row": row, "memory": memory, "need": need, "peak": peak, "est_need": memory.total / need,
+                    "est_peak": memory.total / peak, "near": near_limit(row, data),
+                    "xla": xla_verdict(row), "planner": planner_verdict(row)})
+    return out
+
+
+def shape(row: dict) -> str:
+    layout = f"{row['slices']}x{row['generation']}-{row['topology']}"
+    mesh = f"f{row['ici_fsdp']}" + (f"t{row['ici_tensor']}" if row["ici_tensor"] > 1 else "")
+    if row["slices"] > 1:
+        mesh += f" dcn d{row['dcn_data']}f{row['dcn_fsdp']}"
+    remat = row["remat_policy"] + ("+off" if row["remat_offload"] else "")
+    return (f"{row['model']} {layout} {mesh} b{row['per_device_batch_size']:g}x{row['max_target_length']} "
+            f"{remat} {'fp32' if row['weight_dtype'] == 'float32' else 'bf16'}")
+
+
+def table(results: list[dict], terms: bool = False) -> str:
+    lines = ["| case | shape | XLA peak GiB | XLA need GiB | estimate GiB | est/need | est/peak | near | XLA | planner "
+             "| jax / libtpu |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        row, memory = r["row"], r["memory"]
+        lines.append(
+            f"| {row['case']} | {shape(row)} | {r['peak'] / GIB:.2f} | {r['need'] / GIB:.2f} | "
+            f"{memory.total / GIB:.2f} | {r['est_need']:.2f} | {r['est_peak']:.2f} | {'yes' if r['near'] else ''} | "
+            f"{r['xla']} | {r['planner']} | {row['jax']} / {row['libtpu']}"
+            f"{' (memory only)' if row.get('memory_only') else ''} |")
+        if terms:
+            lines.append(f"|  | {' + '.join(f'{n} {v / GIB:.2f}' for n, v in memory.terms())} | | | | | | | | | |")
+    near = [r for r in results if r["near"] and r["xla"] != "refused"]
+    lines.append("")
+    lines.append(f"rows: {len(results)}; compiled near the limit (XLA peak >= {NEAR_LIMIT:.0%}): {len(near)}")
+    if near:
+        lines.append(f"near the limit: est/need {min(r['est_need'] for r in near):.2f}-"
+                     f"{max(r['est_need'] for r in near):.2f}, est/peak {min(r['est_peak'] for r in near):.2f}-"
+                     f"{max(r['est_peak'] for r in near):.2f}")
+    lines.append(f"everywhere: est/need >= {min(r['est_need'] for r in results):.2f}, est/peak >= "
+                 f"{min(r['est_peak'] for r in results):.2f}; the planner's stated error: {ESTIMATE_ERROR:.0%}")
+    wrong = [r["row"]["case"] for r in results if r["xla"] == "refused" and r["planner"] != "does not fit"]
+    lines.append(f"accepted by the planner but refused by XLA: {', '.join(wrong) or 'none'}")
+    refused_fits = [r["row"]["case"] for r in results if r["xla"] != "refused" and r["planner"] == "does not fit"]
+    host = [r["row"]["case"] for r in results if r["planner"] == "host memory"]
+    lines.append(f"refused by the planner for the host's memory (offloaded activations), not HBM: "
+                 f"{', '.join(host) or 'none'}")
+    lines.append(f"refused by the planner but compiled by XLA: {', '.join(refused_fits) or 'none'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=ROOT / "core" / "xla_calibration.json")
+    parser.add_argument("--terms", action="store_true", help="each estimate term by term")
+    args = parser.parse_args(argv)
+    print(table(rows(args.data), args.terms))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
