@@ -47,6 +47,12 @@ def test_spot_llama3_8b_raises_its_pools_budget_and_adds_the_version_floor():
                                                               "shutdownGracePeriodCriticalPodsSeconds": 15}
     worker = ray_tpu_worker_pod(run)
     assert worker["terminationGracePeriodSeconds"] == budget.pod_grace_s
+    # Ray 2.60 `ray start --block` drains for RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S after SIGTERM (default 30 s,
+    # ray/_private/ray_constants.py and node.py) and then kills the node's processes: with a grace period above
+    # 30 s the save at the notice would be cut at 30 s unless the drain is stretched to just under the grace.
+    env = {e["name"]: e.get("value") for e in worker["containers"][0]["env"]}
+    drain = int(env["RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S"])
+    assert 30 < drain < budget.pod_grace_s
 
 
 def test_a_pinned_older_gke_keeps_its_version_and_the_default_budget():

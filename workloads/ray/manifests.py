@@ -134,6 +134,15 @@ def device_plugin_env() -> list[dict]:
     ]
 
 
+# Seconds the raylet's teardown gets between the end of its drain and the kubelet's SIGKILL.
+RAY_TEARDOWN_S = 3
+
+
+def ray_drain_timeout_s(termination_grace_s: int) -> int:
+    """How long `ray start` drains after SIGTERM: the pod's grace period less the raylet's teardown."""
+    return max(1, termination_grace_s - RAY_TEARDOWN_S)
+
+
 def _tpu_worker_group(spec: RaySpec) -> dict:
     shape = spec.shape
     container: dict = {
@@ -157,6 +166,12 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
     }
     if spec.termination_grace_s is not None:
         pod_spec["terminationGracePeriodSeconds"] = spec.termination_grace_s
+        # `ray start --block` drains the node for RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S after SIGTERM (30 s by
+        # default), then kills the node's processes whatever the pod's grace period: the save at the notice would
+        # be cut there. It is also the deadline Ray Train's preemption notice carries. Just under the pod's grace,
+        # so the raylet tears down before the kubelet's SIGKILL.
+        container["env"].append({"name": "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S",
+                                 "value": str(ray_drain_timeout_s(spec.termination_grace_s))})
     if spec.install_cache:
         install_cache.add_cache(pod_spec, container, spec.image, spec.install_cache == "node")
     if spec.dranet_claim_template:
