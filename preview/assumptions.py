@@ -40,8 +40,11 @@ def _preemption(config: StackConfig) -> list[str]:
                      "for TPU Spot VMs is assumed: check a TPU node's kubelet config (kubectl get --raw "
                      "/api/v1/nodes/NODE/proxy/configz) shows shutdownGracePeriod 2m0s")
     if config.workload.backend == "rayjob" and budget.spot:
-        lines.append("Ray workers: the notice (SIGTERM to the worker pod) is assumed to reach the training process "
-                     "through Ray's node draining (Ray 2.60 ray.train.get_preemption_info); not verifiable offline")
+        lines.append("Ray workers: the notice (SIGTERM to the worker pod) is assumed to reach `ray start`, whose "
+                     "drain the training loop hears (Ray 2.60 ray.train.get_preemption_info); KubeRay wraps the "
+                     "command in bash, so check that PID 1 of a TPU worker is ray, or that bash forwards SIGTERM "
+                     "(`kubectl exec POD -- cat /proc/1/cmdline`); otherwise a preemption falls back to the last "
+                     "periodic checkpoint")
     return lines
 
 
