@@ -297,5 +297,12 @@ def test_real_compile_of_the_pathways_stack(request):
     assert proc.returncode == 0, proc.stderr[-2000:]
     compiled = json.loads(proc.stdout)["compile"]
     assert compiled["compiled"] and compiled["topology"] == "v5e-16" and compiled["num_slices"] == 3
-    row = next(r for r in json.loads(pf.CALIBRATION_PATH.read_text())["rows"] if r["case"] == "qwen3-0.6b-3xv5e-16-b4")
-    assert compiled["peak_bytes_per_device"] == pytest.approx(row["peak_bytes_per_device"], rel=0.02)
+    data = json.loads(pf.CALIBRATION_PATH.read_text())
+    row = next(r for r in data["rows"] if r["case"] == "qwen3-0.6b-3xv5e-16-b4")
+    # The row's figure for the libtpu that compiled here: the row itself (the workers' libtpu, memory only: XLA's
+    # figure at memory assignment, a little under libtpu's final total), or the earlier full compile it keeps.
+    if compiled["libtpu"] == row["libtpu"]:
+        assert compiled["peak_bytes_per_device"] == pytest.approx(pf.row_peak(row, data), rel=0.05)
+    else:
+        assert compiled["libtpu"] == row["earlier"]["libtpu"]
+        assert compiled["peak_bytes_per_device"] == pytest.approx(row["earlier"]["peak_bytes_per_device"], rel=0.02)
