@@ -45,6 +45,7 @@ import dataclasses
 import datetime
 import importlib.metadata
 import importlib.resources
+import io
 import json
 import os
 import re
@@ -62,6 +63,7 @@ from typing import Any, Iterable, Mapping, TextIO
 from core.cli_errors import OneLineParser
 from core.tpu_catalog import Generation
 from core.tpu_env import libtpu_init_args
+from preview.terminal import fit
 
 AOT_MODULE = "maxtext.trainers.pre_train.train_compile"
 GIB = 1024**3
@@ -901,13 +903,15 @@ def main(argv: list[str] | None = None) -> int:
     except CompileSetupError as err:
         print(f"compile: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(f"compile: {target.plan}", file=sys.stderr)
+    print(fit(f"compile: {target.plan}"), file=sys.stderr)
     result = run_compile(target, timeout=args.timeout, progress=sys.stderr)
     if args.json:
         json.dump(result.as_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        render(result, sys.stdout)
+        text = io.StringIO()
+        render(result, text)
+        sys.stdout.write(fit(text.getvalue()))
     if not result.compiled:
         print(f"compile: {result.reason}", file=sys.stderr)
     return EXIT_OK if result.compiled else EXIT_DOES_NOT_COMPILE

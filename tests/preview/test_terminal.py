@@ -35,3 +35,18 @@ def test_last_child_continues_without_a_guide_and_short_lines_are_untouched():
     assert all(part.startswith("         ") for part in parts[1:])
     text = "Summary\n  hosts 8, chips 32\n"
     assert fit(text) == text
+
+
+def test_the_standalone_compile_report_fits_too(monkeypatch, capsys):
+    from preview import compile as pf
+    result = pf.CompileResult(
+        compiled=False, peak_bytes_per_device=None, hbm_bytes=int(31.25 * (1 << 30)), topology="v6e-8",
+        num_slices=2, seconds=104.0, reason="RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
+        "required for HLO temporaries (86.54G) exceeds available HBM (31.25G).", required_bytes=86 << 30,
+        source="ray: trainer.entrypoint --print-argv (trainer.worker)", libtpu="0.0.42.1")
+    monkeypatch.setattr(pf, "run_compile", lambda target, **kwargs: result)
+    assert pf.main(["--model", "qwen3-0.6b", "--topology", "2x4", "--slices", "2"]) == pf.EXIT_DOES_NOT_COMPILE
+    captured = capsys.readouterr()
+    assert "DOES NOT FIT" in captured.out
+    assert all(len(line) <= WIDTH for line in captured.out.splitlines()), captured.out
+    assert all(len(line) <= WIDTH for line in captured.err.splitlines()[:-1])   # the last: the one-line error
