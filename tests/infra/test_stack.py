@@ -34,7 +34,11 @@ def depends_on(run: ProgramRun, resource: Registration, target: Registration) ->
         if urn in seen:
             continue
         seen.add(urn)
-        registration = run.by_urn(urn)
+        registration = next((r for r in run.resources if r.urn == urn), None)
+        if registration is None:
+            # A resource the program reads (the served RayJob CRD, `CustomResourceDefinition.get`) is not
+            # registered and waits for nothing the program creates.
+            continue
         edges = set(registration.dependencies)
         for urns in registration.property_dependencies.values():
             edges.update(urns)
