@@ -258,6 +258,11 @@ class PublishedRun:
     def pod_type(self) -> str:
         return f"{self.generation}-{chips_in(self.topology) * CATALOG[self.generation].cores_per_chip}"
 
+    @property
+    def recipe_name(self) -> str:
+        """The recipe's folder name in tpu-recipes, e.g. Llama3.1-8B (training/trillium/Llama3.1-8B-MaxText/...)."""
+        return self.source.path.split("/")[2].removesuffix("-MaxText")
+
 
 def _published(preset: str, size: str, topology: str, workload: str, batch: float, dtype: str, quote: str,
                commit: str, date: str) -> PublishedRun:

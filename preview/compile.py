@@ -61,6 +61,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, TextIO
 
 from core.cli_errors import OneLineParser
+from core.presets import PRESETS
+from core.recipes import PUBLISHED_RUNS, PublishedRun
 from core.tpu_catalog import Generation
 from core.tpu_env import libtpu_init_args
 from preview.terminal import fit
@@ -646,6 +648,19 @@ class CalibrationCase:
 # name are replaced anyway; steps only shape the learning-rate schedule, a traced input of the same shape).
 RUN_PLACEHOLDER = ("--run-name", "preflight", "--base-output-directory", "gs://preflight/maxtext", "--steps", "1000")
 
+def _published_case(run: PublishedRun) -> CalibrationCase:
+    """A published Trillium run (core/recipes.py PUBLISHED_RUNS) as a calibration row: one slice at its batch, the
+    weight dtype named only where it is not the preset's own."""
+    dtype = None if run.weight_dtype == PRESETS[run.preset].weight_dtype else run.weight_dtype
+    suffix = "" if dtype is None else f"-{DTYPE_SHORT[dtype]}"
+    return CalibrationCase(f"{run.preset}-1x{run.pod_type}-b{run.per_device_batch_size:g}{suffix}", run.preset,
+                           run.generation, run.topology, 1, run.per_device_batch_size, weight_dtype=dtype,
+                           why=f"published: {run.recipe_name} {run.pod_type}, workload {run.workload_name} "
+                               f"(batch {run.per_device_batch_size:g}, {run.weight_dtype} weights)")
+
+
+DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16"}
+
 # The stacks' plans and the decisions the planner makes near the limit. Each row takes 1.5-10 min here.
 CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
     CalibrationCase("llama3-70b-2xv6e-16-seed-fp32", "llama3-70b", "v6e", "4x4", 2, 1, dcn_fsdp=2,
@@ -684,21 +699,7 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
     # v6e-64+ 70B runs keep MaxText's float32 weights, the v6e-32 70B run bfloat16. Then the spread around them
     # (batch, weight dtype, remat policy) and the refusals. Compiled with `--memory-only` (XLA's figures once it has
     # assigned memory; see run_compile) under the libtpu named in each row.
-    *(CalibrationCase(f"llama3-8b-1xv6e-{n}-b{b}", "llama3-8b", "v6e", topology, 1, b,
-                      why=f"published: Llama3.1-8B v6e-{n}, workload {workload} (batch {b}, float32 weights)")
-      for n, topology, b, workload in ((8, "2x4", 3, "llama3_1_8b_8192_no_collective_matmul"),
-                                       (16, "4x4", 3, "llama3_1_8b_8192_no_collective_matmul"),
-                                       (32, "4x8", 3, "llama3_1_8b_8192_no_collective_matmul"),
-                                       (64, "8x8", 5, "llama3_1_8b_8192_bs5"),
-                                       (128, "8x16", 4, "llama3_1_8b_8192"),
-                                       (256, "16x16", 4, "llama3_1_8b_8192"))),
-    CalibrationCase("llama3-70b-1xv6e-32-b2", "llama3-70b", "v6e", "4x8", 1, 2,
-                    why="published: Llama3.1-70B v6e-32, workload llama3_1_70b_8192_bs2_bfloat16_no_collective_matmul"),
-    *(CalibrationCase(f"llama3-70b-1xv6e-{n}-b{b}-fp32", "llama3-70b", "v6e", topology, 1, b, weight_dtype="float32",
-                      why=f"published: Llama3.1-70B v6e-{n}, workload {workload} (batch {b}, float32 weights)")
-      for n, topology, b, workload in ((64, "8x8", 2, "llama3_1_70b_8192_bs2"),
-                                       (128, "8x16", 4, "llama3_1_70b_8192_bs4"),
-                                       (256, "16x16", 5, "llama3_1_70b_8192"))),
+    *(_published_case(run) for run in PUBLISHED_RUNS),
     CalibrationCase("llama3-8b-1xv6e-64-b8", "llama3-8b", "v6e", "8x8", 1, 8,
                     why="the published 8B v6e-64 shape at batch 8: the loss phase as batch grows"),
     CalibrationCase("llama3-8b-1xv6e-64-b12", "llama3-8b", "v6e", "8x8", 1, 12,
