@@ -647,6 +647,9 @@ class CalibrationCase:
 # Run settings of a compile without a stack: they do not change the compiled step (the output directory and run
 # name are replaced anyway; steps only shape the learning-rate schedule, a traced input of the same shape).
 RUN_PLACEHOLDER = ("--run-name", "preflight", "--base-output-directory", "gs://preflight/maxtext", "--steps", "1000")
+# How a calibration row's name spells a weight dtype that is not the preset's own.
+DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16"}
+
 
 def _published_case(run: PublishedRun) -> CalibrationCase:
     """A published Trillium run (core/recipes.py PUBLISHED_RUNS) as a calibration row: one slice at its batch, the
@@ -658,8 +661,6 @@ def _published_case(run: PublishedRun) -> CalibrationCase:
                            why=f"published: {run.recipe_name} {run.pod_type}, workload {run.workload_name} "
                                f"(batch {run.per_device_batch_size:g}, {run.weight_dtype} weights)")
 
-
-DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16"}
 
 # The stacks' plans and the decisions the planner makes near the limit. Each row takes 1.5-10 min here.
 CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
