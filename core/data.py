@@ -14,7 +14,7 @@ Offered:
   loader's iterator *is* an ElasticIterator (maxtext/common/grain_utility.py `for_save` / `for_restore`), so it
   saves one state per host and, after a resize, refuses to restore ("4 processes found in Grain checkpoint
   directory ..., but only 2 jax processes", seen on the local run). So elastic runs are refused grain data at
-  config time; `ELASTIC_GRAIN_OVERRIDES` records what would be set once the two agree.
+  config time (once the two agree, such a run would set grain_use_elastic_iterator=true and packing=false).
 
 Removed, because they cannot work as offered:
 - `tfds`: needs TensorFlow and tensorflow-datasets, which are not in the workers' lock (maxtext[tpu] 0.2.5 does not
@@ -41,8 +41,6 @@ REMOVED_DATASET_TYPES = {
 }
 # MaxText key that takes each dataset type's location (maxtext 0.2.5 configs/base.yml).
 DATASET_LOCATION_KEY = {"grain": "grain_train_files"}
-# MaxText keys an elastic grain run needs (module docstring).
-ELASTIC_GRAIN_OVERRIDES = {"grain_use_elastic_iterator": "true", "packing": "false"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +72,16 @@ def _basename(path: str) -> str:
     return path.rstrip("/").rsplit("/", 1)[-1]
 
 
+def check_dataset_type(dataset_type: str, dataset_path: str) -> None:
+    """Refuse a dataset type that is not offered, and real data without a path. Raises PlanError."""
+    if dataset_type in REMOVED_DATASET_TYPES:
+        raise PlanError(f"dataset_type={dataset_type} is not offered: {REMOVED_DATASET_TYPES[dataset_type]}")
+    if dataset_type not in DATASET_TYPES:
+        raise PlanError(f"dataset_type={dataset_type!r} unknown; allowed: {', '.join(DATASET_TYPES)}")
+    if dataset_type != "synthetic" and not dataset_path:
+        raise PlanError(f"dataset_type={dataset_type} needs a dataset path (files, e.g. gs://bucket/data/*.arrayrecord)")
+
+
 def check_dataset(model: str, dataset_type: str, dataset_path: str, tokenizer_path: str,
                   extra: dict[str, str], elastic: bool = False) -> None:
     """Refuse, in one line naming the value, what cannot train or resume. Raises PlanError."""
@@ -81,17 +89,12 @@ def check_dataset(model: str, dataset_type: str, dataset_path: str, tokenizer_pa
     if tokenizer_path and _basename(tokenizer_path) != own.asset:
         raise PlanError(f"tokenizer_path={tokenizer_path!r} is not {model}'s tokenizer: {model} uses {own.asset} "
                         f"({own.description}); leave tokenizer_path unset for it")
-    if dataset_type in REMOVED_DATASET_TYPES:
-        raise PlanError(f"dataset_type={dataset_type} is not offered: {REMOVED_DATASET_TYPES[dataset_type]}")
-    if dataset_type not in DATASET_TYPES:
-        raise PlanError(f"dataset_type={dataset_type!r} unknown; allowed: {', '.join(DATASET_TYPES)}")
+    check_dataset_type(dataset_type, dataset_path)
     if dataset_type == "synthetic":
         if dataset_path:
             raise PlanError(f"dataset_path={dataset_path!r} given with dataset_type=synthetic, which reads no "
                             "files; set dataset_type=grain to train on it")
         return
-    if not dataset_path:
-        raise PlanError(f"dataset_type={dataset_type} needs a dataset path (files, e.g. gs://bucket/data/*.arrayrecord)")
     if elastic and dataset_type == "grain":
         raise PlanError("dataset_type=grain cannot resume after an elastic resize with MaxText 0.2.5 and Grain 0.2.18 "
                         "(the data position is saved per host; core/data.py): train real data on a fixed number of "

@@ -78,13 +78,7 @@ class RunSettings:
         if not 1 <= self.checkpoint_period <= self.steps:
             raise PlanError(f"checkpoint_period={self.checkpoint_period} must be within 1..steps={self.steps}"
                             " (otherwise no checkpoint after step 0)")
-        if self.dataset_type in data.REMOVED_DATASET_TYPES:
-            raise PlanError(f"dataset_type={self.dataset_type} is not offered: "
-                            f"{data.REMOVED_DATASET_TYPES[self.dataset_type]}")
-        if self.dataset_type not in DATASET_TYPES:
-            raise PlanError(f"dataset_type={self.dataset_type!r} unknown; allowed: {', '.join(DATASET_TYPES)}")
-        if self.dataset_type != "synthetic" and not self.dataset_path:
-            raise PlanError(f"dataset_type={self.dataset_type} needs a dataset path")
+        data.check_dataset_type(self.dataset_type, self.dataset_path)
         if self.hardware not in HARDWARE:
             raise PlanError(f"hardware={self.hardware!r} unknown; allowed: {', '.join(HARDWARE)}")
         if self.goodput and self.hardware == "cpu":
@@ -170,13 +164,9 @@ def maxtext_overrides(plan: Plan, run: RunSettings, elastic_run: bool | None = N
     })
     if run.dataset_type in data.DATASET_LOCATION_KEY:
         keys[data.DATASET_LOCATION_KEY[run.dataset_type]] = run.dataset_path
-        # The model's own tokenizer (a mismatched one was refused above); the data position is restored with
-        # the model, through the elastic iterator when the slice count can change (core/data.py).
+        # The model's own tokenizer (a mismatched one was refused above); Grain's position is restored with the
+        # model (an elastic run, whose host count changes, was refused grain data above: core/data.py).
         keys.update(data.tokenizer_overrides(plan.model.name, run.tokenizer_path))
-        # An elastic run's group at its minimum is not `plan.elastic` any more, but its checkpoints must keep
-        # one format across resizes: `elastic_run` (the full plan's) decides when given.
-        if run.dataset_type == "grain" and (plan.elastic if elastic_run is None else elastic_run):
-            keys.update(data.ELASTIC_GRAIN_OVERRIDES)
     if run.metrics_file:
         keys["metrics_file"] = run.metrics_file
     if run.records_goodput:
