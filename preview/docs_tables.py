@@ -7,13 +7,14 @@ stack enables, the roles a deployer needs).
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from preview import interruption_table
 
 REPO = Path(__file__).resolve().parents[1]
 _MARKER = re.compile(r"^<!-- table:(?P<name>[a-z-]+)\b.*-->$", re.MULTILINE)
@@ -36,11 +37,6 @@ class StackFacts:
     deploy_sum_s: float
     training_usd: float | None     # everything the plan prices, while a job runs (TPU, system pool, GKE fee)
     idle_usd: float | None         # the same with no job (warm slices only)
-
-    @property
-    def usd_per_hour(self) -> float | None:
-        """What the stack's own capacity costs while its TPU VMs exist."""
-        return self.spot_usd if self.capacity == "spot" else self.on_demand_usd
 
 
 def committed_stacks(repo: Path = REPO) -> list[str]:
@@ -127,16 +123,18 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "lookup-apis": ("docs/deploying.md", lookup_apis),
     "required-apis": ("docs/deploying.md", required_apis),
     "deployer-roles": ("docs/deploying.md", deployer_roles),
+    "interruption-costs": ("docs/costs.md", interruption_table.table),
 }
 
 
 def _span(text: str, name: str) -> tuple[int, int] | None:
-    """Where NAME's table sits in `text`: from the line after its marker to the next blank line."""
+    """Where NAME's table sits in `text`: from the line after its marker to the next blank line, or to the end of
+    a file whose last table it is (its final newline stays outside)."""
     for match in _MARKER.finditer(text):
         if match.group("name") == name:
             start = match.end() + 1
             end = text.find("\n\n", start - 1)
-            return start, max(start, end if end != -1 else len(text))
+            return start, max(start, end if end != -1 else len(text.rstrip("\n")))
     return None
 
 

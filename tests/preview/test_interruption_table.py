@@ -1,12 +1,12 @@
 """docs/costs.md's interruption table is what the code computes now (preview/interruption_table.py)."""
 from __future__ import annotations
 
-from preview import interruption_table
+from preview import docs_tables, interruption_table
 
 
 def test_the_docs_table_matches_the_code():
-    assert interruption_table.table_in_file() == interruption_table.table(), (
-        "docs/costs.md's interruption table is stale: python -m preview.interruption_table --write")
+    assert docs_tables.table_in_file("interruption-costs") == interruption_table.table(), (
+        "docs/costs.md's interruption table is stale: python -m preview.docs_tables --write")
 
 
 def test_the_table_has_a_row_per_case_and_prices_what_applies():
