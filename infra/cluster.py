@@ -8,6 +8,7 @@ import pulumi_gcp as gcp
 
 from infra.component import child_options, component_type
 from infra.config import StackConfig
+from infra.gke_versions import NO_CHANNEL
 from infra.network import ClusterNetwork
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -28,7 +29,7 @@ MAINTENANCE_WINDOW_START = "03:00"
 
 
 def maintenance_policy(release_channel: str) -> gcp.container.ClusterMaintenancePolicyArgs | None:
-    if release_channel == "UNSPECIFIED":
+    if release_channel == NO_CHANNEL:
         return None   # no channel: the TPU pools turn node auto-upgrade off instead (infra/tpu_pools.py)
     return gcp.container.ClusterMaintenancePolicyArgs(
         daily_maintenance_window=gcp.container.ClusterMaintenancePolicyDailyMaintenanceWindowArgs(

@@ -8,6 +8,7 @@ from core.node_sizing import threads_per_core
 from infra.cluster import GkeCluster, node_security
 from infra.component import child_options, component_type
 from infra.config import Capacity, StackConfig
+from infra.gke_versions import NO_CHANNEL
 from infra.network import ClusterNetwork
 
 DRANET_NODE_LABEL = "cloud.google.com/gke-networking-dra-driver"
@@ -133,7 +134,7 @@ class TpuSlicePools(pulumi.ComponentResource):
                     auto_repair=config.tpu.capacity is not Capacity.FLEX_START,
                     # In a release channel GKE requires auto-upgrade, and the cluster's maintenance exclusion keeps
                     # it from recreating a slice (infra/cluster.py); without a channel it is simply off.
-                    auto_upgrade=config.cluster.release_channel != "UNSPECIFIED"),
+                    auto_upgrade=config.cluster.release_channel != NO_CHANNEL),
                 **size_settings(config, index),
                 opts=child_options(self),
             ))
