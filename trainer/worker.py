@@ -85,13 +85,14 @@ def train_loop_per_worker(config: dict) -> None:
         if progress_dir and rank == 0:
             progress.append(progress_dir, {"event": "notice", "attempt": attempt, "step": step, "reason": reason})
 
-    scale_up = None
+    # An elastic group hears a coming scale-up through the controller's notice actor (trainer/resize.py).
+    resize_actor = None
     if config.get("elastic") and config.get("run_name"):
         from trainer import resize
 
-        actor = resize.notice_actor(config["run_name"])
-        scale_up = (lambda: ray.get(actor.is_requested.remote())), actor
-    watch = notice.NoticeWatch(notice.ray_poll(scale_up[0] if scale_up else None), on_notice)
+        resize_actor = resize.notice_actor(config["run_name"])
+    scale_up_requested = (lambda: ray.get(resize_actor.is_requested.remote())) if resize_actor else None
+    watch = notice.NoticeWatch(notice.ray_poll(scale_up_requested), on_notice)
     notice.require_autocheckpoint(argv)
     notice.install(watch)
     maxtext_runtime.install_hooks(current.model.param_count, current.model.name, on_params=on_params, on_step=on_step)
@@ -104,8 +105,8 @@ def train_loop_per_worker(config: dict) -> None:
             if progress_dir:
                 progress.append(progress_dir, {"event": "saved-at-notice", "attempt": attempt,
                                                "step": watch.notice_step})
-            if scale_up:
-                ray.get(scale_up[1].mark_saved.remote(watch.notice_step))
+            if resize_actor:
+                ray.get(resize_actor.mark_saved.remote(watch.notice_step))
         wait_to_be_replaced()
     if rank == 0:
         print(f"trainer: worker group of {world} finished at step {last.get('step')} loss {last.get('loss')}")
