@@ -13,7 +13,8 @@ from infra.services import ProjectServices, required_apis
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
 from infra.worker_image import WorkerImage, WorkerImageSpec, content_tag
-from workloads.backends import WorkloadContext, deploy_workload, run_name
+from workloads.backend import WorkloadContext
+from workloads.backends import deploy_workload, run_name
 from workloads.bundle import image_inputs, load_bundle
 from workloads.next_steps import next_steps, watch_command
 

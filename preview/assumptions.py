@@ -8,18 +8,8 @@ from __future__ import annotations
 from infra.config import StackConfig
 from infra.gke_versions import NO_CHANNEL
 from preview.harness import OFFERED_GKE_VERSIONS
-
-
-def _images(config: StackConfig) -> list[str]:
-    backend = config.workload.backend
-    if config.workload.worker_environment == "image" and backend != "pathways":
-        return []
-    if backend == "rayjob":
-        return [config.ray.image]
-    if backend == "jobset":
-        return [config.jobset.image]
-    pathways = config.pathways
-    return [pathways.server_image, pathways.proxy_image, pathways.trainer_image]
+from workloads import install_cache
+from workloads.backends import backend_for
 
 
 def _preemption(config: StackConfig) -> list[str]:
@@ -39,12 +29,6 @@ def _preemption(config: StackConfig) -> list[str]:
                      "Spot VMs in Standard node pools (GKE >= 1.35.0-gke.1171000, \"About Spot VMs\"); that it holds "
                      "for TPU Spot VMs is assumed: check a TPU node's kubelet config (kubectl get --raw "
                      "/api/v1/nodes/NODE/proxy/configz) shows shutdownGracePeriod 2m0s")
-    if config.workload.backend == "rayjob" and budget.spot:
-        lines.append("Ray workers: the notice (SIGTERM to the worker pod) is assumed to reach `ray start`, whose "
-                     "drain the training loop hears (Ray 2.60 ray.train.get_preemption_info); KubeRay wraps the "
-                     "command in bash, so check that PID 1 of a TPU worker is ray, or that bash forwards SIGTERM "
-                     "(`kubectl exec POD -- cat /proc/1/cmdline`); otherwise a preemption falls back to the last "
-                     "periodic checkpoint")
     return lines
 
 
@@ -87,40 +71,24 @@ def assumptions(config: StackConfig) -> list[str]:
                      "(the provider exposes no channel minimum: an older patch the channel no longer offers is "
                      "refused by GKE itself), and only warns once the cluster exists")
     lines.extend(_first_run(config))
-    for image in _images(config):
+    backend = backend_for(config)
+    for image in backend.images(config):
         lines.append(f"image {image}: its tag or digest cannot be checked offline; check it exists "
                      "(gcloud artifacts docker images describe / docker manifest inspect)")
-    if config.workload.worker_environment == "image" and config.workload.backend != "pathways":
+    if config.workload.worker_environment == "image" and backend.runs_worker_environment:
         lines.append("worker image: built from worker_env/Dockerfile during `pulumi up` (needs Docker with BuildKit "
                      "where it runs); never built offline")
-    if config.workload.backend == "rayjob":
-        lines.append("KubeRay: `pulumi up` reads the RayJob CRD the GKE Ray add-on serves and creates the RayJob only "
-                     "if its schema declares every field the RayJob sets (authOptions: KubeRay >= 1.5.1), since the "
-                     "API server drops unknown fields with a warning; offline, the schema bundle's KubeRay v1.7.0 "
-                     "stands in. Assumed: the add-on's operator does what its CRD declares; check while a job runs: "
-                     "`kubectl get raycluster -n NAMESPACE -o jsonpath='{.items[*].spec.authOptions.mode}'` prints "
-                     "token")
-        lines.append("RayJob-owned cluster: the add-on's KubeRay is assumed to create the job's RayCluster from "
-                     "rayClusterSpec and delete it when the job ends (shutdownAfterJobFinishes), releasing the "
-                     "slices; no Ray autoscaler is used. Check after a job: `kubectl get rayjob -n NAMESPACE` shows "
-                     "JOB STATUS SUCCEEDED/FAILED with DEPLOYMENT STATUS Complete/Failed, `kubectl get raycluster` "
-                     "lists none, and `kubectl get nodes -l cloud.google.com/gke-tpu-topology` empties within ~10 min")
+    lines.extend(backend.assumptions(config))
     if config.network.dcn:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")
     lines.extend(_preemption(config))
-    if config.workload.backend in ("jobset", "pathways"):
-        lines.append("JobSet failure policy: its rules tell a preempted pod (restart, not counted) from an exit code a "
-                     "retry cannot fix (fail at once) by the Job controller's failure message \"... matching FailJob "
-                     "rule at index N\" (Kubernetes pkg/controller/job/pod_failure_policy.go; JobSet v0.12 "
-                     "onJobFailureMessagePatterns exists for this), which is text, not an API field; after a failure "
-                     "`kubectl get jobs -n NAMESPACE -o jsonpath='{..conditions}'` shows the message")
     if not config.cluster.autopilot:
         lines.append("slice pools from zero: spot and on-demand TPU pools autoscale 0..hosts per zone and GKE is "
                      "assumed to add a multi-host slice's VMs at once when its pods ask (\"About TPUs in GKE\"); "
                      "check no TPU node exists while no job runs: kubectl get nodes -l "
                      "cloud.google.com/gke-tpu-topology")
-        if config.workload.worker_environment == "runtime" and config.workload.backend != "pathways":
+        if backend.runs_worker_environment and install_cache.cache_kind(config) == "node":
             lines.append("install cache: the pods keep uv's cache in the hostPath "
                          "/var/lib/tpu-multislice/install-cache, assumed allowed in the namespace (no restrictive "
                          "Pod Security level) and the Ray image's user assumed to be uid 1000; check a worker's "

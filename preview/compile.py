@@ -180,27 +180,16 @@ def stack_target(config, manifests: Iterable[Mapping[str, Any]] = (), root: Path
     its TPU pods read from the rendered manifests."""
     plan = config.workload.plan
     shape = config.tpu.shape
+    from workloads.backends import backend_for
+
     flags = pod_libtpu_init_args(manifests)
-    backend = str(getattr(config.workload.backend, "value", config.workload.backend))
-    common = dict(generation=shape.generation, topology=shape.topology, devices_per_slice=shape.devices,
-                  slices=plan.slices, plan=plan.describe(), model=plan.model.name, libtpu_init_args=flags,
-                  estimate_bytes=plan.memory.total)
-    if backend == "jobset":
-        from workloads.jobset import spec as jobset_spec
-        return CompileTarget(argv=tuple(jobset_spec.training_argv(config)),
-                             source="jobset: workloads/jobset/spec.py training_argv", **common)
-    if backend == "pathways":
-        from workloads.pathways import spec as pathways_spec
-        command = pathways_spec.trainer_command(config)
-        if command[1] != "-m":
-            raise CompileSetupError(f"unexpected Pathways trainer command {command[:3]}")
-        return CompileTarget(argv=tuple(command[2:]), source="pathways: workloads/pathways/spec.py trainer_command",
-                             **common)
-    from workloads.ray import spec as ray_spec
-    command = ray_spec.entrypoint(config)
-    if command[:3] != ["python", "-m", "trainer.entrypoint"]:
-        raise CompileSetupError(f"unexpected RayJob command {command[:3]}")
-    return ray_target(command[3:], flags, root)
+    launch = backend_for(config).training_launch(config)
+    if launch.argv_built_on_workers:
+        return ray_target(list(launch.argv), flags, root)
+    return CompileTarget(argv=launch.argv, source=launch.source, generation=shape.generation,
+                         topology=shape.topology, devices_per_slice=shape.devices, slices=plan.slices,
+                         plan=plan.describe(), model=plan.model.name, libtpu_init_args=flags,
+                         estimate_bytes=plan.memory.total)
 
 
 def pod_libtpu_init_args(manifests: Iterable[Mapping[str, Any]]) -> str:

@@ -21,6 +21,7 @@ def table(repo: Path = REPO) -> str:
     from core.interruptions import interruption_costs
     from infra.config import build
     from preview.stack_files import load_stack_config
+    from workloads.backends import backend_for
 
     rows = ["| stack | chips | capacity | save at the notice / what the notice gives | Spot preemption | "
             "restart after a failure | failed smoke test |",
@@ -28,8 +29,8 @@ def table(repo: Path = REPO) -> str:
     for stack, overrides in ROWS:
         config = build({**load_stack_config(stack, repo), **overrides})
         budget = config.workload.shutdown
-        smoke = config.workload.smoke_test and config.workload.backend != "pathways"
-        costs = interruption_costs(budget, chips=config.tpu.total_chips, smoke_test=smoke).as_dict()
+        costs = interruption_costs(budget, chips=config.tpu.total_chips,
+                                   smoke_test=backend_for(config).runs_smoke_test(config)).as_dict()
         if not budget.sees_notice:
             save = "not heard (Pathways proxy)"
         elif budget.spot:

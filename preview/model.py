@@ -20,13 +20,11 @@ from preview.graph import CriticalPath, DependencyGraph, provider_urn
 from preview.k8s.validation import TpuPool, ValidationReport, validate_objects
 from preview.harness import ProgramRun, Registration
 from core.tpu_catalog import CATALOG, Generation, MachineType
-from core.maxtext_args import GOODPUT_OVERRIDES, RunSettings, maxtext_overrides
+from core.maxtext_args import GOODPUT_OVERRIDES
 from infra.dashboard import chart_summaries
 from core.recipes import recipe_summary
 from preview.assumptions import assumptions
-from workloads.jobset import spec as jobset_spec
-from workloads.pathways import spec as pathways_spec
-from workloads.ray import spec as ray_spec
+from workloads.backends import backend_for
 
 SECRET = "[secret]"
 CLUSTER_TYPE = "gcp:container/cluster:Cluster"
@@ -299,28 +297,8 @@ class DashboardSummary:
 
 
 def launched_overrides(config: StackConfig) -> dict[str, str]:
-    """MaxText key=value overrides of the run the stack's backend launches, read from what it launches: the
-    JobSet and Pathways container commands; for Ray, the RayJob's trainer command, whose workers build
-    MaxText's argv at run time with the same core builder (the preview may not import trainer/, so the run
-    settings are read off the command the way trainer.entrypoint.prepare reads them: hardware=cpu only with
-    --local-cpu; tests/workloads/test_goodput.py runs the trainer's own parser on the same command)."""
-    backend = config.workload.backend
-    if backend == "jobset":
-        argv = jobset_spec.training_argv(config)
-    elif backend == "pathways":
-        argv = pathways_spec.trainer_command(config)
-    else:
-        command = ray_spec.entrypoint(config)
-
-        def flag(name: str) -> str:
-            return command[command.index(name) + 1]
-
-        run = RunSettings(run_name=flag("--run-name"), base_output_directory=flag("--base-output-directory"),
-                          steps=int(flag("--steps")), checkpoint_period=int(flag("--checkpoint-period")),
-                          checkpoints_to_keep=int(flag("--checkpoints-to-keep")),
-                          hardware="cpu" if "--local-cpu" in command else "tpu")
-        argv = maxtext_overrides(config.workload.plan, run)
-    return dict(item.split("=", 1) for item in argv if "=" in item)
+    """MaxText key=value settings of the run the stack's backend launches, as the backend gives them."""
+    return backend_for(config).maxtext_settings(config)
 
 
 def dashboard_summary(registrations: list[Registration], config: StackConfig) -> DashboardSummary | None:
@@ -398,9 +376,8 @@ def _preemption(config: StackConfig) -> dict[str, Any]:
     from core.interruptions import interruption_costs
 
     budget = config.workload.shutdown
-    # Pathways has no smoke test (its head is the only JAX client; config refuses smokeTest there).
-    smoke = config.workload.smoke_test and config.workload.backend != "pathways"
-    costs = interruption_costs(budget, chips=config.tpu.total_chips, smoke_test=smoke)
+    costs = interruption_costs(budget, chips=config.tpu.total_chips,
+                               smoke_test=backend_for(config).runs_smoke_test(config))
     return {"summary": budget.describe() + costs.describe(), **budget.as_dict(), "costs": costs.as_dict()}
 
 

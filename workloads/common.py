@@ -9,7 +9,6 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from core.pod_sizing import TpuPodSize
-from core.pod_sizing import tpu_pod_size as _size_for_plan
 from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape
 from infra.config import Capacity, StackConfig
 
@@ -46,8 +45,8 @@ TPU_METRICS_PORT = {"name": "tpu-metrics", "containerPort": 8431}
 
 def tpu_pod_size(config: StackConfig) -> TpuPodSize:
     """What each TPU pod of the stack's backend requests (its job's host memory and CPU, with headroom) and may use
-    (the node's ceiling); config build has checked that the request fits (infra/config/rules.py check_pod_size)."""
-    return _size_for_plan(config.workload.plan, ray=config.workload.backend == "rayjob")
+    (the node's ceiling): sized and checked once, in config build (infra/config/rules.py check_pod_size)."""
+    return config.workload.tpu_pod
 
 
 def tpu_pod_resources(size: TpuPodSize) -> dict[str, dict[str, str]]:

@@ -62,3 +62,11 @@ def jobset_rules(exit_codes: bool, target_replicated_jobs: list[str] | None = No
             **target,
         })
     return rules
+
+
+# What the offline plan cannot verify about these rules (shown among its assumptions for JobSet and Pathways).
+ASSUMPTION = ("JobSet failure policy: its rules tell a preempted pod (restart, not counted) from an exit code a retry "
+              "cannot fix (fail at once) by the Job controller's failure message \"... matching FailJob rule at index "
+              "N\" (Kubernetes pkg/controller/job/pod_failure_policy.go; JobSet v0.12 onJobFailureMessagePatterns "
+              "exists for this), which is text, not an API field; after a failure `kubectl get jobs -n NAMESPACE -o "
+              "jsonpath='{..conditions}'` shows the message")

@@ -13,6 +13,8 @@ emptyDir: it survives container restarts only.
 """
 from __future__ import annotations
 
+from infra.config import StackConfig
+
 # The cache volume inside the container; uv's cache (its UV_CACHE_DIR variable, or --cache-dir) below it.
 CACHE_MOUNT = "/var/cache/install"
 UV_CACHE_DIR = f"{CACHE_MOUNT}/uv"
@@ -21,6 +23,14 @@ VOLUME_NAME = "install-cache"
 HOST_PATH = "/var/lib/tpu-multislice/install-cache"
 # The user the Ray images run as (ray-project/ray docker/base-deps/Dockerfile: ARG RAY_UID=1000, RAY_GID=100).
 RAY_UID, RAY_GID = 1000, 100
+
+
+def cache_kind(config: StackConfig) -> str | None:
+    """Where uv keeps its cache for the runtime install: "node" on Standard, "pod" on Autopilot (no writable
+    hostPath there), None with the worker image (nothing is installed)."""
+    if config.workload.worker_environment == "image":
+        return None
+    return "pod" if config.cluster.autopilot else "node"
 
 
 def cache_env() -> list[dict]:

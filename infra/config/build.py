@@ -38,10 +38,10 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     rules.check_jobset(v, shape, problems)
     rules.check_pathways(v, raw, shape, problems)
     workload_plan = rules.plan_workload(v, raw, shape, problems)
-    rules.check_pod_size(v, raw, workload_plan, problems)
+    tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
     if problems:
         raise ConfigError(problems)
-    assert shape is not None and region is not None and workload_plan is not None
+    assert shape is not None and region is not None and workload_plan is not None and tpu_pod is not None
     shutdown = stack_shutdown_budget(v, workload_plan, rules.checkpoint_period(v), floors)
     return StackConfig(
         gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"]),
@@ -60,7 +60,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
                                 keep_on_destroy=v["keepCheckpointsOnDestroy"], soft_delete_days=v["softDeleteDays"]),
         kubernetes=KubernetesSettings(namespace=v["namespace"], service_account=v["serviceAccount"]),
         workload=WorkloadSettings(
-            backend=v["workloadBackend"], plan=workload_plan, train_steps=v["trainSteps"],
+            backend=v["workloadBackend"], plan=workload_plan, tpu_pod=tpu_pod, train_steps=v["trainSteps"],
             checkpoint_period=rules.checkpoint_period(v), checkpoints_to_keep=v["checkpointsToKeep"],
             maxtext_version=v["maxtextVersion"],
             smoke_test=v["smokeTest"], worker_environment=v["workerEnvironment"],

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Union
 
 from core.planner import Plan
+from core.pod_sizing import TpuPodSize
 from core.preemption import ShutdownBudget
 from core.tpu_catalog import SliceShape
 from infra import naming, versions
@@ -120,6 +121,7 @@ class WorkloadSettings:
     """What every backend trains: the planner's verdict and the run's length."""
     backend: str
     plan: Plan                 # the planner's verdict: mesh, batch, remat, memory per chip
+    tpu_pod: TpuPodSize        # each TPU pod's requests and limits for this plan and backend (core/pod_sizing.py)
     train_steps: int
     checkpoint_period: int
     checkpoints_to_keep: int   # MaxText max_num_checkpoints_to_keep

@@ -14,7 +14,7 @@ from core.errors import PlanError
 from core.maxtext_facts import PATHWAYS_MIN_MAXTEXT, release_tuple
 from core.pathways import PATHWAYS_TPU_VERSIONS, head_requests
 from core.planner import Alternative, Plan, PlanRequest, advise, plan
-from core.pod_sizing import tpu_pod_size
+from core.pod_sizing import TpuPodSize, tpu_pod_size
 from core.presets import PRESETS
 from core.tpu_catalog import CATALOG, CatalogError, SliceShape, slice_shape
 from core.worker_lock import LOCK_PATH, PYTHON, load_pins
@@ -493,17 +493,19 @@ def nearest_config(request: PlanRequest, on_ray: bool, limit: int = 2) -> str:
 
 
 def check_pod_size(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | None,
-                   problems: list[str]) -> None:
-    """The host memory a planned run needs on each TPU VM (core/pod_sizing.py) must fit what a pod can have."""
+                   problems: list[str]) -> TpuPodSize | None:
+    """What each TPU pod requests and may use (core/pod_sizing.py; Ray pods also hold Ray's own processes and
+    object store); the host memory a planned run needs on each TPU VM must fit what a pod can have."""
     if workload_plan is None:
-        return
+        return None
     try:
-        tpu_pod_size(workload_plan, ray=v["workloadBackend"] == "rayjob")
+        return tpu_pod_size(workload_plan, ray=v["workloadBackend"] == "rayjob")
     except PlanError as error:
         blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
         value = workload_plan.shape.topology if blamed == "tpuTopology" else v[blamed]
         problems.append(f"{_setting(blamed, value, raw)} is refused for {workload_plan.model.name} on "
                         f"{workload_plan.shape.pod_type}: {error}")
+        return None
 
 
 def check_jobset(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> None:

@@ -87,10 +87,11 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str
     volumes = [common.code_volume(code_name, list(bundle.files))]
     smoke = jm.smoke_argv(spec) if config.workload.smoke_test else None
     install = None
-    if config.workload.worker_environment != "image":
+    cache = install_cache.cache_kind(config)
+    if cache:
         # The plain Python image runs as root: the node's cache directory needs no owner change.
         install = jm.install_lock(LOCK_PATH, install_cache.UV_CACHE_DIR)
-        volumes.append(install_cache.cache_volume(on_node=not config.cluster.autopilot))
+        volumes.append(install_cache.cache_volume(on_node=cache == "node"))
     argv = training_argv(config)
 
     def container(name: str) -> dict:

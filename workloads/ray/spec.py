@@ -4,12 +4,13 @@ from __future__ import annotations
 import re
 import shlex
 
+from core.maxtext_args import RunSettings
 from core.tpu_env import pod_dcn_nics
 from infra import naming
 from core.worker_lock import LOCK_PATH, parse_pins, requirement_lines
 from infra.config import StackConfig
 from workloads.bundle import TrainerBundle
-from workloads import common
+from workloads import common, install_cache
 from workloads.ray.deadline import job_deadline_seconds
 from workloads.ray.manifests import RaySpec
 
@@ -50,16 +51,8 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         tpu_node_selector_extra=common.capacity_selectors(config),
         termination_grace_s=config.workload.shutdown.pod_grace_s,
         active_deadline_s=job_deadline_seconds(config),
-        install_cache=install_cache_kind(config),
+        install_cache=install_cache.cache_kind(config),
     )
-
-
-def install_cache_kind(config: StackConfig) -> str | None:
-    """Where uv keeps its cache for the runtime install (workloads/install_cache.py): on the node on Standard,
-    in the pod on Autopilot (no writable hostPath there), none with the worker image (nothing is installed)."""
-    if config.workload.worker_environment == "image":
-        return None
-    return "pod" if config.cluster.autopilot else "node"
 
 
 def run_name(config: StackConfig) -> str:
@@ -67,22 +60,31 @@ def run_name(config: StackConfig) -> str:
     return f"{config.ray.job_name}-{config.workload.model}"
 
 
+def run_settings(config: StackConfig) -> RunSettings:
+    """The run the workers launch: they build MaxText's argv from these (carried by entrypoint's flags) with the
+    same core builder (trainer.worker), so the plan reads them here rather than off the command."""
+    workload = config.workload
+    return RunSettings(run_name=run_name(config), base_output_directory=common.output_directory(config),
+                       steps=workload.train_steps, checkpoint_period=workload.checkpoint_period,
+                       checkpoints_to_keep=workload.checkpoints_to_keep)
+
+
 def entrypoint(config: StackConfig) -> list[str]:
     """The command the RayJob runs on the head: the trainer entrypoint with the stack's plan."""
-    workload, plan = config.workload, config.workload.plan
+    workload, plan, run = config.workload, config.workload.plan, run_settings(config)
     command = [
         "python", "-m", "trainer.entrypoint",
         "--model", workload.model,
         "--generation", config.tpu.shape.generation.name,
         "--topology", config.tpu.shape.topology,
         "--slices", str(config.tpu.slices),
-        "--steps", str(workload.train_steps),
-        "--checkpoint-period", str(workload.checkpoint_period),
-        "--checkpoints-to-keep", str(workload.checkpoints_to_keep),
+        "--steps", str(run.steps),
+        "--checkpoint-period", str(run.checkpoint_period),
+        "--checkpoints-to-keep", str(run.checkpoints_to_keep),
         "--per-device-batch-size", str(plan.per_device_batch_size),
         "--max-failures", str(config.ray.max_failures),
-        "--run-name", run_name(config),
-        "--base-output-directory", common.output_directory(config),
+        "--run-name", run.run_name,
+        "--base-output-directory", run.base_output_directory,
         "--storage-path", f"gs://{config.storage.bucket_name}/ray-results",
         "--maxtext-version", workload.maxtext_version,
     ]

@@ -1,0 +1,45 @@
+"""The JobSet backend: a JobSet admitted by Kueue, whose pods run MaxText's argv written into the manifest
+(trainer.jobset_run wraps it for the exit codes the failure policy reads)."""
+from __future__ import annotations
+
+from typing import Any
+
+from infra.config import StackConfig
+from workloads.backend import TrainingLaunch, WorkloadContext
+from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION
+from workloads.jobset import spec as jobset_spec
+from workloads.jobset.component import JobSetWorkload
+from workloads.jobset.exports import jobset_exports
+
+
+class JobSetBackend:
+    name = "jobset"
+    runs_worker_environment = True
+
+    def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
+        workload = JobSetWorkload("jobset", config, context.bundle, context.namespace, context.service_account,
+                                  context.cluster, opts=context.provider_options, worker_image=context.worker_image,
+                                  worker_image_ready=context.worker_image_ready, nodes_ready=context.nodes_ready)
+        return jobset_exports(config, workload.jobset_name, workload.smoke_jobset_name)
+
+    def run_name(self, config: StackConfig) -> str:
+        return jobset_spec.run_name(config)
+
+    def maxtext_settings(self, config: StackConfig) -> dict[str, str]:
+        return dict(item.split("=", 1) for item in jobset_spec.training_argv(config) if "=" in item)
+
+    def training_launch(self, config: StackConfig) -> TrainingLaunch:
+        return TrainingLaunch(argv=tuple(jobset_spec.training_argv(config)),
+                              source="jobset: workloads/jobset/spec.py training_argv")
+
+    def runs_smoke_test(self, config: StackConfig) -> bool:
+        return config.workload.smoke_test
+
+    def images(self, config: StackConfig) -> list[str]:
+        return [] if config.workload.worker_environment == "image" else [config.jobset.image]
+
+    def assumptions(self, config: StackConfig) -> list[str]:
+        return [FAILURE_POLICY_ASSUMPTION]
+
+
+JOBSET = JobSetBackend()

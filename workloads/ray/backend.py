@@ -1,0 +1,76 @@
+"""The Ray backend: a RayJob that owns its RayCluster (KubeRay) and runs trainer.entrypoint, whose Ray Train
+workers build MaxText's argv at run time (trainer.worker) from the run settings the entrypoint's flags carry."""
+from __future__ import annotations
+
+from typing import Any
+
+from core.maxtext_args import maxtext_overrides
+from infra.config import StackConfig
+from workloads.backend import TrainingLaunch, WorkloadContext
+from workloads.ray import spec as ray_spec
+from workloads.ray.component import RayWorkload
+from workloads.ray.exports import ray_exports
+from workloads.smoke_exports import ray_smoke_exports
+
+TRAINER_MODULE = ["python", "-m", "trainer.entrypoint"]
+
+
+class RayBackend:
+    name = "rayjob"
+    runs_worker_environment = True
+
+    def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
+        workload = RayWorkload("ray", config, context.bundle, context.namespace, context.service_account,
+                               context.cluster, opts=context.provider_options, worker_image=context.worker_image,
+                               worker_image_ready=context.worker_image_ready)
+        exports = ray_exports(config, context.cluster_location, workload.job_name)
+        if workload.smoke_job_name:
+            exports.update(ray_smoke_exports(config.kubernetes.namespace, workload.smoke_job_name))
+        return exports
+
+    def run_name(self, config: StackConfig) -> str:
+        return ray_spec.run_name(config)
+
+    def maxtext_settings(self, config: StackConfig) -> dict[str, str]:
+        # The workers' own builder on the run settings the entrypoint carries (tests/workloads/test_goodput.py
+        # runs the trainer's parser on the RayJob's command and gets the same keys).
+        argv = maxtext_overrides(config.workload.plan, ray_spec.run_settings(config))
+        return dict(item.split("=", 1) for item in argv)
+
+    def training_launch(self, config: StackConfig) -> TrainingLaunch:
+        command = ray_spec.entrypoint(config)
+        if command[:len(TRAINER_MODULE)] != TRAINER_MODULE:
+            raise RuntimeError(f"the RayJob runs {command[:3]}, not {TRAINER_MODULE}")
+        return TrainingLaunch(argv=tuple(command[len(TRAINER_MODULE):]),
+                              source="ray: trainer.entrypoint --print-argv (trainer.worker)",
+                              argv_built_on_workers=True)
+
+    def runs_smoke_test(self, config: StackConfig) -> bool:
+        return config.workload.smoke_test
+
+    def images(self, config: StackConfig) -> list[str]:
+        return [] if config.workload.worker_environment == "image" else [config.ray.image]
+
+    def assumptions(self, config: StackConfig) -> list[str]:
+        lines = [
+            "KubeRay: `pulumi up` reads the RayJob CRD the GKE Ray add-on serves and creates the RayJob only if its "
+            "schema declares every field the RayJob sets (authOptions: KubeRay >= 1.5.1), since the API server "
+            "drops unknown fields with a warning; offline, the schema bundle's KubeRay v1.7.0 stands in. Assumed: "
+            "the add-on's operator does what its CRD declares; check while a job runs: `kubectl get raycluster -n "
+            "NAMESPACE -o jsonpath='{.items[*].spec.authOptions.mode}'` prints token",
+            "RayJob-owned cluster: the add-on's KubeRay is assumed to create the job's RayCluster from "
+            "rayClusterSpec and delete it when the job ends (shutdownAfterJobFinishes), releasing the slices; no "
+            "Ray autoscaler is used. Check after a job: `kubectl get rayjob -n NAMESPACE` shows JOB STATUS "
+            "SUCCEEDED/FAILED with DEPLOYMENT STATUS Complete/Failed, `kubectl get raycluster` lists none, and "
+            "`kubectl get nodes -l cloud.google.com/gke-tpu-topology` empties within ~10 min"]
+        budget = config.workload.shutdown
+        if budget.sees_notice and budget.spot:
+            lines.append("Ray workers: the notice (SIGTERM to the worker pod) is assumed to reach `ray start`, whose "
+                         "drain the training loop hears (Ray 2.60 ray.train.get_preemption_info); KubeRay wraps the "
+                         "command in bash, so check that PID 1 of a TPU worker is ray, or that bash forwards "
+                         "SIGTERM (`kubectl exec POD -- cat /proc/1/cmdline`); otherwise a preemption falls back to "
+                         "the last periodic checkpoint")
+        return lines
+
+
+RAY = RayBackend()
