@@ -62,12 +62,10 @@ def interruption_costs(budget: ShutdownBudget, *, chips: int, smoke_test: bool) 
     """Costs for a run whose save and notice are `budget` (core/preemption.py), on `chips` chips in all."""
     plan_step_s = budget.save.step_s   # one step at core.run_time.EXPECTED_MFU, as the save estimate counts it
     restart = RESTART_START_S + budget.save.write_s
-    saved_at_notice = budget.fits and budget.sees_notice and budget.spot
     save = min(budget.needed_s, budget.notice_s) if budget.spot and budget.sees_notice else 0.0
-    redone = 0 if saved_at_notice else budget.checkpoint_period
     return InterruptionCosts(
         chips=chips,
-        preemption_s=save + restart + redone * plan_step_s,
+        preemption_s=save + restart + budget.steps_lost_per_preemption * plan_step_s,
         restart_s=restart + budget.checkpoint_period * plan_step_s,
         smoke_failure_s=RESTART_START_S + SMOKE_TEST_S if smoke_test else None,
         spot=budget.spot,

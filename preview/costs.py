@@ -13,6 +13,7 @@ from typing import Any
 
 from infra.config import Capacity, StackConfig
 from preview import prices as tpu_prices
+from workloads.backends import backend_for
 
 # Compute Engine on-demand list prices per VM-hour in us-central1 (https://cloud.google.com/compute/vm-instance-pricing,
 # E2 and N2 predefined machine types, as published in 2025; not re-checked offline). Regions differ.
@@ -77,27 +78,21 @@ class CostSummary:
                 "cpu_price_source": CPU_PRICE_SOURCE}
 
 
-def chip_hour_price(generation: str, capacity: Capacity) -> tuple[float | None, str | None]:
-    """(USD per chip-hour, a note) for the stack's capacity: spot at the assumed Spot price, everything else at
+def capacity_usd_per_hour(estimate: tpu_prices.HourlyEstimate, capacity: Capacity) -> float | None:
+    """The estimate's hourly price for the stack's capacity: spot at the assumed Spot price, everything else at
     the on-demand list price."""
-    price = tpu_prices.PRICES.get(generation, tpu_prices.ChipHourPrice(None, None))
-    if capacity is Capacity.SPOT:
-        return price.spot_usd, None
-    if capacity is Capacity.FLEX_START:
-        return price.on_demand_usd, "flex-start is priced at on-demand here (an upper bound; no flex-start table)"
-    if capacity is Capacity.RESERVATION:
-        return price.on_demand_usd, ("the reservation bills its chips whether nodes run or not; the idle figure "
-                                     "counts only the warm pools")
-    return price.on_demand_usd, None
+    return estimate.spot_usd_per_hour if capacity is Capacity.SPOT else estimate.on_demand_usd_per_hour
+
+
+CAPACITY_NOTES = {
+    Capacity.FLEX_START: "flex-start is priced at on-demand here (an upper bound; no flex-start table)",
+    Capacity.RESERVATION: ("the reservation bills its chips whether nodes run or not; the idle figure counts only "
+                           "the warm pools"),
+}
 
 
 def _released(config: StackConfig, warm_slices: int) -> str:
-    backend = config.workload.backend
-    when = {
-        "rayjob": "when the RayJob ends (shutdownAfterJobFinishes deletes its RayCluster)",
-        "jobset": "when the JobSet finishes (it deletes its Jobs; Kueue frees the quota)",
-        "pathways": "when the Pathways head's MaxText finishes (JobSet deletes the workers)",
-    }[backend]
+    when = backend_for(config).slices_released
     if config.cluster.autopilot:
         return f"{when}; Autopilot then removes the TPU nodes"
     kept = f"; {warm_slices} warm slice(s) stay" if warm_slices else ""
@@ -106,8 +101,7 @@ def _released(config: StackConfig, warm_slices: int) -> str:
 
 def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
     generation, capacity = config.tpu.shape.generation.name, config.tpu.capacity
-    per_chip, note = chip_hour_price(generation, capacity)
-    notes = [note] if note else []
+    notes = [CAPACITY_NOTES[capacity]] if capacity in CAPACITY_NOTES else []
     tpu_pools = [p for p in pools if p.tpu_chips_per_vm]
     cpu_pools = [p for p in pools if not p.tpu_chips_per_vm]
     if tpu_pools:
@@ -116,8 +110,9 @@ def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
         warm_slices = sum(1 for p in tpu_pools if p.idle_nodes)
     else:   # Autopilot: TPU nodes exist only while pods ask for them
         chips, warm_chips, warm_slices = config.tpu.total_chips, 0, 0
-    tpu_training = round(per_chip * chips, 2) if per_chip is not None else None
-    tpu_idle = 0.0 if warm_chips == 0 else (round(per_chip * warm_chips, 2) if per_chip is not None else None)
+    tpu_training = capacity_usd_per_hour(tpu_prices.hourly_estimate(generation, chips), capacity)
+    tpu_idle = (0.0 if warm_chips == 0
+                else capacity_usd_per_hour(tpu_prices.hourly_estimate(generation, warm_chips), capacity))
     if config.cluster.autopilot:
         system = None
         notes.append("Autopilot bills the CPU pods' requests (Ray head, controllers); not estimated")

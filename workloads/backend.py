@@ -49,6 +49,7 @@ class Backend(Protocol):
     # Whether its pods run this project's worker environment (the lock, or the worker image built from it);
     # otherwise they run images of their own whose software the stack does not choose.
     runs_worker_environment: bool
+    slices_released: str            # when a run's TPU pods go away, so the slices can scale to zero
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         """Register the backend's component under the cluster's provider; return the stack exports it adds."""

@@ -15,6 +15,7 @@ from workloads.jobset.exports import jobset_exports
 class JobSetBackend:
     name = "jobset"
     runs_worker_environment = True
+    slices_released = "when the JobSet finishes (it deletes its Jobs; Kueue frees the quota)"
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         workload = JobSetWorkload("jobset", config, context.bundle, context.namespace, context.service_account,

@@ -17,6 +17,7 @@ PYTHON_MODULE = ["python3", "-m"]
 class PathwaysBackend:
     name = "pathways"
     runs_worker_environment = False
+    slices_released = "when the Pathways head's MaxText finishes (JobSet deletes the workers)"
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         workload = PathwaysWorkload("pathways", config, context.namespace, context.service_account, context.cluster,

@@ -18,6 +18,7 @@ TRAINER_MODULE = ["python", "-m", "trainer.entrypoint"]
 class RayBackend:
     name = "rayjob"
     runs_worker_environment = True
+    slices_released = "when the RayJob ends (shutdownAfterJobFinishes deletes its RayCluster)"
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         workload = RayWorkload("ray", config, context.bundle, context.namespace, context.service_account,
