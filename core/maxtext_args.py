@@ -10,6 +10,7 @@ from typing import Mapping
 
 from core import data
 from core.errors import PlanError
+from core.memory import OFFLOADABLE
 from core.planner import Plan, check_overrides_free
 from core.recipes import recipe_kernel_settings
 
@@ -236,6 +237,8 @@ STACK_KEYS: dict[str, str] = {
     "elastic_enabled": "pathwaysElasticSlices", "elastic_backup_kind": "pathwaysElasticSlices",
     "elastic_timeout_seconds": "pathwaysElasticTimeoutSeconds", "elastic_max_retries": "pathwaysElasticMaxRetries",
     "profiler": "pathwaysProfiling",
+    # The custom remat policy's tensors (key=offload|remat|device): the planner's memory policy.
+    **{tensor: "model (the planner's remat policy)" for tensor in OFFLOADABLE},
 }
 
 

@@ -156,8 +156,13 @@ def _weights_problems(path: str, model: str, lookups: Lookups, warnings: list[st
         warnings.append(f"{NAMESPACE}:loadParametersPath={path!r}: {PYTREE_METADATA} is not JSON; its shapes are "
                         "checked when the run loads it")
         return []
-    return [f"{NAMESPACE}:loadParametersPath={path!r} {problem}" for problem in checkpoint_problems(metadata,
-                                                                                                   PRESETS[model])]
+    preset = PRESETS[model]
+    reasons = checkpoint_problems(metadata, preset)
+    if not reasons:
+        return []
+    return [f"{NAMESPACE}:loadParametersPath={path!r} is not {model}'s weights: it {' and '.join(reasons)}; "
+            f"allowed: a checkpoint of {model} ({preset.num_layers} layers, width {preset.emb_dim}, vocabulary "
+            f"{preset.vocab_size})"]
 
 
 def _leaves(metadata: dict) -> dict[tuple[str, ...], list[int] | None]:
@@ -171,7 +176,8 @@ def _leaves(metadata: dict) -> dict[tuple[str, ...], list[int] | None]:
 
 
 def checkpoint_problems(metadata: dict, preset: ModelPreset) -> list[str]:
-    """Why a MaxText parameter checkpoint cannot be `preset`'s weights (empty when nothing says so). Checked from
+    """Why a MaxText parameter checkpoint cannot be `preset`'s weights, as phrases after "it" (empty when
+    nothing says so). Checked from
     the leaf names and the shapes Orbax wrote: the decoder's layer count (the scan axis, 1 in MaxText's scanned
     layers, is never sharded), the embedding (vocabulary x width, or a shard that divides it) and Qwen3's q/k
     norms."""
@@ -179,7 +185,6 @@ def checkpoint_problems(metadata: dict, preset: ModelPreset) -> list[str]:
     if not leaves:
         return []
     problems = []
-    want = f"{preset.name} has {preset.num_layers} layers, width {preset.emb_dim}, vocabulary {preset.vocab_size}"
     scanned = [shape for keys, shape in leaves.items()
                if keys[-5:] == ("decoder", "layers", "mlp", "wi_0", "kernel") and shape and len(shape) == 3]
     unscanned = {keys[keys.index("decoder") + 1] for keys in leaves
@@ -187,16 +192,16 @@ def checkpoint_problems(metadata: dict, preset: ModelPreset) -> list[str]:
                  and re.fullmatch(r"layers_\d+", keys[keys.index("decoder") + 1])}
     layers = scanned[0][1] if scanned else (len(unscanned) if unscanned else None)
     if layers is not None and layers != preset.num_layers:
-        problems.append(f"holds a model of {layers} decoder layers; {want}")
+        problems.append(f"holds {layers} decoder layers")
     embedding = next((shape for keys, shape in leaves.items() if keys[-2:] == ("token_embedder", "embedding")
                       and shape and len(shape) == 2), None)
     if embedding is not None and any(size < 1 or full % size for size, full in
                                      zip(embedding, (preset.vocab_size, preset.emb_dim))):
-        problems.append(f"holds a token embedding written as {embedding[0]} x {embedding[1]}, which is not "
-                        f"(a shard of) {preset.vocab_size} x {preset.emb_dim}; {want}")
+        problems.append(f"holds a token embedding written as {embedding[0]} x {embedding[1]}, not (a shard of) "
+                        f"{preset.vocab_size} x {preset.emb_dim}")
     has_qk_norm = any("query_norm" in keys for keys in leaves)
     if not problems and any(keys[:3] == ("params", "params", "decoder") for keys in leaves) \
             and has_qk_norm != preset.qk_norm:
         problems.append(f"{'has' if has_qk_norm else 'lacks'} per-head q/k norms (query_norm), which "
-                        f"{preset.name} {'lacks' if has_qk_norm else 'has'}: the weights are another architecture's")
+                        f"{preset.name} {'lacks' if has_qk_norm else 'has'}")
     return problems
