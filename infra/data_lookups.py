@@ -20,6 +20,7 @@ from core.presets import PRESETS, ModelPreset
 from infra.config import NAMESPACE, ConfigError, StackConfig
 from infra.config.key_checks import split_gs_path
 
+_INVOKE_FAILED = re.compile(r"^invoke of \S+ failed: |\s*\(\w+\)$")
 # How a look-up says the bucket or object is absent (the Storage API's 404), as infra/preflight.py reads it.
 _NOT_FOUND = re.compile(r"Error 404|notFound|not found|does not exist|No such object", re.IGNORECASE)
 # Orbax writes this file into every step directory it saves (orbax/checkpoint/_src/metadata/checkpoint.py
@@ -81,7 +82,9 @@ def _attempt(call: Callable[[], object]) -> tuple[object | None, str | None]:
         text = str(error).strip()
         if _NOT_FOUND.search(text):
             return None, "not found"
-        return None, text.splitlines()[0] if text else type(error).__name__
+        first = text.splitlines()[0] if text else type(error).__name__
+        # The provider's "invoke of TOKEN failed: REASON (FIELD)" says nothing the user needs but the reason.
+        return None, _INVOKE_FAILED.sub("", first)
 
 
 def _glob_of(path: str) -> tuple[str, str]:
@@ -104,8 +107,7 @@ def look_up(config: StackConfig, lookups: Lookups) -> RunFacts:
             problems.append(f"{NAMESPACE}:{key}={path!r} matches no file ({why}, listed through the Cloud Storage "
                             "API); allowed: a glob that matches your ArrayRecord or Parquet files")
         elif failure:
-            warnings.append(f"{NAMESPACE}:{key}={path!r} could not be listed here ({failure}); the pods read it "
-                            "with the training identity, which has read access")
+            warnings.append(f"{NAMESPACE}:{key} not listed ({failure}): not checked before the run")
         else:
             counts.append((key, len(names)))
     if run.load_parameters_path:
@@ -131,8 +133,7 @@ def _latest_step(config: StackConfig, lookups: Lookups, warnings: list[str]) -> 
     if failure == "not found":
         return None, True
     if failure:
-        warnings.append(f"{NAMESPACE}:runName={config.workload.run.run_name!r}: the checkpoint bucket could not be "
-                        f"listed here ({failure}), so whether this up starts or resumes the run is not known")
+        warnings.append(f"{NAMESPACE}:runName checkpoints not listed ({failure}): start or resume not known")
         return None, False
     steps = [int(part) for name in names or () if (part := name.split("/")[-2]).isdigit()]
     return (max(steps) if steps else None), True
@@ -147,14 +148,13 @@ def _weights_problems(path: str, model: str, lookups: Lookups, warnings: list[st
                 "file (listed through the Cloud Storage API); allowed: the directory of a checkpoint's "
                 "parameters, e.g. gs://BUCKET/llama3-8b/0/items from MaxText's conversion tools"]
     if failure:
-        warnings.append(f"{NAMESPACE}:loadParametersPath={path!r}: its metadata could not be read here ({failure}); "
-                        "its shapes are checked when the run loads it")
+        warnings.append(f"{NAMESPACE}:loadParametersPath not read ({failure}): checked at load")
         return []
     try:
         metadata = json.loads(text)
     except ValueError:
-        warnings.append(f"{NAMESPACE}:loadParametersPath={path!r}: {PYTREE_METADATA} is not JSON; its shapes are "
-                        "checked when the run loads it")
+        warnings.append(f"{NAMESPACE}:loadParametersPath: {PYTREE_METADATA} is not JSON; shapes checked when the "
+                        "run loads it")
         return []
     preset = PRESETS[model]
     reasons = checkpoint_problems(metadata, preset)

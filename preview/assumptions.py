@@ -137,9 +137,10 @@ def assumptions(config: StackConfig) -> list[str]:
 def _training_run(config: StackConfig) -> list[str]:
     """What the run's data, weights and name rest on that only Cloud Storage and GKE can show."""
     run = config.workload.run
-    lines = [f"run {run.run_name}: the offline plan sees no bucket, so it says the run starts; `pulumi up` lists "
+    lines = [f"run {run.run_name}: the offline plan reaches no Cloud Storage; `pulumi up` lists "
              "gs://BUCKET/maxtext/RUN/checkpoints/*/_CHECKPOINT_METADATA (Orbax's step file) and says whether it "
-             "starts, resumes or finds it finished"]
+             "starts, resumes or finds the run finished, refuses data globs that match no file and weights of "
+             "another model"]
     if run.dataset_type == "grain":
         lines.append("data through Cloud Storage FUSE: the mount options (metadata caches, parallel downloads into a "
                      "50Gi file cache on the node's boot disk) follow GKE's FUSE performance guide and were not "

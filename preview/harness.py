@@ -85,6 +85,8 @@ class GcpMocks(pulumi.runtime.Mocks):
                 return {"name": args.args["name"], "location": args.args.get("location")}
             return {}, [("name", f"projects/{args.args.get('project')}/locations/{args.args.get('location')}/"
                                  f"clusters/{args.args.get('name')} not found")]
+        if args.token in (LIST_OBJECTS_TOKEN, READ_OBJECT_TOKEN) and GCS_OBJECTS is None:
+            return {}, [("bucket", OFFLINE_STORAGE)]
         if args.token == LIST_OBJECTS_TOKEN:
             bucket = args.args.get("bucket")
             if bucket not in GCS_OBJECTS:
@@ -106,12 +108,14 @@ GET_BUCKET_TOKEN = "gcp:storage/getBucket:getBucket"
 GET_CLUSTER_TOKEN = "gcp:container/getCluster:getCluster"
 # Names the existence look-ups find (empty: a first `pulumi up`).
 EXISTING: dict[str, set[str]] = {"buckets": set(), "clusters": set()}
-# The run's Cloud Storage look-ups (infra/data_lookups.py): objects the mocked buckets hold, bucket → object name →
-# content. A bucket not listed does not exist (404), which is what a first `pulumi up` sees of the checkpoint
-# bucket; tests put data files, checkpoints and checkpoint metadata here.
+# The run's Cloud Storage look-ups (infra/data_lookups.py). None (the offline plan): there is no Cloud Storage to
+# ask, and every look-up fails with OFFLINE_STORAGE, which the program reports as "could not be listed" (a
+# warning, never a refusal). A dict plays Cloud Storage: bucket → object name → content, and a bucket not in it
+# does not exist (404); tests put data files, checkpoints and checkpoint metadata here.
 LIST_OBJECTS_TOKEN = "gcp:storage/getBucketObjects:getBucketObjects"
 READ_OBJECT_TOKEN = "gcp:storage/getBucketObjectContent:getBucketObjectContent"
-GCS_OBJECTS: dict[str, dict[str, str]] = {}
+OFFLINE_STORAGE = "offline: no Cloud Storage"
+GCS_OBJECTS: dict[str, dict[str, str]] | None = None
 
 
 def gcs_glob(pattern: str) -> re.Pattern:

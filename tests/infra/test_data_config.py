@@ -156,10 +156,10 @@ LOOKUP_REFUSED = [
 
 @pytest.fixture
 def cloud_storage():
-    """preview.harness.GCS_OBJECTS for one test, emptied after it."""
-    harness.GCS_OBJECTS.clear()
+    """Cloud Storage for one test (preview.harness.GCS_OBJECTS: empty buckets to fill), offline again after it."""
+    harness.GCS_OBJECTS = {}
     yield harness.GCS_OBJECTS
-    harness.GCS_OBJECTS.clear()
+    harness.GCS_OBJECTS = None
 
 
 def _problems(raw: dict) -> list[str]:
@@ -256,7 +256,7 @@ def test_the_run_s_checkpoints_say_whether_an_up_starts_resumes_or_finds_it_fini
     def forbidden(bucket, pattern):
         raise RuntimeError("googleapi: Error 403: caller does not have storage.objects.list access, forbidden")
     unknown = look_up(config, Lookups(forbidden, lambda b, n: ""))
-    assert unknown.action(200) == "unknown" and "could not be listed" in unknown.warnings[0]
+    assert unknown.action(200) == "unknown" and "not listed (googleapi: Error 403" in unknown.warnings[0]
 
 
 def test_maxtext_base_keys_snapshot_is_the_installed_maxtext_base_yml():
@@ -429,3 +429,11 @@ def test_run_facts_action_is_start_without_checkpoints():
     assert RunFacts(latest_step=8).action(10) == "resume"
     assert RunFacts(latest_step=9).action(10) == "finished"
     assert RunFacts(run_listed=False).action(10) == "unknown"
+
+
+def test_the_offline_plan_reaches_no_cloud_storage_and_says_so_without_refusing():
+    """Offline (no GCS_OBJECTS), a data glob is not refused for matching nothing, and the run is 'unknown'."""
+    assert harness.GCS_OBJECTS is None
+    run = run_program(_with_data("jobset"), stack="jobset")
+    assert "starts or resumes it (its checkpoints could not be listed)" in run.outputs["run"]
+    assert any(r.type == "gcp:container/cluster:Cluster" for r in run.resources)
