@@ -233,6 +233,8 @@ STACK_KEYS: dict[str, str] = {
     "dcn_data_parallelism": "the planner (slices)", "dcn_fsdp_parallelism": "the planner (slices)",
     "num_slices": "slices", "hardware": "the backend (TPU)", "metrics_file": "the backend",
     **{key: "the dashboard (goodput charts)" for key in GOODPUT_OVERRIDES},
+    # MaxText names the goodput series by it (run_name when unset), which the dashboard filters on.
+    "goodput_job_name": "runName (the dashboard's goodput filter)",
     "enable_single_controller": "workloadBackend=pathways", "enable_pathways_goodput": "workloadBackend=pathways",
     "elastic_enabled": "pathwaysElasticSlices", "elastic_backup_kind": "pathwaysElasticSlices",
     "elastic_timeout_seconds": "pathwaysElasticTimeoutSeconds", "elastic_max_retries": "pathwaysElasticMaxRetries",

@@ -99,6 +99,8 @@ REFUSED = [
      "maxtextSettings.ici_fsdp_parallelism='8'", ["the planner"]),
     ("MaxText key the stack sets: dataset type", {**MINIMAL, "maxtextSettings": {"dataset_type": "hf"}},
      "maxtextSettings.dataset_type='hf'", ["datasetType"]),
+    ("MaxText key the stack sets: goodput name", {**MINIMAL, "maxtextSettings": {"goodput_job_name": "x"}},
+     "maxtextSettings.goodput_job_name='x'", ["runName", "dashboard"]),
     ("MaxText setting nested", {**MINIMAL, "maxtextSettings": {"learning_rate": [1, 2]}},
      "maxtextSettings=", ["a map of names to plain values"]),
     ("MaxText settings not a map", {**MINIMAL, "maxtextSettings": ["learning_rate=1"]},
@@ -375,6 +377,9 @@ def test_rendered_stack_trains_on_the_data_from_the_weights_under_the_run_name(s
                      and not b["member"].startswith("serviceAccount:"))
     assert {b["member"] for b in bindings if b["bucket"] == "my-data"} >= {principal}
     assert "c4-v1" in run.outputs["run"] and "starts it" in run.outputs["run"]
+    # The dashboard's goodput charts filter on the run's name (MaxText's goodput job name).
+    [dashboard] = _objects(run, "Dashboard")
+    assert 'resource.labels.workload_id=\\"c4-v1\\"' in dashboard["dashboardJson"]
 
 
 def _job_names(run) -> set[str]:
