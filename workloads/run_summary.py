@@ -37,10 +37,11 @@ def position_text(config: StackConfig) -> tuple[str, str]:
     if run.dataset_type == "synthetic":
         nothing = "nothing to keep (generated batches)"
         return nothing, nothing if elastic else "no resize (fixed size)"
-    # Grain's iterator is saved with every checkpoint and restored with it (core/data.py); config build refuses
-    # grain on runs whose host count can change (infra/config/data_rules.py), so it is a fixed-size run here.
-    return ("kept (saved with each checkpoint; reads on after the restored step)",
-            "no resize (a fixed-size run)")
+    # Grain's iterator is saved with every checkpoint and restored with it (core/data.py); whether an elastic run
+    # may read grain data at all is core/data.py check_dataset's call (config build asks it).
+    kept = "kept (saved with each checkpoint; reads on after the restored step)"
+    return kept, ("restored with the checkpoint (core/data.py: what a resize keeps)" if elastic
+                  else "no resize (a fixed-size run)")
 
 
 def run_summary(config: StackConfig, facts: RunFacts) -> str:
