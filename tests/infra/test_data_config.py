@@ -266,15 +266,18 @@ def test_maxtext_base_keys_snapshot_is_the_installed_maxtext_base_yml():
     assert maxtext_base_keys() == frozenset(yaml.safe_load(base.read_text()))
 
 
+def _ray_argv(config) -> list[str]:
+    """MaxText's argv as the Ray trainer makes it from the RayJob entrypoint's flags."""
+    args = build_parser().parse_args(ray_spec.entrypoint(config)[3:])
+    return maxtext_overrides(plan(cli.plan_request(args, 1)), cli.run_settings(args, "tpu"))
+
+
 def test_every_key_a_stack_command_sets_is_owned_so_maxtext_settings_cannot_replace_it():
     for stack in COMMITTED_STACKS:
         config = build(load_stack_config(stack, REPO))
-        builders = {"rayjob": None, "jobset": jobset_spec.training_argv,
+        builders = {"rayjob": _ray_argv, "jobset": jobset_spec.training_argv,
                     "pathways": pathways_spec.trainer_command}
-        builder = builders[config.workload.backend]
-        if builder is None:
-            continue
-        argv = builder(config)
+        argv = builders[config.workload.backend](config)
         tuning = recipe_settings(config.workload.plan, "tpu")
         keys = {item.split("=", 1)[0] for item in argv if "=" in item and not item.startswith("-")}
         owned = set(STACK_KEYS) | set(LIFTED_KEYS) | set(tuning) | set(config.workload.plan.model.dimension_overrides)
