@@ -3,6 +3,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.cluster import GkeCluster
+from infra.data_lookups import gcp_lookups
+from infra.data_lookups import look_up as look_up_run
 from infra.config import ConfigError, build, raw_from_pulumi
 from infra.identity import NodeServiceAccount, WorkloadIdentity
 from infra.monitoring import TrainingDashboard, dashboard_inputs
@@ -17,6 +19,7 @@ from workloads.backend import WorkloadContext
 from workloads.backends import deploy_workload, run_name
 from workloads.bundle import image_inputs, load_bundle
 from workloads.next_steps import next_steps, watch_command
+from workloads.run_summary import run_summary
 
 try:
     config = build(raw_from_pulumi())
@@ -30,6 +33,13 @@ try:
 except (ConfigError, PreflightError) as error:
     raise pulumi.RunError(str(error)) from None
 for warning in preflight.warnings:
+    pulumi.log.warn(warning)
+try:
+    # The run's data globs, its own checkpoints and its starting weights, from Cloud Storage (before anything).
+    run_facts = look_up_run(config, gcp_lookups())
+except ConfigError as error:
+    raise pulumi.RunError(str(error)) from None
+for warning in run_facts.warnings:
     pulumi.log.warn(warning)
 
 services = ProjectServices("apis", config.gcp.project, required_apis(config.worker_image is not None))
@@ -81,6 +91,8 @@ pulumi.export("hostsPerSlice", config.tpu.shape.hosts)
 pulumi.export("totalHosts", config.tpu.total_hosts)
 pulumi.export("totalChips", config.tpu.total_chips)
 pulumi.export("plan", config.workload.plan.describe())
+# What this up trains: the run's name, whether its job starts, resumes or finds the run finished, and its data.
+pulumi.export("run", run_summary(config, run_facts))
 pulumi.export("dashboardUrl", dashboard.url)
 for key, value in workload_exports.items():
     pulumi.export(key, value)

@@ -10,6 +10,7 @@ from typing import Mapping
 
 from core import data
 from core.errors import PlanError
+from core.memory import OFFLOADABLE
 from core.planner import Plan, check_overrides_free
 from core.recipes import recipe_kernel_settings
 
@@ -53,6 +54,11 @@ class RunSettings:
     dataset_type: str = "synthetic"
     dataset_path: str = ""           # grain_train_files (a file pattern) for dataset_type=grain
     tokenizer_path: str = ""
+    # MaxText load_parameters_path: an Orbax checkpoint's parameters (gs://...) a new run starts from; a run
+    # that has checkpoints of its own resumes from them instead (MaxText restores its own checkpoint first).
+    load_parameters_path: str = ""
+    eval_dataset_path: str = ""      # grain_eval_files: the eval split's file pattern (dataset_type=grain)
+    eval_interval: int = 0           # MaxText eval_interval: evaluate every this many steps (0: no eval)
     jax_cache_dir: str = ""          # default: <base_output_directory>/jax_cache, shared across restarts
     hardware: str = "tpu"            # "cpu": local mode, JAX on CPU pretending to be the TPU hosts
     metrics_file: str = ""
@@ -79,6 +85,10 @@ class RunSettings:
             raise PlanError(f"checkpoint_period={self.checkpoint_period} must be within 1..steps={self.steps}"
                             " (otherwise no checkpoint after step 0)")
         data.check_dataset_type(self.dataset_type, self.dataset_path)
+        if self.eval_dataset_path and self.dataset_type != "grain":
+            raise PlanError(f"eval_dataset_path={self.eval_dataset_path!r} needs dataset_type=grain")
+        if self.eval_dataset_path and self.eval_interval < 1:
+            raise PlanError(f"eval_interval={self.eval_interval} must be >= 1 with an eval dataset")
         if self.hardware not in HARDWARE:
             raise PlanError(f"hardware={self.hardware!r} unknown; allowed: {', '.join(HARDWARE)}")
         if self.goodput and self.hardware == "cpu":
@@ -167,6 +177,15 @@ def maxtext_overrides(plan: Plan, run: RunSettings, elastic_run: bool | None = N
         # The model's own tokenizer (a mismatched one was refused above); Grain's position is restored with the
         # model (an elastic run, whose host count changes, was refused grain data above: core/data.py).
         keys.update(data.tokenizer_overrides(plan.model.name, run.tokenizer_path))
+        # The format the file names tell (MaxText's default is arrayrecord); a --set grain_file_type stands.
+        file_type = grain_file_type(run.dataset_path)
+        if file_type and "grain_file_type" not in run.extra:
+            keys["grain_file_type"] = file_type
+        if run.eval_dataset_path:
+            keys["grain_eval_files"] = run.eval_dataset_path
+            keys["eval_interval"] = str(run.eval_interval)
+    if run.load_parameters_path:
+        keys["load_parameters_path"] = run.load_parameters_path
     if run.metrics_file:
         keys["metrics_file"] = run.metrics_file
     if run.records_goodput:
@@ -176,6 +195,53 @@ def maxtext_overrides(plan: Plan, run: RunSettings, elastic_run: bool | None = N
                          run.extra)
     keys.update(run.extra)
     return [f"{key}={value}" for key, value in keys.items()]
+
+
+# File types MaxText's Grain pipeline reads (maxtext 0.2.5 input_pipeline/grain_data_processing.py get_datasets),
+# told apart by the file name: ArrayRecord (random access: a global shuffle) and Parquet (sequential: a file
+# shuffle, an interleave and a window shuffle; docs/guides/data_input_grain.md in MaxText's repository).
+GRAIN_FILE_TYPES = {".parquet": "parquet", ".array_record": "arrayrecord", ".arrayrecord": "arrayrecord"}
+
+
+def grain_file_type(pattern: str) -> str | None:
+    """MaxText grain_file_type of a file pattern, from its name: '.parquet' in the last part means parquet,
+    '.array_record' / '.arrayrecord' (also with a shard suffix such as -00000-of-00064) ArrayRecord; None when
+    the name does not say (the stack config refuses such a datasetPath)."""
+    last = pattern.rstrip("/").rsplit("/", 1)[-1].lower()
+    return next((kind for suffix, kind in GRAIN_FILE_TYPES.items() if suffix in last), None)
+
+
+# MaxText keys every run's command sets from the stack (maxtext_overrides and the backends' own keys) → the
+# config key or part of the stack that decides each. A run's further MaxText settings (maxtextSettings, --set)
+# may not replace them: the launchers, the planner's memory estimate and the data position depend on them.
+STACK_KEYS: dict[str, str] = {
+    "model_name": "model", "run_name": "runName", "base_output_directory": "bucketName",
+    "steps": "trainSteps", "checkpoint_period": "checkpointPeriod",
+    "max_num_checkpoints_to_keep": "checkpointsToKeep", "enable_checkpointing": "checkpointPeriod",
+    "enable_autocheckpoint": "the preemption handling (checkpoints at a notice)",
+    "jax_cache_dir": "bucketName (the compile cache sits beside the checkpoints)",
+    "dataset_type": "datasetType", "grain_train_files": "datasetPath", "grain_file_type": "datasetPath",
+    "grain_eval_files": "evalDatasetPath", "eval_interval": "evalInterval",
+    "load_parameters_path": "loadParametersPath",
+    "tokenizer_path": "model (each model's own tokenizer)", "tokenizer_type": "model (each model's own tokenizer)",
+    "per_device_batch_size": "perDeviceBatchSize", "max_target_length": "model (the planner's preset)",
+    "remat_policy": "model (the planner's preset)", "weight_dtype": "model (the planner's preset)",
+    "attention": "model (the planner's preset)",
+    "ici_fsdp_parallelism": "the planner (tpuTopology, slices)",
+    "ici_tensor_parallelism": "the planner (tpuTopology, slices)",
+    "ici_data_parallelism": "the planner (tpuTopology, slices)",
+    "dcn_data_parallelism": "the planner (slices)", "dcn_fsdp_parallelism": "the planner (slices)",
+    "num_slices": "slices", "hardware": "the backend (TPU)", "metrics_file": "the backend",
+    **{key: "the dashboard (goodput charts)" for key in GOODPUT_OVERRIDES},
+    # MaxText names the goodput series by it (run_name when unset), which the dashboard filters on.
+    "goodput_job_name": "runName (the dashboard's goodput filter)",
+    "enable_single_controller": "workloadBackend=pathways", "enable_pathways_goodput": "workloadBackend=pathways",
+    "elastic_enabled": "pathwaysElasticSlices", "elastic_backup_kind": "pathwaysElasticSlices",
+    "elastic_timeout_seconds": "pathwaysElasticTimeoutSeconds", "elastic_max_retries": "pathwaysElasticMaxRetries",
+    "profiler": "pathwaysProfiling",
+    # The custom remat policy's tensors (key=offload|remat|device): the planner's memory policy.
+    **{tensor: "model (the planner's remat policy)" for tensor in OFFLOADABLE},
+}
 
 
 def pre_train_argv(plan: Plan, run: RunSettings, base_config: str, elastic_run: bool | None = None) -> list[str]:

@@ -8,6 +8,7 @@ import pulumi_kubernetes as k8s
 from infra import naming
 from infra.component import child_options, component_type
 from infra.config import StackConfig
+from infra.config.key_checks import split_gs_path
 
 # GKE's documented minimum for a custom node service account (logging, monitoring, metadata);
 # https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts#default-gke-service-agent
@@ -138,6 +139,9 @@ class WorkloadIdentity(pulumi.ComponentResource):
                                        opts=child_options(self, depends_on=needs))
                 for logical_name, role, needs in telemetry
             ]
+        # Read-only access to the run's data and starting weights (datasetPath, evalDatasetPath,
+        # loadParametersPath), on exactly their buckets.
+        self.read_bindings = read_only_bindings(self, config, self.principal, node_service_account, cluster)
         # Every training pod runs as this service account and every workload waits for it (workloads/), so it is
         # created only once all of the grants above exist: a pod that starts before its bucket binding fails its
         # first checkpoint with 403 and burns a restart. (IAM changes still take effect eventually, usually within
@@ -146,7 +150,8 @@ class WorkloadIdentity(pulumi.ComponentResource):
             "trainer", metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=ksa, namespace=self.namespace.metadata.name, labels={"app": "tpu-multislice"}),
             opts=child_options(self, provider=k8s_provider, deleted_with=cluster,
-                               depends_on=[*self.bucket_bindings, *self.telemetry_bindings]))
+                               depends_on=[*self.bucket_bindings, *self.telemetry_bindings,
+                                           *self.read_bindings]))
         self.namespace_name = self.namespace.metadata.name
         self.service_account_name = self.service_account.metadata.name
         self.register_outputs({
@@ -154,3 +159,32 @@ class WorkloadIdentity(pulumi.ComponentResource):
             "serviceAccount": self.service_account_name,
             "principal": self.principal,
         })
+
+
+# ---- read-only access to the run's data and starting weights --------------------------------------------
+
+# roles/storage.objectViewer: storage.objects.get and storage.objects.list (and nothing that writes), what
+# reading files and listing a glob need: Grain through the FUSE mount (Cloud Storage FUSE lists and reads
+# objects) and Orbax reading load_parameters_path. No bucket-level role: unlike the checkpoint directory
+# (BUCKET_METADATA_ROLE), nothing reads these buckets' metadata (IAM predefined roles, Cloud Storage).
+READ_ROLE = "roles/storage.objectViewer"
+
+
+def read_buckets(config: StackConfig) -> tuple[str, ...]:
+    """The buckets the run only reads, each once, in the order the config names them; the checkpoint bucket is
+    left out (the identity already reads and writes it)."""
+    buckets = (split_gs_path(path)[0] for path in config.workload.run.read_paths)
+    return tuple(bucket for bucket in dict.fromkeys(buckets) if bucket != config.storage.bucket_name)
+
+
+def read_only_bindings(parent: pulumi.Resource, config: StackConfig, principal: pulumi.Input[str],
+                       node_service_account: pulumi.Input[str], cluster: pulumi.Resource) -> list[pulumi.Resource]:
+    """objectViewer on each bucket the run reads, for the training identity (and the node account where the pods
+    run on the host network, as for the checkpoint bucket). Logical names carry the bucket: another bucket is
+    another binding, and the same bucket keeps its binding."""
+    members = [("", principal, [cluster])]
+    if config.pods_use_host_network:
+        members.append(("-nodes", pulumi.Output.concat("serviceAccount:", node_service_account), []))
+    return [gcp.storage.BucketIAMMember(f"read-{bucket}{suffix}", bucket=bucket, role=READ_ROLE, member=member,
+                                        opts=child_options(parent, depends_on=needs))
+            for bucket in read_buckets(config) for suffix, member, needs in members]

@@ -98,6 +98,34 @@ def assumptions(config: StackConfig) -> list[str]:
     lines.append("TPU pod size: a 2 vCPU / 4 GiB allowance for the node's DaemonSets is assumed "
                  "(core/node_sizing.py); check `kubectl describe node` allocatable against the pods' requests")
     lines.append(_hbm_estimate(config))
+    lines.extend(_training_run(config))
+    return lines
+
+
+def _training_run(config: StackConfig) -> list[str]:
+    """What the run's data, weights and name rest on that only Cloud Storage and GKE can show."""
+    run = config.workload.run
+    lines = [f"run {run.run_name}: the offline plan reaches no Cloud Storage; `pulumi up` lists "
+             "gs://BUCKET/maxtext/RUN/checkpoints/*/_CHECKPOINT_METADATA (Orbax's step file) and says whether it "
+             "starts, resumes or finds the run finished, refuses data globs that match no file and weights of "
+             "another model"]
+    if run.dataset_type == "grain":
+        lines.append("data through Cloud Storage FUSE: the mount options (metadata caches, parallel downloads into a "
+                     "50Gi file cache on the node's boot disk) follow GKE's FUSE performance guide and were not "
+                     "measured here; the sidecar's default CPU and memory are assumed enough; check a step's time "
+                     "with data against the synthetic run's")
+        if config.pods_use_host_network:
+            lines.append("host-network pods mount the data as their Kubernetes service account (hostNetworkPodKSA: "
+                         "GKE >= 1.33.3-gke.1226000 per GKE's FUSE docs; not among the stack's version floors); "
+                         "check the pod's gke-gcsfuse-sidecar log for a successful mount")
+        if config.workload.backend == "pathways":
+            lines.append(f"Pathways data: the head's MaxText ({config.pathways.trainer_image.rsplit(':', 1)[-1]}) "
+                         "is assumed to read Grain data and resolve the tokenizer by asset name like MaxText 0.2.5; "
+                         "every batch is loaded on the head and sent through the proxy")
+    if run.read_paths:
+        lines.append("read-only access: roles/storage.objectViewer (objects.get, objects.list) is assumed enough for "
+                     "FUSE and Orbax to read the data and weights buckets (nothing reads their bucket metadata); a "
+                     "403 in the job's log would say otherwise")
     return lines
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import runpy
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +85,21 @@ class GcpMocks(pulumi.runtime.Mocks):
                 return {"name": args.args["name"], "location": args.args.get("location")}
             return {}, [("name", f"projects/{args.args.get('project')}/locations/{args.args.get('location')}/"
                                  f"clusters/{args.args.get('name')} not found")]
+        if args.token in (LIST_OBJECTS_TOKEN, READ_OBJECT_TOKEN) and GCS_OBJECTS is None:
+            return {}, [("bucket", OFFLINE_STORAGE)]
+        if args.token == LIST_OBJECTS_TOKEN:
+            bucket = args.args.get("bucket")
+            if bucket not in GCS_OBJECTS:
+                return {}, [("bucket", "googleapi: Error 404: The specified bucket does not exist., notFound")]
+            pattern = gcs_glob(args.args.get("matchGlob") or "**")
+            return {"bucket": bucket, "id": bucket, "matchGlob": args.args.get("matchGlob"),
+                    "bucketObjects": [{"name": name} for name in sorted(GCS_OBJECTS[bucket])
+                                      if pattern.fullmatch(name)]}
+        if args.token == READ_OBJECT_TOKEN:
+            bucket, name = args.args.get("bucket"), args.args.get("name")
+            if name not in GCS_OBJECTS.get(bucket, {}):
+                return {}, [("name", "googleapi: Error 404: No such object: " f"{bucket}/{name}, notFound")]
+            return {"bucket": bucket, "name": name, "id": f"{bucket}/{name}", "content": GCS_OBJECTS[bucket][name]}
         raise UnexpectedInvoke(f"unmocked invoke {args.token} {args.args}")
 
 
@@ -92,6 +108,23 @@ GET_BUCKET_TOKEN = "gcp:storage/getBucket:getBucket"
 GET_CLUSTER_TOKEN = "gcp:container/getCluster:getCluster"
 # Names the existence look-ups find (empty: a first `pulumi up`).
 EXISTING: dict[str, set[str]] = {"buckets": set(), "clusters": set()}
+# The run's Cloud Storage look-ups (infra/data_lookups.py). None (the offline plan): there is no Cloud Storage to
+# ask, and every look-up fails with OFFLINE_STORAGE, which the program reports as "could not be listed" (a
+# warning, never a refusal). A dict plays Cloud Storage: bucket → object name → content, and a bucket not in it
+# does not exist (404); tests put data files, checkpoints and checkpoint metadata here.
+LIST_OBJECTS_TOKEN = "gcp:storage/getBucketObjects:getBucketObjects"
+READ_OBJECT_TOKEN = "gcp:storage/getBucketObjectContent:getBucketObjectContent"
+OFFLINE_STORAGE = "offline: no Cloud Storage"
+GCS_OBJECTS: dict[str, dict[str, str]] | None = None
+
+
+def gcs_glob(pattern: str) -> re.Pattern:
+    """A Cloud Storage matchGlob as a regex: '*' within one path part, '**' across parts, '?' one character."""
+    parts = re.split(r"(\*\*|\*|\?)", pattern)
+    table = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
+    return re.compile("".join(table.get(part, re.escape(part)) for part in parts))
+
+
 CRD_TOKEN = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 # CRDs the cluster serves when the program reads them (name -> CRD spec, wire keys). Unset names answer with the
 # shared schema bundle's CRD (KubeRay v1.7.0 for rayjobs.ray.io); tests put an older schema here to play an

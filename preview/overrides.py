@@ -2,7 +2,8 @@
 
 Values stay strings, as Pulumi stores them (infra.config parses and validates them). A path may index
 into a list: `dcnSubnets[0]=10.70.0.0/16` replaces the first item, `dcnSubnets[2]=...` on a two-item
-list appends (as `pulumi config set --path` does). A `tpu-multislice:` prefix is accepted and dropped.
+list appends (as `pulumi config set --path` does); `maxtextSettings.learning_rate=3e-5` sets one entry of a map
+key. A `tpu-multislice:` prefix is accepted and dropped.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any, Mapping
 from infra.config.schema import KEYS_BY_NAME, NAMESPACE
 
 _PATH = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9_]*)(?P<indexes>(\[\d+\])*)$")
+_MAP_ENTRY = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9_]*)\.(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
 
 
 class OverrideError(ValueError):
@@ -42,6 +44,13 @@ def apply_override(raw: Mapping[str, Any], assignment: str) -> dict[str, Any]:
     path = path.strip()
     if path.startswith(f"{NAMESPACE}:"):
         path = path[len(NAMESPACE) + 1:]
+    entry = _MAP_ENTRY.match(path)
+    if entry and entry.group("key") in KEYS_BY_NAME and KEYS_BY_NAME[entry.group("key")].type == "object":
+        key = entry.group("key")
+        current = raw.get(key) or {}
+        if isinstance(current, str):
+            current = json.loads(current)
+        return {**raw, key: {**current, entry.group("name"): value}}
     match = _PATH.match(path)
     if not match:
         raise OverrideError(f"--set {assignment!r}: {path!r} is not a config key or KEY[INDEX] path")

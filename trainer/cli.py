@@ -82,6 +82,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, An
     g.add_argument("--dataset-path", default=_env("dataset_path", ""), help="grain: file pattern of the data")
     g.add_argument("--tokenizer-path", default=_env("tokenizer_path", ""),
                    help="default: the model's own tokenizer shipped with MaxText; another model's is refused")
+    g.add_argument("--load-parameters-path", default=_env("load_parameters_path", ""),
+                   help="Orbax checkpoint (gs://...) whose parameters a new run starts from (MaxText "
+                        "load_parameters_path); a run with checkpoints of its own resumes from those")
+    g.add_argument("--eval-dataset-path", default=_env("eval_dataset_path", ""),
+                   help="grain: file pattern of the eval split (MaxText grain_eval_files)")
+    g.add_argument("--eval-interval", type=int, default=int(_env("eval_interval", 0)),
+                   help="evaluate every this many steps (MaxText eval_interval; with --eval-dataset-path)")
     g.add_argument("--jax-cache-dir", default=_env("jax_cache_dir", ""))
     g.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                    help="extra MaxText override (repeatable); cannot replace a planned key")
@@ -134,6 +141,8 @@ def run_settings(args: argparse.Namespace, hardware: str) -> RunSettings:
         run_name=args.run_name or "", base_output_directory=args.base_output_directory or "",
         steps=args.steps, checkpoint_period=checkpoint_period, checkpoints_to_keep=int(args.checkpoints_to_keep),
         dataset_type=args.dataset_type, dataset_path=args.dataset_path, tokenizer_path=args.tokenizer_path,
+        load_parameters_path=getattr(args, "load_parameters_path", ""),
+        eval_dataset_path=getattr(args, "eval_dataset_path", ""), eval_interval=getattr(args, "eval_interval", 0),
         jax_cache_dir=args.jax_cache_dir, hardware=hardware, extra=extra,
     )
     run.validate()

@@ -11,6 +11,7 @@ from urllib.parse import quote
 from core.pod_sizing import TpuPodSize
 from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape
 from infra.config import Capacity, StackConfig
+from infra.config.key_checks import split_gs_path
 
 APP_LABEL = {"app.kubernetes.io/part-of": "tpu-multislice"}
 # The label the stack puts on its CPU node pool (infra/cluster.py); heads and controllers select it.
@@ -161,4 +162,101 @@ def console_urls(config: StackConfig, cluster_location: str, logs_query: str) ->
         "consoleClusterUrl": (f"{CONSOLE}/kubernetes/clusters/details/{cluster_location}/{config.cluster.name}"
                               f"/details?project={project}"),
         "consoleLogsUrl": f"{CONSOLE}/logs/query;query={quote(logs_query, safe='')}?project={project}",
+    }
+
+
+# ---- what a run reads: its data through Cloud Storage FUSE, read-only ------------------------------------
+
+# MaxText's Grain pipeline reads files from a local path: a bucket is read through Cloud Storage FUSE mounted on
+# every worker (MaxText docs/guides/data_input_grain.md, "Using Grain" step 2; grain_train_files then names the
+# files on the mount). Each data bucket is mounted here at DATA_MOUNT/BUCKET. Starting weights
+# (load_parameters_path) are not mounted: Orbax reads gs:// itself.
+DATA_MOUNT = "/mnt/training-data"
+GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
+# The GCS FUSE CSI driver injects its sidecar only into pods with this annotation (GKE "Access Cloud Storage
+# buckets with the Cloud Storage FUSE CSI driver").
+GCSFUSE_ANNOTATION = {"gke-gcsfuse/volumes": "true"}
+# Mount options for a read-only training data set, from GKE "Optimize Cloud Storage FUSE CSI driver for GKE
+# performance" (https://cloud.google.com/kubernetes-engine/docs/how-to/cloud-storage-fuse-csi-driver-perf) and
+# Cloud Storage FUSE's "Performance tuning best practices"
+# (https://cloud.google.com/storage/docs/cloud-storage-fuse/performance), whose option names are those of the
+# Cloud Storage FUSE configuration file (https://cloud.google.com/storage/docs/cloud-storage-fuse/config-file):
+# - implicit-dirs: folders that exist only as object-name prefixes can be listed, so the pipeline's glob finds
+#   files under them;
+# - metadata-cache ttl -1 and unlimited stat/type caches, kernel list cache -1: the data does not change during
+#   a run, so each file's metadata and each listing is fetched once (the docs' setting for read-only data);
+# - file-cache:enable-parallel-downloads: a file read for the first time is fetched in parallel chunks into the
+#   file cache (parallel downloads need the file cache, sized by fileCacheCapacity below), and
+#   fileCacheForRangeRead caches a file read at random offsets (ArrayRecord's global shuffle) too.
+DATA_MOUNT_OPTIONS = ",".join((
+    "implicit-dirs",
+    "metadata-cache:ttl-secs:-1",
+    "metadata-cache:stat-cache-max-size-mb:-1",
+    "metadata-cache:type-cache-max-size-mb:-1",
+    "file-system:kernel-list-cache-ttl-secs:-1",
+    "file-cache:enable-parallel-downloads:true",
+))
+# The file cache lives in the sidecar's emptyDir on the node's boot disk, which GKE node pools make 100 GB by
+# default (the TPU pools here set no other size): half of it, so a data set larger than that is read again
+# from Cloud Storage rather than filling the node's disk.
+DATA_FILE_CACHE_CAPACITY = "50Gi"
+
+
+def data_buckets(config: StackConfig) -> tuple[str, ...]:
+    """The buckets a run reads through FUSE: those of its training and eval files, each once, in order."""
+    run = config.workload.run
+    paths = [path for path in (run.dataset_path, run.eval_dataset_path) if path]
+    return tuple(dict.fromkeys(split_gs_path(path)[0] for path in paths))
+
+
+def mounted_path(gs_path: str) -> str:
+    """Where a pod sees gs://BUCKET/PATH: DATA_MOUNT/BUCKET/PATH (globs are kept: the pipeline expands them)."""
+    bucket, _, path = gs_path[len("gs://"):].partition("/")
+    return f"{DATA_MOUNT}/{bucket}/{path}"
+
+
+def _data_volume_name(index: int) -> str:
+    return f"training-data-{index}"
+
+
+def data_volumes(config: StackConfig) -> list[dict]:
+    """One read-only CSI ephemeral volume per data bucket. Host-network pods (Pathways, JobSet without DRANET)
+    authenticate the mount as the pod's Kubernetes service account through hostNetworkPodKSA (GKE: Cloud Storage
+    FUSE for host network Pods, GKE 1.33.3-gke.1226000 and later)."""
+    attributes = {"mountOptions": DATA_MOUNT_OPTIONS, "fileCacheCapacity": DATA_FILE_CACHE_CAPACITY,
+                  "fileCacheForRangeRead": "true", "gcsfuseMetadataPrefetchOnMount": "true"}
+    if config.pods_use_host_network:
+        attributes["hostNetworkPodKSA"] = "true"
+    return [{"name": _data_volume_name(index), "csi": {
+        "driver": GCSFUSE_DRIVER, "readOnly": True, "volumeAttributes": {"bucketName": bucket, **attributes}}}
+        for index, bucket in enumerate(data_buckets(config))]
+
+
+def data_mounts(config: StackConfig) -> list[dict]:
+    return [{"name": _data_volume_name(index), "mountPath": f"{DATA_MOUNT}/{bucket}", "readOnly": True}
+            for index, bucket in enumerate(data_buckets(config))]
+
+
+def data_pod_annotations(config: StackConfig) -> dict[str, str]:
+    """The sidecar annotation when the pod mounts data; nothing otherwise (synthetic runs stay as they were)."""
+    return dict(GCSFUSE_ANNOTATION) if data_buckets(config) else {}
+
+
+def add_pod_annotations(pod_template: dict, annotations: dict[str, str]) -> None:
+    """Merge annotations into a pod template's metadata (the FUSE sidecar's, when the pod mounts data)."""
+    if annotations:
+        metadata = pod_template.setdefault("metadata", {})
+        metadata["annotations"] = {**metadata.get("annotations", {}), **annotations}
+
+
+def run_inputs(config: StackConfig) -> dict:
+    """core.maxtext_args.RunSettings fields for what the run reads, as every backend passes them: the data on the
+    FUSE mount, the starting weights as gs:// and the further MaxText settings."""
+    run = config.workload.run
+    return {
+        "dataset_type": run.dataset_type,
+        "dataset_path": mounted_path(run.dataset_path) if run.dataset_path else "",
+        "eval_dataset_path": mounted_path(run.eval_dataset_path) if run.eval_dataset_path else "",
+        "eval_interval": run.eval_interval,
+        "load_parameters_path": run.load_parameters_path,
     }

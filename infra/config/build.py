@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from infra.config import rules
+from infra.config import data_rules, rules
 from infra.config.model import (Capacity, ClusterMode, ClusterSettings, ConfigError, GcpSettings, JobSetSettings,
                                 KubernetesSettings, NetworkSettings, PathwaysSettings, RaySettings, StackConfig,
                                 StorageSettings, TpuSettings, WorkloadSettings, BackendSettings, WorkerImageSettings)
@@ -37,8 +37,10 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     rules.check_worker_environment(v, problems)
     rules.check_jobset(v, shape, problems)
     rules.check_pathways(v, raw, shape, problems)
-    workload_plan = rules.plan_workload(v, raw, shape, problems)
+    maxtext_settings = data_rules.accepted_maxtext_settings(v, problems)
+    workload_plan = rules.plan_workload(v, raw, shape, problems, maxtext_settings)
     tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
+    data_rules.check_data(v, raw, workload_plan, problems)
     if problems:
         raise ConfigError(problems)
     assert shape is not None and region is not None and workload_plan is not None and tpu_pod is not None
@@ -64,14 +66,15 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
             checkpoint_period=rules.checkpoint_period(v), checkpoints_to_keep=v["checkpointsToKeep"],
             maxtext_version=v["maxtextVersion"],
             smoke_test=v["smokeTest"], worker_environment=v["workerEnvironment"],
-            shutdown=shutdown),
-        backend=_backend_settings(v, shape.chips),
+            shutdown=shutdown,
+            run=data_rules.training_run(v, maxtext_settings, rules.checkpoint_period(v))),
+        backend=_backend_settings(v, raw, shape.chips),
         worker_image=(WorkerImageSettings(repository_id=naming.fit(f"{v['clusterName']}-images", 63))
                       if v["workerEnvironment"] == "image" else None),
     )
 
 
-def _backend_settings(v: dict[str, Any], chips_per_slice: int) -> BackendSettings:
+def _backend_settings(v: dict[str, Any], raw: Mapping[str, Any], chips_per_slice: int) -> BackendSettings:
     backend = v["workloadBackend"]
     if backend == "jobset":
         quota = v["kueueTpuQuota"]
@@ -79,7 +82,7 @@ def _backend_settings(v: dict[str, Any], chips_per_slice: int) -> BackendSetting
                               tpu_quota=quota if quota is not None else v["slices"] * chips_per_slice)
     if backend == "pathways":
         return PathwaysSettings(
-            job_name=v["pathwaysJobName"], elastic_slices=v["pathwaysElasticSlices"],
+            job_name=data_rules.pathways_job_name(v, raw), elastic_slices=v["pathwaysElasticSlices"],
             max_slice_restarts=v["pathwaysMaxSliceRestarts"], max_restarts=v["maxRestarts"],
             elastic_max_retries=v["pathwaysElasticMaxRetries"],
             elastic_timeout_seconds=v["pathwaysElasticTimeoutSeconds"], profiling=v["pathwaysProfiling"],

@@ -29,6 +29,8 @@ def _default(key: Key) -> str:
         return "derived"
     if isinstance(key.default, bool):
         return f"`{str(key.default).lower()}`"
+    if key.type == "object":
+        return "`{}`"
     if isinstance(key.default, tuple):
         return "`" + ", ".join(key.default) + "`" if key.default else "`[]`"
     return f"`{key.default}`" if key.default != "" else "(empty)"
@@ -52,9 +54,17 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
+# Pulumi project config declares string, integer, boolean and array keys only (pulumi/pulumi
+# sdk/go/common/workspace/project.json, simpleConfigType); a map-valued key stays undeclared there, which the CLI
+# accepts, and is checked by the stack's own config build like every other key.
+DECLARABLE_TYPES = ("string", "integer", "boolean", "array")
+
+
 def pulumi_config_schema() -> dict:
     schema = {}
     for key in KEYS:
+        if key.type not in DECLARABLE_TYPES:
+            continue
         entry: dict = {"type": key.type, "description": key.description}
         if key.type == "array":
             entry["items"] = {"type": "string"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from core.maxtext_args import grain_file_type
 from core.maxtext_facts import MIN_MAXTEXT, release_tuple
 from infra import naming
 from infra.config import tpu_zones
@@ -104,3 +105,80 @@ def bucket_location(value: str) -> str | None:
                 "or a multi-region (US, EU, ASIA), not a zone (Cloud Storage locations)")
     return ("a Cloud Storage location: a region such as us-east5, a dual-region (ASIA1, EUR4, EUR5, EUR7, EUR8, "
             "NAM4) or a multi-region (US, EU, ASIA)")
+
+
+# ---- training data and weights (gs:// paths) -------------------------------------------------------------
+
+def split_gs_path(value: str) -> tuple[str, str] | None:
+    """(bucket, object path) of gs://BUCKET/PATH, or None when the value is not one."""
+    if not value.startswith("gs://"):
+        return None
+    bucket, _, path = value[len("gs://"):].partition("/")
+    return bucket, path
+
+
+# Cloud Storage bucket names ("Bucket naming"): lowercase letters, digits, '-', '_' and '.', starting and ending
+# with a letter or digit, 3-63 characters (up to 222 with dots). Buckets the run only reads may have dots; the
+# stack's own bucket may not (naming.bucket_problem).
+_READ_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+def _gs_problem(value: str, what: str, example: str) -> str | None:
+    """What is wrong with a gs:// path the pods read, or None. Local and other schemes are refused: the TPU VMs
+    see neither the deployer's disk nor another cloud, and the pods read Cloud Storage only."""
+    parts = split_gs_path(value)
+    if parts is None:
+        where = ("a local path names a file on this machine, which the TPU VMs never see"
+                 if "://" not in value else f"{value.split('://', 1)[0]}:// is not read by the pods")
+        return f"{what} as gs://BUCKET/PATH ({where}; copy it to Cloud Storage), e.g. {example}"
+    bucket, path = parts
+    if not _READ_BUCKET.match(bucket) or ".." in bucket:
+        return (f"{what} as gs://BUCKET/PATH, and {bucket!r} is not a bucket name (3-63 lowercase letters, digits, "
+                f"'-', '_' or '.', starting and ending with a letter or digit); e.g. {example}")
+    if not path.strip("/"):
+        return f"{what} as gs://BUCKET/PATH with a path inside the bucket, e.g. {example}"
+    return None
+
+
+# File name parts that say the format MaxText's Grain pipeline reads (core/maxtext_args.py GRAIN_FILE_TYPES).
+_DATA_EXAMPLE = "gs://my-data/c4/train-*.array_record or gs://my-data/text/*.parquet"
+
+
+def data_pattern(value: str) -> str | None:
+    """A gs:// glob of ArrayRecord or Parquet files, one pattern (MaxText's ';' mixtures are not offered)."""
+    if value == "":
+        return None
+    problem = _gs_problem(value, "a Cloud Storage glob of ArrayRecord or Parquet files", _DATA_EXAMPLE)
+    if problem is not None:
+        return problem
+    if ";" in value or "," in value:
+        return f"one file pattern (MaxText's weighted mixtures 'a,0.3;b,0.7' are not offered), e.g. {_DATA_EXAMPLE}"
+    if value.endswith("/"):
+        return f"a pattern of files, not a folder: add the file names, e.g. {_DATA_EXAMPLE}"
+    if grain_file_type(value) is None:
+        return ("file names that say their format: *.array_record or *.arrayrecord (ArrayRecord, also with "
+                "shard suffixes such as .array_record-00000-of-00064) or *.parquet, e.g. " + _DATA_EXAMPLE)
+    return None
+
+
+def checkpoint_path(value: str) -> str | None:
+    """A gs:// Orbax checkpoint directory (no glob): MaxText load_parameters_path."""
+    if value == "":
+        return None
+    example = "gs://my-weights/llama3-8b/0/items"
+    problem = _gs_problem(value, "an Orbax checkpoint directory", example)
+    if problem is not None:
+        return problem
+    if any(char in value for char in "*?["):
+        return f"one checkpoint directory, not a pattern, e.g. {example}"
+    return None
+
+
+def run_name(limit: int) -> Check:
+    """A run's name: a directory under the bucket's maxtext/ and a Kubernetes name, so DNS-1035."""
+    def check(value: str) -> str | None:
+        if naming.DNS1035_LABEL.match(value) and len(value) <= limit:
+            return None
+        return (f"a run name of at most {limit} characters: lowercase letters, digits and '-', starting with a "
+                "letter (it names the run's folder in the bucket and its job), e.g. llama3-8b-c4-v1")
+    return check

@@ -117,6 +117,25 @@ class KubernetesSettings:
 
 
 @dataclass(frozen=True)
+class TrainingRun:
+    """What the run trains on, from which weights, with which further MaxText settings, under which name."""
+    run_name: str                         # runName, or the backend's default (job name and model)
+    dataset_type: str = "synthetic"
+    dataset_path: str = ""                # gs:// glob (datasetType=grain)
+    eval_dataset_path: str = ""           # gs:// glob; "" = no eval
+    eval_interval: int = 0                # steps between evals; 0 without an eval split
+    load_parameters_path: str = ""        # gs:// Orbax checkpoint a new run starts from
+    # maxtextSettings the run passes on as they are (the planned ones are in the plan); ordered as written.
+    maxtext_settings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def read_paths(self) -> tuple[str, ...]:
+        """Every gs:// path the run only reads: its data and its starting weights."""
+        return tuple(path for path in (self.dataset_path, self.eval_dataset_path, self.load_parameters_path)
+                     if path)
+
+
+@dataclass(frozen=True)
 class WorkloadSettings:
     """What every backend trains: the planner's verdict and the run's length."""
     backend: str
@@ -129,6 +148,7 @@ class WorkloadSettings:
     smoke_test: bool           # run the multislice smoke test before training
     worker_environment: str    # "runtime": install the lock at start; "image": run the image built from it
     shutdown: ShutdownBudget   # what the TPU pods and Spot pools get to save at a notice (infra/config/preemption.py)
+    run: TrainingRun           # data, starting weights, further MaxText settings, run name
 
     @property
     def model(self) -> str:

@@ -11,7 +11,17 @@ from typing import Any, Mapping
 
 from infra.config.schema import KEYS, KEYS_BY_NAME, NAMESPACE, REQUIRED, Key
 
-_TYPE_WORDS = {"integer": "an integer", "boolean": "true or false", "array": "a list of strings", "string": "a string"}
+_TYPE_WORDS = {"integer": "an integer", "boolean": "true or false", "array": "a list of strings", "string": "a string",
+               "object": "a map of names to plain values (strings, numbers, true/false)"}
+
+
+def _setting_text(value: Any) -> str:
+    """A map value as MaxText reads it on its command line: true/false, numbers and strings as written."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise ValueError(value)
 
 
 def problem(key: str, value: Any, allowed: str) -> str:
@@ -37,6 +47,14 @@ def _parse_value(key: Key, raw: Any) -> Any:
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise ValueError
         return tuple(value)
+    if key.type == "object":
+        # Pulumi hands a map over as JSON text; () is the key's own default (no entries).
+        value = json.loads(raw) if isinstance(raw, str) else raw
+        if value == () or value == []:
+            return ()
+        if not isinstance(value, dict):
+            raise ValueError
+        return tuple((str(name), _setting_text(item)) for name, item in value.items())
     raise AssertionError(key.type)
 
 

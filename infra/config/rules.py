@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from core.errors import PlanError
 from core.maxtext_facts import PATHWAYS_MIN_MAXTEXT, release_tuple
 from core.pathways import PATHWAYS_TPU_VERSIONS, head_requests
-from core.planner import Alternative, Plan, PlanRequest, advise, plan
+from core.planner import Alternative, Plan, PlanRequest, advise, plan, with_maxtext_keys
 from core.pod_sizing import TpuPodSize, tpu_pod_size
 from core.presets import PRESETS
 from core.tpu_catalog import CATALOG, CatalogError, SliceShape, slice_shape
@@ -421,9 +421,10 @@ _PLAN_KEYS = ("perDeviceBatchSize", "model", "elasticMinSlices", "slices", "tpuT
 
 
 def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape | None,
-                  problems: list[str]) -> Plan | None:
+                  problems: list[str], maxtext_settings: Mapping[str, str] | None = None) -> Plan | None:
     """Run the planner on the config: unknown models, batches that do not divide and models that do not fit
-    in HBM are refused here, before anything is registered."""
+    in HBM are refused here, before anything is registered. maxtextSettings that change memory are taken in
+    (core/planner.py with_maxtext_keys: estimated, or named in the plan as not estimated)."""
     if shape is None or v["slices"] is None:
         return None
     model = v["model"]
@@ -440,6 +441,12 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         return None
     request = PlanRequest(model=model, generation=shape.generation.name, topology=shape.topology, slices=slices,
                           min_slices=min_slices, per_device_batch_size=batch)
+    if maxtext_settings:
+        try:
+            request = with_maxtext_keys(request, maxtext_settings)[0]
+        except PlanError as error:
+            problems.append(f"{NAMESPACE}:maxtextSettings is refused by the planner: {error}")
+            return None
     if min_slices is None and v["capacity"] == Capacity.SPOT.value:
         # Spot: keep training on as few slices as the model fits on while preempted slices come back.
         for candidate in range(1, slices + 1):

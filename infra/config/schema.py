@@ -27,6 +27,9 @@ DEFAULT_CHECKPOINT_PERIOD = 50
 DEFAULT_SYSTEM_POOL_MACHINE_TYPE = "e2-standard-16"
 # The Pathways head's node: the CPU machine type of the Pathways on GKE cluster guide (Pulumi.pathways.yaml).
 PATHWAYS_SYSTEM_POOL_MACHINE_TYPE = "n2-standard-64"
+# A training run's name (runName): a folder under the bucket's maxtext/ and, on Pathways, the JobSet's name when
+# pathwaysJobName is unset (at most naming.PATHWAYS_NAME_MAX there; infra/config/data_rules.py checks it).
+RUN_NAME_MAX = 40
 # Marks a default that is computed from other keys (documented in the description).
 DERIVED: Any = None
 
@@ -56,12 +59,13 @@ _ON_RAY_OR_JOBSET = AppliesTo("workloadBackend", ("rayjob", "jobset"),
                               "the Pathways head runs MaxText from pathwaysTrainerImage")
 _ON_STANDARD = AppliesTo("clusterMode", ("standard",), "Autopilot creates and configures nodes itself")
 _WITH_DCN = AppliesTo("dcn", (True,), "no DCN VPCs exist without dcn=true")
+_WITH_GRAIN = AppliesTo("datasetType", ("grain",), "datasetType=synthetic reads no files")
 
 
 @dataclass(frozen=True)
 class Key:
     name: str
-    type: str  # Pulumi config type: string | integer | boolean | array
+    type: str  # Pulumi config type: string | integer | boolean | array; object (a map) is this stack's own
     description: str
     default: Any = REQUIRED
     choices: tuple[str, ...] = ()
@@ -271,6 +275,39 @@ KEYS: tuple[Key, ...] = (
         "0.2.4 for the elastic keys).", "us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_pre_training:0.2.4",
         check=check.pinned_image("us-docker.pkg.dev/cloud-tpu-images/maxtext-images/tpu_pre_training:0.2.4"),
         applies_to=(_ON_PATHWAYS,)),
+    # --- Training data, starting weights, MaxText settings, runs ---
+    Key("datasetType", "string", "What the run trains on: synthetic (MaxText's generated batches: no data, a "
+        "demonstration of the stack, the default) or grain (your files at datasetPath, read by Grain, whose data "
+        "position is saved with every checkpoint so a resumed run reads on from the next record). MaxText's tfds "
+        "and hf pipelines are not offered: neither saves its position, so every restart on Spot would train the "
+        "first records again, and tfds needs TensorFlow, which the workers do not install (core/data.py); convert "
+        "such data to ArrayRecord or Parquet (docs/configuration.md).", "synthetic", ("synthetic", "grain")),
+    Key("datasetPath", "string", "Training files for datasetType=grain: one gs:// glob of ArrayRecord "
+        "(*.array_record*) or Parquet (*.parquet) files, e.g. gs://my-data/c4/train-*.array_record. Parquet "
+        "holds text in a column named text, tokenized with the model's own tokenizer. The training identity gets "
+        "read-only access to the bucket; the pods read it through Cloud Storage FUSE.", "",
+        check=check.data_pattern, applies_to=(_WITH_GRAIN,)),
+    Key("evalDatasetPath", "string", "Eval split for datasetType=grain (MaxText grain_eval_files): a gs:// glob "
+        "like datasetPath; unset: no eval.", "", check=check.data_pattern, applies_to=(_WITH_GRAIN,)),
+    Key("evalInterval", "integer", "Evaluate on evalDatasetPath every this many steps (MaxText eval_interval). "
+        "Unset with evalDatasetPath: every checkpointPeriod steps.", DERIVED,
+        check=check.at_least(1), applies_to=(_WITH_GRAIN,)),
+    Key("loadParametersPath", "string", "Start a new run from these weights: a gs:// Orbax checkpoint of the "
+        "model's parameters (MaxText load_parameters_path, e.g. made from Hugging Face weights with MaxText's "
+        "conversion tools, docs/configuration.md). A run that already has checkpoints of its own resumes from "
+        "those instead. The training identity gets read-only access to the bucket.", "",
+        check=check.checkpoint_path),
+    Key("maxtextSettings", "object", "Further MaxText settings as a map of MaxText key to value (e.g. "
+        "learning_rate: 3.0e-5, warmup_steps_fraction: 0.05), passed to every backend. Keys must be MaxText "
+        "0.2.5 base.yml keys; keys the stack sets itself are refused with the config key that sets them; keys "
+        "that change memory go through the planner (ici_context_parallelism, num_vocab_tiling, mu_dtype) or are "
+        "named in the plan as not estimated. Not declared in Pulumi.yaml: Pulumi project config cannot declare "
+        "a map.", ()),
+    Key("runName", "string", "Name of the training run: its folder in the bucket (maxtext/RUN/ holds its "
+        "checkpoints), its job and its goodput series on the dashboard. A new name starts a new run (from "
+        "loadParametersPath or from scratch); the same name resumes from its own checkpoints; a finished run "
+        "is trained again under a new name. Unset: the job name and the model, e.g. maxtext-train-llama3-8b.",
+        DERIVED, check=check.run_name(RUN_NAME_MAX)),
 )
 
 KEYS_BY_NAME = {key.name: key for key in KEYS}

@@ -95,3 +95,47 @@ def test_local_worker_env_pretends_each_host_has_its_chips():
     env = worker_env(p, local_cpu=True, maxtext_version="0.2.5")
     assert env["JAX_PLATFORMS"] == "cpu" and env["XLA_FLAGS"].endswith("device_count=4")
     assert worker_env(p, local_cpu=False, maxtext_version="0.2.5") == {"TRAINER_MAXTEXT_VERSION": "0.2.5"}
+
+
+def test_weights_eval_split_and_file_type_reach_maxtext():
+    p = plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2))
+    run = RunSettings("r1", "gs://bucket/runs", 1000, 100, dataset_type="grain",
+                      dataset_path="/mnt/training-data/d/text/part-*.parquet",
+                      eval_dataset_path="/mnt/training-data/d/eval/part-*.parquet", eval_interval=250,
+                      load_parameters_path="gs://w/llama3-8b/0/items")
+    keys = _as_dict(maxtext_overrides(p, run))
+    assert keys["grain_file_type"] == "parquet"
+    assert (keys["grain_eval_files"], keys["eval_interval"]) == ("/mnt/training-data/d/eval/part-*.parquet", "250")
+    assert keys["load_parameters_path"] == "gs://w/llama3-8b/0/items"
+    arrayrecord = RunSettings("r1", "gs://bucket/runs", 1000, 100, dataset_type="grain",
+                              dataset_path="/d/train.array_record-00000-of-00008")
+    assert _as_dict(maxtext_overrides(p, arrayrecord))["grain_file_type"] == "arrayrecord"
+    # A name that does not say the format leaves MaxText's default; a --set grain_file_type stands.
+    assert "grain_file_type" not in _as_dict(maxtext_overrides(p, RunSettings(
+        "r1", "gs://b/r", 10, 5, dataset_type="grain", dataset_path="/d/*")))
+    told = RunSettings("r1", "gs://b/r", 10, 5, dataset_type="grain", dataset_path="/d/x.parquet",
+                       extra={"grain_file_type": "tfrecord"})
+    assert _as_dict(maxtext_overrides(p, told))["grain_file_type"] == "tfrecord"
+
+
+@pytest.mark.parametrize("run,pattern", [
+    (RunSettings("r", "gs://b", 10, 5, eval_dataset_path="/e/*.parquet", eval_interval=5), "needs dataset_type=grain"),
+    (RunSettings("r", "gs://b", 10, 5, dataset_type="grain", dataset_path="/d/*.parquet",
+                 eval_dataset_path="/e/*.parquet"), "eval_interval=0"),
+])
+def test_an_eval_split_needs_grain_and_an_interval(run, pattern):
+    with pytest.raises(PlanError, match=pattern):
+        run.validate()
+
+
+def test_the_trainer_flags_carry_weights_and_eval_split():
+    from trainer import cli
+    from trainer.entrypoint import build_parser
+
+    args = build_parser().parse_args(["--dataset-type", "grain", "--dataset-path", "/d/*.parquet",
+                                      "--eval-dataset-path", "/e/*.parquet", "--eval-interval", "20",
+                                      "--load-parameters-path", "gs://w/ck/0/items", "--run-name", "r",
+                                      "--base-output-directory", "gs://b"])
+    run = cli.run_settings(args, "tpu")
+    assert (run.load_parameters_path, run.eval_dataset_path, run.eval_interval) == \
+        ("gs://w/ck/0/items", "/e/*.parquet", 20)

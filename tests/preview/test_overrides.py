@@ -45,3 +45,10 @@ def test_value_may_contain_equals_signs():
 def test_malformed_assignments_are_refused(assignment, message):
     with pytest.raises(OverrideError, match=message):
         apply_override(PROD_LIKE, assignment)
+
+
+def test_an_entry_of_a_map_key_is_set_like_pulumi_config_set_path():
+    raw = apply_overrides({"maxtextSettings": {"learning_rate": 1e-4}},
+                          ["maxtextSettings.warmup_steps_fraction=0.05",
+                           "tpu-multislice:maxtextSettings.learning_rate=3e-5"])
+    assert raw["maxtextSettings"] == {"learning_rate": "3e-5", "warmup_steps_fraction": "0.05"}

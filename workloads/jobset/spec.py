@@ -46,14 +46,16 @@ def jobset_spec(config: StackConfig, worker_image: str | None = None) -> jm.JobS
 
 
 def run_name(config: StackConfig) -> str:
-    """Stable across relaunches of the same model, so a relaunched JobSet resumes from its checkpoints."""
-    return f"{config.jobset.name_prefix}-{config.workload.model}"
+    """runName, or the JobSet prefix and the model: stable across relaunches, so a relaunched JobSet resumes from
+    its checkpoints (infra/config/data_rules.py default_run_name)."""
+    return config.workload.run.run_name
 
 
 def run_settings(config: StackConfig) -> RunSettings:
     return RunSettings(run_name=run_name(config), base_output_directory=common.output_directory(config),
                        steps=config.workload.train_steps, checkpoint_period=config.workload.checkpoint_period,
-                       checkpoints_to_keep=config.workload.checkpoints_to_keep)
+                       checkpoints_to_keep=config.workload.checkpoints_to_keep, **common.run_inputs(config),
+                       extra=dict(config.workload.run.maxtext_settings))
 
 
 def training_argv(config: StackConfig) -> list[str]:
@@ -84,7 +86,7 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str
     # of every training pod: training starts only where it passed, on the TPUs Kueue admitted once.
     code_name = f"{prefix}-code-{bundle.short_digest}"
     objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
-    volumes = [common.code_volume(code_name, list(bundle.files))]
+    volumes = [common.code_volume(code_name, list(bundle.files)), *common.data_volumes(config)]
     smoke = jm.smoke_argv(spec) if config.workload.smoke_test else None
     install = None
     cache = install_cache.cache_kind(config)
@@ -96,13 +98,20 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str
 
     def container(name: str) -> dict:
         built = jm.pre_train_container(spec, name, argv, BASE_CONFIG_PLACEHOLDER, install, smoke=smoke)
+        built["volumeMounts"] += common.data_mounts(config)
         if install:
             built["volumeMounts"].append(install_cache.cache_mount())
         return built
 
-    objects["jobset"] = _named(lambda name: jm.jobset(
-        name=name, spec=spec, priority_class=TRAINING_PRIORITY[0], max_restarts=config.jobset.max_restarts,
-        container=container(name), volumes=volumes), prefix)
+    def training_jobset(name: str) -> dict:
+        built = jm.jobset(name=name, spec=spec, priority_class=TRAINING_PRIORITY[0],
+                          max_restarts=config.jobset.max_restarts, container=container(name), volumes=volumes)
+        for replicated in built["spec"]["replicatedJobs"]:
+            common.add_pod_annotations(replicated["template"]["spec"]["template"],
+                                       common.data_pod_annotations(config))
+        return built
+
+    objects["jobset"] = _named(training_jobset, prefix)
     return objects
 
 

@@ -54,6 +54,10 @@ class PathwaysSpec:
     trainer_command: tuple[str, ...]
     head_node_selector: dict[str, str]
     dcn_nics: int = 0               # DCN NICs of a worker's node (hostNetwork pods see them all)
+    # The run's data buckets, mounted read-only in the head, where the MaxText client loads every batch
+    # (workloads/common.py data_volumes); empty for synthetic data.
+    data_volumes: tuple[dict, ...] = ()
+    data_mounts: tuple[dict, ...] = ()
 
 
 class PathwaysSupportError(ValueError):
@@ -143,7 +147,7 @@ def _proxy(spec: PathwaysSpec) -> dict:
 
 
 def _trainer(spec: PathwaysSpec) -> dict:
-    return {
+    container = {
         "name": TRAINER_CONTAINER,
         "image": spec.trainer_image,
         "imagePullPolicy": "IfNotPresent",
@@ -158,6 +162,9 @@ def _trainer(spec: PathwaysSpec) -> dict:
         ],
         "resources": _pinned(TRAINER_RESOURCES),
     }
+    if spec.data_mounts:
+        container["volumeMounts"] = [dict(mount) for mount in spec.data_mounts]
+    return container
 
 
 def _head_job(spec: PathwaysSpec) -> dict:
@@ -180,10 +187,13 @@ def _head_job(spec: PathwaysSpec) -> dict:
                 "completions": 1,
                 "parallelism": 1,
                 "template": {
-                    "metadata": {"labels": labels()},
+                    # The GCS FUSE CSI driver injects its sidecar only into pods that ask (data mounted).
+                    "metadata": {"labels": labels(),
+                                 **({"annotations": {"gke-gcsfuse/volumes": "true"}} if spec.data_volumes else {})},
                     "spec": _host_network_pod(
                         spec, restart_policy="Never", node_selector=dict(spec.head_node_selector),
-                        initContainers=[_proxy(spec), _resource_manager(spec)], containers=[_trainer(spec)]),
+                        initContainers=[_proxy(spec), _resource_manager(spec)], containers=[_trainer(spec)],
+                        **({"volumes": [dict(volume) for volume in spec.data_volumes]} if spec.data_volumes else {})),
                 },
             },
         },

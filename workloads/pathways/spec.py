@@ -21,8 +21,9 @@ def settings(config: StackConfig) -> PathwaysSettings:
 
 
 def run_name(config: StackConfig) -> str:
-    """Stable across relaunches of the same model, so a recreated JobSet resumes from its checkpoints."""
-    return f"{settings(config).job_name}-{config.workload.model}"
+    """runName, or the job name and the model: stable across relaunches, so a recreated JobSet resumes from its
+    checkpoints (infra/config/data_rules.py default_run_name)."""
+    return config.workload.run.run_name
 
 
 def scratch_location(config: StackConfig) -> str:
@@ -51,6 +52,8 @@ def maxtext_extra(config: StackConfig) -> dict[str, str]:
     if pathways.profiling:
         # The config refuses profiling with elastic; without this key MaxText's default (no profiler) applies.
         extra["profiler"] = "xplane"
+    # The user's further MaxText settings (maxtextSettings; config build refused any of the keys above).
+    extra.update(config.workload.run.maxtext_settings)
     return extra
 
 
@@ -64,6 +67,9 @@ def run_settings(config: StackConfig) -> RunSettings:
         steps=workload.train_steps,
         checkpoint_period=workload.checkpoint_period,
         checkpoints_to_keep=workload.checkpoints_to_keep,
+        # The head's MaxText client loads the data (through the FUSE mount of its pod) and sends every batch
+        # through the proxy (infra/config/data_rules.py says why only without elastic slices).
+        **common.run_inputs(config),
         extra=maxtext_extra(config),
     )
 
@@ -91,4 +97,6 @@ def pathways_spec(config: StackConfig) -> PathwaysSpec:
         head_node_selector=dict(common.SYSTEM_POOL_SELECTOR),
         # Pathways workers run on the host network (the config refuses DRANET here): they see the node's NICs.
         dcn_nics=pod_dcn_nics(len(config.network.dcn_subnets), dranet_claim=False, host_network=True),
+        data_volumes=tuple(common.data_volumes(config)),
+        data_mounts=tuple(common.data_mounts(config)),
     )

@@ -75,6 +75,10 @@ class RaySpec:
     # hostPath that outlives pods), "pod" (an emptyDir: container restarts only; Autopilot), None (nothing
     # installed: the worker image).
     install_cache: str | None = None
+    # The run's data buckets, mounted read-only in every TPU worker, where MaxText's Grain pipeline reads
+    # (workloads/common.py data_volumes); empty for synthetic data.
+    data_volumes: tuple[dict, ...] = ()
+    data_mounts: tuple[dict, ...] = ()
 
 
 def _head_group(spec: RaySpec) -> dict:
@@ -156,13 +160,13 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         "resources": tpu_pod_resources(spec.pod_size),
         "env": tpu_worker_env(spec.model, shape.generation, spec.slices, spec.dcn_nics) + device_plugin_env(),
         "ports": [dict(TPU_METRICS_PORT)],
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *(dict(m) for m in spec.data_mounts)],
     }
     pod_spec: dict = {
         "serviceAccountName": spec.service_account,
         "nodeSelector": tpu_node_selector(shape, spec.tpu_node_selector_extra),
         "containers": [container],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, *(dict(v) for v in spec.data_volumes)],
     }
     if spec.termination_grace_s is not None:
         pod_spec["terminationGracePeriodSeconds"] = spec.termination_grace_s
@@ -187,7 +191,10 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         # Planned, not Ray's default of 30 % of the memory limit: the object store lives in /dev/shm, in the
         # same memory as the activations the remat policy offloads to the host.
         "rayStartParams": {"object-store-memory": str(spec.pod_size.object_store_gib * 1024**3)},
-        "template": {"metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name})}, "spec": pod_spec},
+        "template": {"metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name}),
+                                  # The GCS FUSE CSI driver injects its sidecar only into pods that ask.
+                                  **({"annotations": {"gke-gcsfuse/volumes": "true"}} if spec.data_volumes else {})},
+                     "spec": pod_spec},
     }
 
 

@@ -5,6 +5,7 @@ import re
 import shlex
 
 from core.maxtext_args import RunSettings
+from core.planner import maxtext_keys_of
 from core.tpu_env import pod_dcn_nics
 from infra import naming
 from core.worker_lock import LOCK_PATH, parse_pins, requirement_lines
@@ -52,12 +53,35 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         termination_grace_s=config.workload.shutdown.pod_grace_s,
         active_deadline_s=job_deadline_seconds(config),
         install_cache=install_cache.cache_kind(config),
+        data_volumes=tuple(common.data_volumes(config)),
+        data_mounts=tuple(common.data_mounts(config)),
     )
 
 
 def run_name(config: StackConfig) -> str:
-    """Stable across relaunches of the same model, so a relaunched job resumes from its checkpoints."""
-    return f"{config.ray.job_name}-{config.workload.model}"
+    """runName, or the job name and the model: stable across relaunches, so a relaunched job resumes from its
+    checkpoints (infra/config/data_rules.py default_run_name)."""
+    return config.workload.run.run_name
+
+
+# trainer/cli.py flags of what the run reads (core.maxtext_args.RunSettings fields of common.run_inputs).
+_RUN_INPUT_FLAGS = (("dataset_type", "--dataset-type"), ("dataset_path", "--dataset-path"),
+                    ("eval_dataset_path", "--eval-dataset-path"), ("eval_interval", "--eval-interval"),
+                    ("load_parameters_path", "--load-parameters-path"))
+
+
+def run_input_flags(config: StackConfig) -> list[str]:
+    """The trainer flags for the run's data, weights and further MaxText settings; none for a synthetic run
+    from scratch without settings, so such a job's command is what it was."""
+    inputs = common.run_inputs(config)
+    flags: list[str] = []
+    for field, flag in _RUN_INPUT_FLAGS:
+        value = inputs[field]
+        if value and value != "synthetic":
+            flags += [flag, str(value)]
+    for key, value in config.workload.run.maxtext_settings:
+        flags += ["--set", f"{key}={value}"]
+    return flags
 
 
 def run_settings(config: StackConfig) -> RunSettings:
@@ -66,7 +90,8 @@ def run_settings(config: StackConfig) -> RunSettings:
     workload = config.workload
     return RunSettings(run_name=run_name(config), base_output_directory=common.output_directory(config),
                        steps=workload.train_steps, checkpoint_period=workload.checkpoint_period,
-                       checkpoints_to_keep=workload.checkpoints_to_keep)
+                       checkpoints_to_keep=workload.checkpoints_to_keep, **common.run_inputs(config),
+                       extra=dict(workload.run.maxtext_settings))
 
 
 def entrypoint(config: StackConfig) -> list[str]:
@@ -90,7 +115,10 @@ def entrypoint(config: StackConfig) -> list[str]:
     ]
     if plan.elastic:
         command += ["--elastic", f"{plan.min_slices},{plan.slices}"]
-    return command
+    # The planned maxtextSettings (context parallelism, vocabulary tiling, mu_dtype) travel as --set too: the
+    # entrypoint's planner takes them in again (trainer/cli.py plan_request), so it plans what config build did.
+    command += [flag for key, value in maxtext_keys_of(plan).items() for flag in ("--set", f"{key}={value}")]
+    return command + run_input_flags(config)
 
 
 def smoke_command(config: StackConfig) -> list[str]:
