@@ -118,10 +118,6 @@ def _training_run(config: StackConfig) -> list[str]:
             lines.append("host-network pods mount the data as their Kubernetes service account (hostNetworkPodKSA: "
                          "GKE >= 1.33.3-gke.1226000 per GKE's FUSE docs; not among the stack's version floors); "
                          "check the pod's gke-gcsfuse-sidecar log for a successful mount")
-        if config.workload.backend == "pathways":
-            lines.append(f"Pathways data: the head's MaxText ({config.pathways.trainer_image.rsplit(':', 1)[-1]}) "
-                         "is assumed to read Grain data and resolve the tokenizer by asset name like MaxText 0.2.5; "
-                         "every batch is loaded on the head and sent through the proxy")
     if run.read_paths:
         lines.append("read-only access: roles/storage.objectViewer (objects.get, objects.list) is assumed enough for "
                      "FUSE and Orbax to read the data and weights buckets (nothing reads their bucket metadata); a "

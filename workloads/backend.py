@@ -70,6 +70,10 @@ class Backend(Protocol):
         """Whether a multislice smoke test gates training (it costs its minutes at every restart)."""
         ...
 
+    def resizes(self, config: StackConfig) -> bool:
+        """Whether the run goes on with fewer or more slices while it runs (elastic), rather than restarting."""
+        ...
+
     def images(self, config: StackConfig) -> list[str]:
         """Container images the pods pull that the offline plan cannot check exist."""
         ...

@@ -10,6 +10,7 @@ from core.maxtext_args import grain_file_type
 from infra.config import StackConfig
 from infra.data_lookups import RunFacts
 from workloads import common
+from workloads.backends import backend_for
 
 _ACTIONS = {
     "start": "starts it: Cloud Storage holds no checkpoint of it",
@@ -32,8 +33,8 @@ def tokenizer_text(config: StackConfig) -> str:
 
 def position_text(config: StackConfig) -> tuple[str, str]:
     """(after a restart, after an elastic resize) for the run's data."""
-    run, plan = config.workload.run, config.workload.plan
-    elastic = plan.elastic or (config.workload.backend == "pathways" and config.pathways.elastic)
+    run = config.workload.run
+    elastic = backend_for(config).resizes(config)
     if run.dataset_type == "synthetic":
         nothing = "nothing to keep (generated batches)"
         return nothing, nothing if elastic else "no resize (fixed size)"

@@ -39,6 +39,9 @@ class JobSetBackend:
     def images(self, config: StackConfig) -> list[str]:
         return [] if config.workload.worker_environment == "image" else [config.jobset.image]
 
+    def resizes(self, config: StackConfig) -> bool:
+        return False    # a JobSet always runs on every slice
+
     def assumptions(self, config: StackConfig) -> list[str]:
         return [FAILURE_POLICY_ASSUMPTION]
 

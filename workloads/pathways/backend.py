@@ -45,8 +45,16 @@ class PathwaysBackend:
         pathways = config.pathways
         return [pathways.server_image, pathways.proxy_image, pathways.trainer_image]
 
+    def resizes(self, config: StackConfig) -> bool:
+        return config.pathways.elastic
+
     def assumptions(self, config: StackConfig) -> list[str]:
-        return [FAILURE_POLICY_ASSUMPTION]
+        lines = [FAILURE_POLICY_ASSUMPTION]
+        if config.workload.run.dataset_type == "grain":
+            lines.append(f"Pathways data: the head's MaxText ({config.pathways.trainer_image.rsplit(':', 1)[-1]}) "
+                         "is assumed to read Grain data and resolve the tokenizer by asset name like MaxText 0.2.5; "
+                         "every batch is loaded on the head and sent through the proxy")
+        return lines
 
 
 PATHWAYS = PathwaysBackend()

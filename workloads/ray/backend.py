@@ -52,6 +52,9 @@ class RayBackend:
     def images(self, config: StackConfig) -> list[str]:
         return [] if config.workload.worker_environment == "image" else [config.ray.image]
 
+    def resizes(self, config: StackConfig) -> bool:
+        return config.workload.plan.elastic     # Ray Train's elastic scaling between elasticMinSlices and slices
+
     def assumptions(self, config: StackConfig) -> list[str]:
         lines = [
             "KubeRay: `pulumi up` reads the RayJob CRD the GKE Ray add-on serves and creates the RayJob only if its "
