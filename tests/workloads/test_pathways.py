@@ -303,7 +303,7 @@ def test_jobset_waits_for_the_jobset_controller_and_goes_with_the_cluster(run):
     ({"dcn": True, "dranet": True}, "dranet=true conflicts"),
     ({"elasticMinSlices": 1}, "elasticMinSlices conflicts"),
     ({"systemPoolMachineType": "e2-standard-16"}, "cannot hold the Pathways head"),
-    ({"pathwaysJobName": "p" * 29}, "at most 28 characters"),
+    ({"pathwaysJobName": "p" * 23}, "at most 22 characters"),
     ({"workloadBackend": "pathway"}, "allowed: rayjob"),
 ])
 def test_bad_pathways_config_is_refused_before_registration(overrides, fragment):

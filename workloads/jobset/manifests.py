@@ -224,11 +224,12 @@ def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: in
             "annotations": dict(EXCLUSIVE_TOPOLOGY),
         },
         "spec": {
-            # A preempted or evicted pod restarts every slice without counting; an exit code a retry cannot fix
-            # (core/exit_codes.py NOT_RETRYABLE: settings, software, data, failed smoke test) ends the JobSet;
-            # anything else restarts it, up to maxRestarts (workloads/failure_policy.py).
+            # A preempted or evicted pod, or a slice that saved and left at another slice's notice (exit 143),
+            # restarts every slice without counting; an exit code a retry cannot fix (core/exit_codes.py
+            # NOT_RETRYABLE: settings, software, data, failed smoke test) ends the JobSet; anything else restarts
+            # it, up to maxRestarts (workloads/failure_policy.py).
             "failurePolicy": {"maxRestarts": max_restarts,
-                              "rules": failure_policy.jobset_rules(exit_codes=True)},
+                              "rules": failure_policy.jobset_rules(exit_codes=True, notice_exit=True)},
             # Stable pod hostnames through a headless service: the coordinator address depends on them.
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             "replicatedJobs": [{
@@ -239,7 +240,7 @@ def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: in
                     "completions": hosts,
                     "completionMode": "Indexed",
                     "backoffLimit": 0,
-                    "podFailurePolicy": failure_policy.pod_failure_policy(container["name"]),
+                    "podFailurePolicy": failure_policy.pod_failure_policy(container["name"], notice_exit=True),
                     "template": {
                         "metadata": {"labels": labels()},
                         "spec": _pod_spec(spec, container, volumes or []),
