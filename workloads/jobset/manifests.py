@@ -14,7 +14,9 @@ from core.maxtext_args import PRE_TRAIN_MODULE
 from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape, chips_in
 from core.tpu_env import MEGASCALE_PORT, tpu_worker_env
 from core.pod_sizing import TpuPodSize
-from workloads.common import CODE_MOUNT, TPU_METRICS_PORT, labels, code_mount, tpu_node_selector, tpu_pod_resources
+from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S
+from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, labels, tpu_node_selector,
+                              tpu_pod_resources_memory_bounded)
 from workloads import failure_policy
 from workloads.kueue_config import DRANET_QUOTA_RESOURCE
 
@@ -175,8 +177,9 @@ def _container(spec: JobSetSpec, jobset_name: str, name: str, command: list[str]
                 + multislice_env(jobset_name, spec.slices)),
         "ports": ports,
         # No `privileged`: the device plugin exposes the chips and DRANET hands NICs over through the claim.
-        # Requests: the job's host memory and CPU (core/pod_sizing.py); limits: what the node can give.
-        "resources": tpu_pod_resources(spec.pod_size),
+        # Requests: the job's host memory and CPU (core/pod_sizing.py); CPU limit: what the node can give; memory
+        # limit = request, so a memory overrun is a counted OOM kill, never a free eviction restarted forever.
+        "resources": tpu_pod_resources_memory_bounded(spec.pod_size),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts],
     }
     if spec.dranet_claim_template:
@@ -278,9 +281,11 @@ def install_lock(lock_path: str, cache_dir: str | None = None) -> str:
 
 def smoke_argv(spec: JobSetSpec) -> list[str]:
     """trainer/smoke.py on one host of the JobSet: every JAX device of every slice joined (chips x devices per
-    chip x slices), and an all-reduce crosses the slices."""
+    chip x slices), and an all-reduce crosses the slices. It is the first to join the slices, so it waits for a
+    late slice as long as Kueue lets the JobSet wait (core/slice_wait.py), not JAX's default 300 s."""
     return ["python", "-m", "trainer.smoke", "--distributed",
-            "--expect-devices", str(spec.slices * spec.shape.devices), "--expect-slices", str(spec.slices)]
+            "--expect-devices", str(spec.slices * spec.shape.devices), "--expect-slices", str(spec.slices),
+            "--init-timeout", str(DISTRIBUTED_INIT_TIMEOUT_S)]
 
 
 def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], base_config_placeholder: str,

@@ -16,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.pathways import PATHWAYS_TPU_VERSIONS, PROXY_RESOURCES, RM_RESOURCES, TRAINER_RESOURCES
-from core.tpu_catalog import TPU_RESOURCE, SliceShape
+from core.pod_sizing import TpuPodSize
+from core.tpu_catalog import SliceShape
 from core.tpu_env import dcn_transport_flags
 from workloads import failure_policy
-from workloads.common import TPU_METRICS_PORT, labels, tpu_node_selector
+from workloads.common import TPU_METRICS_PORT, labels, tpu_node_selector, tpu_pod_resources_memory_bounded
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 HEAD_JOB = "pathways-head"
@@ -53,6 +54,7 @@ class PathwaysSpec:
     scratch_location: str           # gs:// directory Pathways components share
     trainer_command: tuple[str, ...]
     head_node_selector: dict[str, str]
+    worker_size: TpuPodSize         # each worker pod's requests and limits (core/pod_sizing.py)
     dcn_nics: int = 0               # DCN NICs of a worker's node (hostNetwork pods see them all)
 
 
@@ -229,7 +231,6 @@ def _worker_env(spec: PathwaysSpec) -> list[dict]:
 
 def _worker_job(spec: PathwaysSpec) -> dict:
     shape = spec.shape
-    chips = str(shape.chips_per_host)
     return {
         "name": WORKER_JOB,
         # One Job per slice; exclusive placement puts each on its own node pool (= one slice).
@@ -264,8 +265,11 @@ def _worker_job(spec: PathwaysSpec) -> dict:
                             # read (workloads/common.py TPU_METRICS_PORT), as on the Ray and JobSet TPU pods.
                             "ports": [*_ports(WORKER_PORT, WORKER_PORT + 1, 8471, 8080),
                                       {**TPU_METRICS_PORT, "protocol": "TCP"}],
-                            "resources": {"requests": {TPU_RESOURCE: chips},
-                                          "limits": {TPU_RESOURCE: chips}},
+                            # Sized as the JobSet backend's TPU pods (the worker holds the chips, the host's
+                            # offloaded activations and staged checkpoint shards): with no cpu/memory request it
+                            # was BestEffort, the kubelet's first eviction candidate under memory pressure.
+                            # Memory limit = request: an overrun is an OOM kill, not an eviction.
+                            "resources": tpu_pod_resources_memory_bounded(spec.worker_size),
                             "volumeMounts": [{"name": "shared-tmp", "mountPath": "/tmp"}],
                         }],
                         # xpk and pathways-utils both give the worker the VM's /tmp; kept for parity (what the

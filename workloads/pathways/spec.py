@@ -89,6 +89,7 @@ def pathways_spec(config: StackConfig) -> PathwaysSpec:
         scratch_location=scratch_location(config),
         trainer_command=tuple(trainer_command(config)),
         head_node_selector=dict(common.SYSTEM_POOL_SELECTOR),
+        worker_size=common.tpu_pod_size(config),
         # Pathways workers run on the host network (the config refuses DRANET here): they see the node's NICs.
         dcn_nics=pod_dcn_nics(len(config.network.dcn_subnets), dranet_claim=False, host_network=True),
     )
