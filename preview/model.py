@@ -308,7 +308,7 @@ def launched_overrides(config: StackConfig) -> dict[str, str]:
     if backend == "jobset":
         argv = jobset_spec.training_argv(config)
     elif backend == "pathways":
-        argv = pathways_spec.trainer_command(config)
+        argv = pathways_spec.maxtext_argv(config)
     else:
         command = ray_spec.entrypoint(config)
 

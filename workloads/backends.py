@@ -61,7 +61,8 @@ def _jobset(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
 
 def _pathways(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
     workload = PathwaysWorkload("pathways", config, context.namespace, context.service_account, context.cluster,
-                                opts=context.provider_options, nodes_ready=context.nodes_ready)
+                                opts=context.provider_options, nodes_ready=context.nodes_ready,
+                                bundle=context.bundle)
     return pathways_exports(config, context.cluster_location, workload.jobset_name)
 
 

@@ -22,7 +22,7 @@ from tests.conftest import REPO
 from tests.workloads.test_jobset_restarts import BUNDLE, JobSetStatus, Pod, run_attempt
 from workloads.jobset import spec as jobset_inputs
 from workloads.pathways import manifests as pathways_manifests
-from workloads.pathways import spec as pathways_inputs
+from workloads.pathways.component import pathways_objects
 
 GI = 2**30
 
@@ -54,8 +54,7 @@ def eviction_order(pods: list[tuple[str, float, float, int]]) -> list[str]:
 
 def tpu_pods() -> dict[str, dict]:
     jobset = jobset_inputs.jobset_objects(build(load_stack_config("jobset", REPO)), BUNDLE)["jobset"]
-    pathways = pathways_manifests.pathways_jobset(pathways_inputs.pathways_spec(
-        build(load_stack_config("pathways", REPO))))
+    pathways = pathways_objects(build(load_stack_config("pathways", REPO)), BUNDLE)["pathways-jobset"]
     workers = {r["name"]: r for r in pathways["spec"]["replicatedJobs"]}
     return {"jobset": jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"],
             "pathways-worker": workers[pathways_manifests.WORKER_JOB]["template"]["spec"]["template"]["spec"]}

@@ -20,7 +20,8 @@ from core.pod_sizing import TpuPodSize
 from core.tpu_catalog import SliceShape
 from core.tpu_env import dcn_transport_flags
 from workloads import failure_policy
-from workloads.common import TPU_METRICS_PORT, labels, tpu_node_selector, tpu_pod_resources_memory_bounded
+from workloads.common import (TPU_METRICS_PORT, code_mount, code_volume, labels, tpu_node_selector,
+                              tpu_pod_resources_memory_bounded)
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 HEAD_JOB = "pathways-head"
@@ -55,6 +56,8 @@ class PathwaysSpec:
     trainer_command: tuple[str, ...]
     head_node_selector: dict[str, str]
     worker_size: TpuPodSize         # each worker pod's requests and limits (core/pod_sizing.py)
+    code_config_map: str            # the trainer code (trainer.pathways_run maps MaxText's errors to exit codes)
+    code_files: tuple[str, ...]
     dcn_nics: int = 0               # DCN NICs of a worker's node (hostNetwork pods see them all)
 
 
@@ -159,6 +162,7 @@ def _trainer(spec: PathwaysSpec) -> dict:
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
         ],
         "resources": _pinned(TRAINER_RESOURCES),
+        "volumeMounts": [code_mount()],
     }
 
 
@@ -174,10 +178,9 @@ def _head_job(spec: PathwaysSpec) -> dict:
                 # The head is not retried by its Job: MaxText recovers in-process, and a dead head is a JobSet
                 # restart (failurePolicy) or the end of the run.
                 "backoffLimit": 0,
-                # An evicted or preempted head (a drained CPU node) restarts the JobSet without counting. No
-                # exit-code rule: the image's MaxText exits 1 on every error (not core/exit_codes.py), so a bad
-                # setting there is retried up to maxRestarts like any other failure.
-                "podFailurePolicy": failure_policy.pod_failure_policy(None),
+                # An evicted or preempted head (a drained CPU node) restarts the JobSet without counting; an exit
+                # code a retry cannot fix (trainer.pathways_run: settings, software, data) ends it.
+                "podFailurePolicy": failure_policy.pod_failure_policy(TRAINER_CONTAINER),
                 "completionMode": "Indexed",
                 "completions": 1,
                 "parallelism": 1,
@@ -185,7 +188,8 @@ def _head_job(spec: PathwaysSpec) -> dict:
                     "metadata": {"labels": labels()},
                     "spec": _host_network_pod(
                         spec, restart_policy="Never", node_selector=dict(spec.head_node_selector),
-                        initContainers=[_proxy(spec), _resource_manager(spec)], containers=[_trainer(spec)]),
+                        initContainers=[_proxy(spec), _resource_manager(spec)], containers=[_trainer(spec)],
+                        volumes=[code_volume(spec.code_config_map, list(spec.code_files))]),
                 },
             },
         },
@@ -291,7 +295,8 @@ def pathways_jobset(spec: PathwaysSpec) -> dict:
             # Stable DNS names for the pods; workers must resolve the head before it reports Ready.
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             "failurePolicy": {"maxRestarts": spec.max_restarts, "restartStrategy": "Recreate",
-                              "rules": failure_policy.jobset_rules(exit_codes=False, target_replicated_jobs=[HEAD_JOB])},
+                              "rules": failure_policy.jobset_rules(exit_codes=True,
+                                                                   target_replicated_jobs=[HEAD_JOB])},
             # Head (resource manager) first, then the workers that register with it.
             "startupPolicy": {"startupPolicyOrder": "InOrder"},
             # Workers serve until told otherwise: the run is done when MaxText in the head finishes.
