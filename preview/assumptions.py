@@ -115,6 +115,28 @@ def assumptions(config: StackConfig) -> list[str]:
                      "rule at index N\" (Kubernetes pkg/controller/job/pod_failure_policy.go; JobSet v0.12 "
                      "onJobFailureMessagePatterns exists for this), which is text, not an API field; after a failure "
                      "`kubectl get jobs -n NAMESPACE -o jsonpath='{..conditions}'` shows the message")
+        lines.append("admission: the JobSet webhook's and KubeRay's refusals are played offline from their v0.12.0 and "
+                     "v1.7.0 code (preview/k8s/admission.py), with the controllers' default feature gates; a cluster "
+                     "running other versions or gates may refuse more; `kubectl apply --dry-run=server` of the "
+                     "plan's --out files asks the real webhook")
+        lines.append("host memory: TPU pods' memory limit is their request (the plan's need + 25 %), so a run "
+                     "that needs more is OOM-killed (exit 137, counted toward maxRestarts) instead of using the "
+                     "rest of the host; the kubelet is assumed to rank eviction candidates by use over request "
+                     "(Kubernetes \"Node-pressure Eviction\"). Check `kubectl describe pod` for OOMKilled")
+    if config.workload.backend == "jobset":
+        lines.append("late slice: Kueue's waitForPodsReady (timeout 18 min, from the assumed 6 min slice start-up) "
+                     "is assumed to suspend and requeue the JobSet without failing a Job (Kueue v0.19.2), and a "
+                     "slice's pods to reach jax.distributed.initialize within 10 min of Ready; JAX waits 28 min. "
+                     "Check `kubectl get workloads -n NAMESPACE` shows Evicted/PodsReadyTimeout, not a restart")
+        lines.append("Spot notice: every slice is assumed to save at JAX's preemption sync and exit 143 (the rule "
+                     "SavedAtPreemptionNotice restarts them without counting); a trainer that exits 143 for "
+                     "another reason would also restart without counting. Check `kubectl get jobset -n NAMESPACE "
+                     "-o jsonpath='{.items[*].status.restartsCountTowardsMax}'` stays 0 after a preemption")
+    if config.workload.backend == "pathways":
+        lines.append("Pathways exit codes: the trainer image's MaxText is assumed to have the train.initialize and "
+                     "create_data_iterator trainer.pathways_run wraps (MaxText 0.2.5's layout) and bash; otherwise "
+                     "its settings and data errors exit 1 and are retried. Check the head's log for "
+                     "\"trainer.pathways_run:\" lines")
     if not config.cluster.autopilot:
         lines.append("slice pools from zero: spot and on-demand TPU pools autoscale 0..hosts per zone and GKE is "
                      "assumed to add a multi-host slice's VMs at once when its pods ask (\"About TPUs in GKE\"); "

@@ -653,7 +653,7 @@ def check_admission(objects: Sequence[Mapping[str, Any]]) -> tuple[list[Finding]
                                   f"{message} [{rule.function}, {rule.source.rsplit(' ', 1)[-1]}]"))
     notes = []
     if checked:
-        notes.append(f"admission: {checked} object(s) against {len(JOBSET_RULES)} JobSet v0.12.0 webhook "
-                     f"and {len(RAY_CLUSTER_SPEC_RULES) + len(RAY_JOB_RULES)} KubeRay v1.7.0 rules, "
-                     f"{len(errors)} refusal(s)")
+        notes.append(f"admission: {checked} object(s), {len(JOBSET_RULES)} JobSet v0.12.0 webhook + "
+                     f"{len(RAY_CLUSTER_SPEC_RULES) + len(RAY_JOB_RULES)} KubeRay v1.7.0 rules: "
+                     f"{len(errors)} refused")
     return errors, notes
