@@ -399,7 +399,9 @@ def _rc_worker_containers(spec, _annotations):
 def _rc_replica_bounds(spec, _annotations):
     for i, group in _groups(spec):
         path = ("workerGroupSpecs", i)
-        low, high = _as_int(group.get("minReplicas")), _as_int(group.get("maxReplicas"))
+        # The CRD defaults both (minReplicas 0, maxReplicas 2147483647) before the controller reads the object, so
+        # "must both be set" only bites an explicit null; the ordering rules see the defaults.
+        low, high = _as_int(group.get("minReplicas", 0)), _as_int(group.get("maxReplicas", MAX_INT32))
         if not _autoscaling(spec) and (low is None or high is None):
             yield path, "minReplicas and maxReplicas must both be set when autoscaling is disabled"
         if low is not None and low < 0:
