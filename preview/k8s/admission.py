@@ -17,8 +17,8 @@ Sources (read at the tags the stack pins, infra/versions.py):
   validateWorkerGroupIdleTimeout, validateWorkerGroupPriority; utils/constant.go (MaxRayClusterNameLength 53,
   MaxRayJobNameLength 47); pkg/features/features.go (RayJobDeletionPolicy on; network policy, mTLS, history server,
   embedded GCS storage off by default).
-RayJob/RayCluster name limits and the runtimeEnvYAML/ttl/rayClusterSpec-xor-clusterSelector rules were checked by
-preview/k8s/rules.py before this module; they stay there and are not repeated here.
+The runtimeEnvYAML/ttl/rayClusterSpec-xor-clusterSelector rules were checked by preview/k8s/rules.py before this
+module; they stay there and are not repeated here.
 """
 from __future__ import annotations
 
@@ -593,11 +593,32 @@ def _rj_deadlines(job):
         yield ("spec", "backoffLimit"), "must not be negative"
 
 
+def _name_rule(kind: str, limit: int):
+    def check(obj):
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if len(name) > limit:
+            yield ("metadata", "name"), f"{kind} name {name!r} is longer than {limit} characters"
+        if not DNS1035_LABEL.match(name):
+            yield ("metadata", "name"), f"{kind} name {name!r} is not a DNS-1035 label"
+    return check
+
+
+# utils/constant.go: MaxRayClusterNameLength = 53, MaxRayJobNameLength = 53 - 6 (KubeRay derives pod, service and
+# submitter Job names from them).
+RAY_CLUSTER_METADATA_RULE = AdmissionRule("RayCluster", f"{KUBERAY_SOURCE}:33", "ValidateRayClusterMetadata",
+                                          "the name is a DNS-1035 label of at most 53 characters",
+                                          _name_rule("RayCluster", 53))
+RAY_JOB_METADATA_RULE = AdmissionRule("RayJob", f"{KUBERAY_SOURCE}:534", "ValidateRayJobMetadata",
+                                      "the name is a DNS-1035 label of at most 47 characters",
+                                      _name_rule("RayJob", 47))
+
+
 def _rayjob(line: int, what: str, check) -> AdmissionRule:
     return AdmissionRule("RayJob", f"{KUBERAY_SOURCE}:{line}", "ValidateRayJobSpec", what, check)
 
 
 RAY_JOB_RULES: tuple[AdmissionRule, ...] = (
+    RAY_JOB_METADATA_RULE,
     _rayjob(547, "suspend needs shutdownAfterJobFinishes and no clusterSelector", _rj_suspend),
     _rayjob(551, "ttlSecondsAfterFinished is non-negative", _rj_ttl),
     _rayjob(771, "deletionStrategy is one consistent form", _rj_deletion_strategy),
@@ -607,7 +628,8 @@ RAY_JOB_RULES: tuple[AdmissionRule, ...] = (
     _rayjob(619, "deadlines positive, backoffLimit not negative", _rj_deadlines),
 )
 
-ALL_RULES: tuple[AdmissionRule, ...] = JOBSET_RULES + RAY_CLUSTER_SPEC_RULES + RAY_JOB_RULES
+ALL_RULES: tuple[AdmissionRule, ...] = JOBSET_RULES + RAY_CLUSTER_SPEC_RULES + (RAY_CLUSTER_METADATA_RULE,) + \
+    RAY_JOB_RULES
 
 
 def _cluster_spec_problems(spec: Mapping[str, Any], annotations: Mapping[str, Any], base: tuple,
@@ -629,6 +651,10 @@ def problems_of(obj: Mapping[str, Any],
                 for path, message in rule.check(defaulted):
                     yield rule, tuple(path), message
     elif kind == "RayCluster":
+        for rule in rules:
+            if rule.kind == "RayCluster":
+                for path, message in rule.check(obj):
+                    yield rule, tuple(path), message
         cluster_rules = [r for r in rules if r.kind == "RayClusterSpec"]
         yield from _cluster_spec_problems(obj.get("spec") or {}, annotations, ("spec",), cluster_rules)
     elif kind == "RayJob":
@@ -656,6 +682,6 @@ def check_admission(objects: Sequence[Mapping[str, Any]]) -> tuple[list[Finding]
     notes = []
     if checked:
         notes.append(f"admission: {checked} object(s), {len(JOBSET_RULES)} JobSet v0.12.0 webhook + "
-                     f"{len(RAY_CLUSTER_SPEC_RULES) + len(RAY_JOB_RULES)} KubeRay v1.7.0 rules: "
+                     f"{len(RAY_CLUSTER_SPEC_RULES) + len(RAY_JOB_RULES) + 1} KubeRay v1.7.0 rules: "
                      f"{len(errors)} refused")
     return errors, notes

@@ -48,6 +48,12 @@ def good_rayjob() -> dict:
                                                                    maxReplicas=2, numOfHosts=4)]}}}
 
 
+def good_raycluster() -> dict:
+    job = good_rayjob()
+    return {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": dict(job["metadata"]),
+            "spec": job["spec"]["rayClusterSpec"]}
+
+
 def _rules(obj: dict) -> set[tuple[str, str]]:
     return {(rule.function, rule.source) for rule, _, _ in problems_of(obj)}
 
@@ -100,6 +106,8 @@ CASES = [
     (JS + "500", good_jobset, _set(("spec", "coordinator", "podIndex"), 1)),
     # <name>-head-0-0.<name>: the label value outgrows 63 characters long before any Job or pod name does.
     (JS + "527", good_jobset, _set(("metadata", "name"), "p" * 27)),
+    (KR + "534", good_rayjob, _set(("metadata", "name"), "r" * 48)),
+    (KR + "33", good_raycluster, _set(("metadata", "name"), "Train")),
     (KR + "104", good_rayjob, _set(CLUSTER + ("headGroupSpec", "template", "spec", "containers"), [])),
     (KR + "108", good_rayjob, _set(WORKER + ("rayStartParams",), {"labels": "a=b"})),
     (KR + "119", good_rayjob, _set(WORKER + ("template", "spec", "containers"), [])),
@@ -124,6 +132,7 @@ CASES = [
 def test_the_good_objects_pass():
     assert _rules(good_jobset()) == set()
     assert _rules(good_rayjob()) == set()
+    assert _rules(good_raycluster()) == set()
 
 
 @pytest.mark.parametrize("line, build, breaks", CASES, ids=[case[0] for case in CASES])
