@@ -203,8 +203,8 @@ def _stack(stack: str):
 @pytest.mark.parametrize("stack", COMMITTED_STACKS)
 def test_the_compiled_argv_is_the_backends_own(stack):
     """No second argv builder: JobSet's training_argv, Pathways' maxtext_argv (what trainer_command runs), and for
-    Ray what the workers run (trainer.entrypoint --print-argv, from trainer.worker.worker_plan_and_argv), which is pre_train_argv of the
-    stack's plan with the RayJob's run settings."""
+    Ray what the workers run (trainer.entrypoint --print-argv, from trainer.worker.worker_plan_and_argv), which is
+    pre_train_argv of the stack's plan with the RayJob's run settings."""
     config, plan = _stack(stack)
     target = pf.stack_target(config, [m.obj for m in plan.manifests])
     backend = str(getattr(config.workload.backend, "value", config.workload.backend))
