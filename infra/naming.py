@@ -60,8 +60,10 @@ RAYJOB_NAME_MAX = 47
 HASH_SUFFIX = 9
 # JobSet name prefix: leaves room for "-smoke-" + hash and the pod hostnames (<= 63) JobSet derives.
 JOBSET_PREFIX_MAX = 24
-# MaxText's elastic-training guide: Pathways workload names of at most 28 characters.
-PATHWAYS_NAME_MAX = 28
+# The Pathways JobSet's head is its coordinator, and JobSet v0.12.0's webhook refuses a JobSet whose coordinator
+# endpoint `<name>-pathways-head-0-0.<name>` is not a label value of at most 63 characters (jobset_webhook.go
+# validateCoordinatorLabelValue): 2 x name + 19 <= 63. Tighter than the 28 MaxText's elastic-training guide gives.
+PATHWAYS_NAME_MAX = 22
 
 
 def fit(name: str, limit: int) -> str:

@@ -83,6 +83,10 @@ def assumptions(config: StackConfig) -> list[str]:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")
     lines.extend(_preemption(config))
+    lines.append("admission: the JobSet webhook's and KubeRay's refusals are played offline from their v0.12.0 and "
+                 "v1.7.0 code (preview/k8s/admission.py), with the controllers' default feature gates; a cluster "
+                 "running other versions or gates may refuse more; `kubectl apply --dry-run=server` of the "
+                 "plan's --out files asks the real webhook")
     if not config.cluster.autopilot:
         lines.append("slice pools from zero: spot and on-demand TPU pools autoscale 0..hosts per zone and GKE is "
                      "assumed to add a multi-host slice's VMs at once when its pods ask (\"About TPUs in GKE\"); "

@@ -19,7 +19,7 @@ The argv is never built here. It comes from the builder of the stack's backend:
 - Ray: the RayJob's `python -m trainer.entrypoint ...` (workloads/ray/spec.py `entrypoint`) run with
   `--print-argv`, which prints what trainer.worker.worker_plan_and_argv gives every worker of the full group;
 - JobSet: workloads/jobset/spec.py `training_argv`;
-- Pathways: workloads/pathways/spec.py `trainer_command`.
+- Pathways: workloads/pathways/spec.py `maxtext_argv` (what `trainer_command` runs).
 Only what cannot mean the same thing on this machine is replaced: `base_output_directory` (a local scratch
 directory; gs:// needs credentials), `run_name`, `jax_cache_dir` (off), and the base config path (the installed
 package's base.yml, maxtext/configs/base.yml). `elastic_enabled` is left out (AOT_DROPPED says why).

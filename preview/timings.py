@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from core.slice_wait import SLICE_START_S
 from core.tpu_catalog import CATALOG
 
 
@@ -35,8 +36,9 @@ DEFAULT = Timing(10, 10, "guess: unknown resource type")
 # Cluster: 6 min typical inside the public 2.5-9.5 min range (docs/platform-notes.md §4); the bootstrap pool that
 # remove_default_node_pool deletes is part of the same operation.
 CLUSTER = Timing(360, 300, "docs/platform-notes.md §4: 2.5-9.5 min in public logs (create); delete is a guess")
-TPU_NODE_POOL = Timing(360, 240, "guess: multi-host TPU pools provision several VMs at once; pools of one "
-                                 "cluster are created concurrently (docs/platform-notes.md §4)")
+# The same start-up figure sizes how long a JobSet waits for a slice that comes up late (core/slice_wait.py).
+TPU_NODE_POOL = Timing(SLICE_START_S, 240, "guess: multi-host TPU pools provision several VMs at once; pools of "
+                                           "one cluster are created concurrently (docs/platform-notes.md §4)")
 CPU_NODE_POOL = Timing(150, 150, "guess")
 
 BY_TYPE: dict[str, Timing] = {

@@ -126,6 +126,9 @@ def run_local(args: argparse.Namespace) -> int:
         if args.coordinator:
             kwargs = dict(coordinator_address=args.coordinator, num_processes=args.num_processes,
                           process_id=args.process_id)
+        if args.init_timeout is not None:
+            # A slice that comes up late must be waited for, not fail the run (core/slice_wait.py).
+            kwargs["initialization_timeout"] = args.init_timeout
         jax.distributed.initialize(**kwargs)
     try:
         result = check(args.expect_devices, args.expect_slices)
@@ -212,6 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--coordinator", help="host:port of process 0 (local multi-process runs)")
     parser.add_argument("--num-processes", type=int)
     parser.add_argument("--process-id", type=int)
+    parser.add_argument("--init-timeout", type=int, help="seconds jax.distributed.initialize waits for every "
+                        "process (JAX's default: 300)")
     ray_group = parser.add_argument_group("Ray (RayJob driver)")
     ray_group.add_argument("--ray", action="store_true", help="run the checks on the TPU workers via JaxTrainer")
     ray_group.add_argument("--model", default="llama3-8b")
@@ -244,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(f"--expect-slices={args.expect_slices} must divide --expect-devices={args.expect_devices}")
     if args.coordinator and (args.num_processes is None or args.process_id is None):
         problems.append("--coordinator needs --num-processes and --process-id")
+    if args.init_timeout is not None and args.init_timeout < 1:
+        problems.append(f"--init-timeout={args.init_timeout} must be a positive number of seconds")
     if problems:
         print("smoke: " + "; ".join(problems), file=sys.stderr)
         return EXIT_BAD_INPUT

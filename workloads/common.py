@@ -56,6 +56,28 @@ def tpu_pod_resources(size: TpuPodSize) -> dict[str, dict[str, str]]:
     return {"requests": size.requests(TPU_RESOURCE), "limits": size.limits(TPU_RESOURCE)}
 
 
+# What the offline plan cannot verify about tpu_pod_resources_memory_bounded (shown among its assumptions).
+MEMORY_BOUND_ASSUMPTION = (
+    "host memory: TPU pods' memory limit is their request (the plan's need + 25 %), so a run that needs more is "
+    "OOM-killed (exit 137, counted toward maxRestarts) instead of using the rest of the host; the kubelet is "
+    "assumed to rank eviction candidates by use over request (Kubernetes \"Node-pressure Eviction\"). Check "
+    "`kubectl describe pod` for OOMKilled")
+
+
+def tpu_pod_resources_memory_bounded(size: TpuPodSize) -> dict[str, dict[str, str]]:
+    """As tpu_pod_resources, with the memory limit equal to the request (the plan's need with its headroom), for
+    pods whose eviction would restart a JobSet without counting. The kubelet's node-pressure eviction ranks first
+    the pods whose memory use exceeds their request (Kubernetes "Node-pressure Eviction", eviction order), and an
+    eviction marks the pod DisruptionTarget, which the JobSet failure policy restarts for free
+    (workloads/failure_policy.py): a host-memory overrun that repeats on every attempt would loop forever. With
+    use never above the request the pod is never such a candidate, and an overrun ends at its own cgroup limit
+    instead: an OOM kill, exit 137 with no condition, a failure counted toward maxRestarts. CPU keeps the node's
+    ceiling as its limit: a CPU limit only throttles, it never evicts or kills."""
+    resources = tpu_pod_resources(size)
+    resources["limits"]["memory"] = resources["requests"]["memory"]
+    return resources
+
+
 def capacity_selectors(config: StackConfig) -> dict[str, str]:
     """Autopilot picks TPU capacity from node selectors (Standard pools carry it in their node config)."""
     if not config.cluster.autopilot:

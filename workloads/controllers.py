@@ -39,7 +39,8 @@ def kueue_device_classes(config: StackConfig) -> dict[str, list[str]]:
 
 
 def kueue_values(config: StackConfig) -> dict:
-    """Helm values of the Kueue release (workloads/kueue_config.py): the DRANET mapping when pods claim NICs."""
+    """Helm values of the Kueue release (workloads/kueue_config.py): waitForPodsReady, and the DRANET mapping when
+    pods claim NICs."""
     return kueue_config.chart_values(kueue_device_classes(config))
 
 

@@ -11,12 +11,19 @@ instead of its default as a whole (charts/kueue/templates/manager/manager-config
 only adds internalCertManagement; templates/webhook/manifests.yaml reads its integrations). Setting it therefore
 means restating every default setting too: CHART_DEFAULT below holds the settings of the chart's default
 Configuration at v0.19.2 (charts/kueue/values.yaml), with the integrations it enables (JobSet among them).
+
+The stack always sets it, for waitForPodsReady: on by default since Kueue 0.19 with a 30 min timeout
+(apis/config/v1beta2/defaults.go), it is what turns a slice that comes up late into waiting instead of a counted
+JobSet restart, so its timeout is stated here, sized from the slice start-up the plan assumes (core/slice_wait.py),
+rather than left to a default that may change between Kueue releases.
 """
 from __future__ import annotations
 
 import copy
 
 import yaml
+
+from core.slice_wait import PODS_READY_TIMEOUT_S
 
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 
@@ -60,10 +67,19 @@ CHART_DEFAULT: dict = {
 DRANET_QUOTA_RESOURCE = "tpu-multislice/dcn-nic"
 
 
+def wait_for_pods_ready() -> dict:
+    """Kueue's all-or-nothing admission (apis/config/v1beta2 WaitForPodsReady): a JobSet whose pods are not all
+    Ready PODS_READY_TIMEOUT_S after admission (or after a restart: recoveryTimeout defaults to the same value) is
+    evicted and requeued, with Kueue's default backoff (60 s doubling up to 1 h, requeued without limit)."""
+    return {"timeout": f"{PODS_READY_TIMEOUT_S}s", "blockAdmission": False,
+            "requeuingStrategy": {"timestamp": "Eviction"}}
+
+
 def manager_config(device_classes: dict[str, list[str]]) -> dict:
-    """The chart's default Configuration plus one deviceClassMapping per quota resource
+    """The chart's default Configuration with waitForPodsReady, plus one deviceClassMapping per quota resource
     (`{quota resource: [DeviceClass names]}`)."""
     config = copy.deepcopy(CHART_DEFAULT)
+    config["waitForPodsReady"] = wait_for_pods_ready()
     if device_classes:
         config["resources"] = {"deviceClassMappings": [
             {"name": name, "deviceClassNames": list(classes)} for name, classes in device_classes.items()]}
@@ -71,9 +87,6 @@ def manager_config(device_classes: dict[str, list[str]]) -> dict:
 
 
 def chart_values(device_classes: dict[str, list[str]]) -> dict:
-    """Helm values of the Kueue release: nothing when no DeviceClass needs mapping (the chart's own default
-    Configuration applies untouched), otherwise the whole Configuration as the one YAML string the chart reads."""
-    if not device_classes:
-        return {}
+    """Helm values of the Kueue release: the whole Configuration as the one YAML string the chart reads."""
     text = yaml.safe_dump(manager_config(device_classes), sort_keys=False, default_flow_style=False)
     return {"managerConfig": {"controllerManagerConfigYaml": text}}

@@ -241,8 +241,8 @@ KEYS: tuple[Key, ...] = (
         "chips per slice. Less than the workload needs is refused (Kueue could never admit it).", DERIVED,
         applies_to=(AppliesTo("workloadBackend", ("jobset",), "only the JobSet backend queues through Kueue"),)),
     # --- Pathways backend (workloadBackend=pathways) ---
-    Key("pathwaysJobName", "string", "Name of the Pathways JobSet (DNS-1035 label of at most 28 characters, the "
-        "limit MaxText's elastic-training guide gives for Pathways workload names).", "maxtext-pathways",
+    Key("pathwaysJobName", "string", "Name of the Pathways JobSet (DNS-1035 label of at most 22 characters: "
+        "JobSet's webhook limits the head's coordinator address, twice the name plus 19, to 63).", "maxtext-pathways",
         check=check.dns1035(naming.PATHWAYS_NAME_MAX), applies_to=(_ON_PATHWAYS,)),
     Key("pathwaysElasticSlices", "integer", "Slices the run may lose without ending its Pathways session (xpk "
         "--elastic-slices; the proxy's --num_elastic_slices). 0 turns elastic training off; must be below "

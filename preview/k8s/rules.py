@@ -9,8 +9,8 @@ soon as the stack registers them. Sources of each rule:
   "Manage resources for containers", extended resources).
 - References: a pod's serviceAccountName, resourceClaimTemplateName, ConfigMap volumes/env must name
   an object in the pod's namespace, or the pod is refused or never starts.
-- Names: DNS-1123 subdomain for most kinds, label for Namespace/Service; RayCluster ≤53 and RayJob ≤47
-  characters, DNS-1035 (docs/platform-notes.md §7; KubeRay validation.go).
+- Names: DNS-1123 subdomain for most kinds, label for Namespace/Service (RayCluster ≤53 and RayJob ≤47
+  characters, DNS-1035: preview/k8s/admission.py, from KubeRay's validation.go).
 - RayJob: rayClusterSpec xor clusterSelector; runtimeEnvYAML must parse as YAML; ttlSecondsAfterFinished
   needs shutdownAfterJobFinishes (docs/platform-notes.md §7).
 - Kueue: queue-name label → LocalQueue → ClusterQueue → ResourceFlavors; a queued workload's resources
@@ -37,7 +37,7 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 # KubeRay's default submitter pod (K8sJobMode) requests these (docs/platform-notes.md §6).
 RAYJOB_SUBMITTER_RESOURCES = frozenset({"cpu", "memory"})
 
-DNS1035_LABEL = re.compile(r"^[a-z](?:[-a-z0-9]*[a-z0-9])?$")
+# Kinds whose names KubeRay limits further (checked in preview/k8s/admission.py).
 NAME_LIMITS = {"RayCluster": 53, "RayJob": 47}
 
 FieldPath = tuple  # of str | int, e.g. ("spec", "containers", 0)
@@ -320,11 +320,8 @@ def _check_namespace(obj: Mapping[str, Any], index: ObjectIndex, out: _Collector
 def _check_name(obj: Mapping[str, Any], out: _Collector) -> None:
     kind, name = kind_of(obj), name_of(obj)
     if kind in NAME_LIMITS:
-        limit = NAME_LIMITS[kind]
-        if len(name) > limit or not DNS1035_LABEL.match(name):
-            out.error(("metadata", "name"), f"{kind} names are DNS-1035 labels of at most {limit} characters "
-                                            f"(KubeRay derives pod and service names from them); got {name!r}")
-    elif kind in ("Namespace", "Service"):
+        return      # KubeRay's own limits: preview/k8s/admission.py (ValidateRayJobMetadata, ...ClusterMetadata)
+    if kind in ("Namespace", "Service"):
         if not naming.DNS1123_LABEL.match(name):
             out.error(("metadata", "name"), f"{kind} names are DNS-1123 labels (≤63 lowercase letters, digits, "
                                             f"'-'); got {name!r}")

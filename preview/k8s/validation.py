@@ -8,7 +8,8 @@
 Built-in kinds are checked against kubernetes-validate's bundled strict schemas for the cluster's
 Kubernetes version; custom resources against their CRD's openAPIV3Schema (jsonschema) and its CEL rules
 (x-kubernetes-validations, preview/k8s/cel_rules.py); then the rules the cluster's webhooks and admission
-enforce (infra/k8s_rules.py).
+enforce (preview/k8s/rules.py), and what the JobSet webhook and KubeRay's validation code refuse beyond the schema
+(preview/k8s/admission.py).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import jsonschema
 
 from preview.k8s import cel_rules
+from preview.k8s.admission import check_admission
 from preview.k8s import core_schemas as k8s_core_schemas
 from preview.k8s.crd_schemas import CrdLibrary
 from preview.k8s.findings import Finding, field_path
@@ -169,4 +171,7 @@ def validate_objects(objects: Iterable[Mapping[str, Any]], schemas_dir: Path | s
     rule_errors, rule_warnings = check_objects(objects, tpu_pools)
     report.errors += rule_errors
     report.warnings += rule_warnings
+    admission_errors, admission_notes = check_admission(objects)
+    report.errors += admission_errors
+    report.notes += admission_notes
     return report

@@ -202,9 +202,9 @@ def _stack(stack: str):
 
 @pytest.mark.parametrize("stack", COMMITTED_STACKS)
 def test_the_compiled_argv_is_the_backends_own(stack):
-    """No second argv builder: JobSet's training_argv, Pathways' trainer_command, and for Ray what the workers
-    run (trainer.entrypoint --print-argv, from trainer.worker.worker_plan_and_argv), which is pre_train_argv of the
-    stack's plan with the RayJob's run settings."""
+    """No second argv builder: JobSet's training_argv, Pathways' maxtext_argv (what trainer_command runs), and for
+    Ray what the workers run (trainer.entrypoint --print-argv, from trainer.worker.worker_plan_and_argv), which is
+    pre_train_argv of the stack's plan with the RayJob's run settings."""
     config, plan = _stack(stack)
     target = pf.stack_target(config, [m.obj for m in plan.manifests])
     backend = str(getattr(config.workload.backend, "value", config.workload.backend))
@@ -213,7 +213,9 @@ def test_the_compiled_argv_is_the_backends_own(stack):
         assert list(target.argv) == spec.training_argv(config)
     elif backend == "pathways":
         from workloads.pathways import spec
-        assert list(target.argv) == spec.trainer_command(config)[2:]
+        assert list(target.argv) == spec.maxtext_argv(config)
+        command = spec.trainer_command(config)
+        assert command[4:] == list(target.argv)[2:] and f"trainer.pathways_run {target.argv[1]}" in command[2]
     else:
         from workloads.ray import spec
         keys = target.keys

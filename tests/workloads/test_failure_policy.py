@@ -30,7 +30,7 @@ from workloads import failure_policy
 from workloads.bundle import TrainerBundle
 from workloads.jobset import spec as jobset_inputs
 from workloads.pathways import manifests as pathways_manifests
-from workloads.pathways import spec as pathways_inputs
+from workloads.pathways.component import pathways_objects
 from workloads.ray.deadline import job_deadline_seconds
 
 BUNDLE = TrainerBundle({"trainer/__init__.py": "", "trainer/smoke.py": "# stand-in\n"})
@@ -104,8 +104,9 @@ def _slice_job(jobset: dict) -> tuple[str, dict]:
     (FailedPod(exit_code=exit_codes.DATA_ERROR), "FailJobSet"),
     (FailedPod(exit_code=exit_codes.RUNTIME_FAILURE), "RestartJobSet"),
     (FailedPod(exit_code=exit_codes.KILLED), "RestartJobSet"),
-    # The trainer left at a notice the kubelet did not mark (no DisruptionTarget): an ordinary, counted restart.
-    (FailedPod(exit_code=exit_codes.PREEMPTED), "RestartJobSet"),
+    # The trainer left at a notice the kubelet did not mark (no DisruptionTarget): the slice that saved at another
+    # slice's notice (JAX's preemption sync); free too (tests/workloads/test_jobset_restarts.py plays the orders).
+    (FailedPod(exit_code=exit_codes.PREEMPTED), "RestartJobSetAndIgnoreMaxRestarts"),
 ], ids=lambda v: v if isinstance(v, str) else f"exit{v.exit_code}{'-disrupted' if v.disrupted else ''}")
 def test_jobset_restarts_preemptions_free_and_fails_at_once_on_what_a_retry_cannot_fix(training_jobset, pod,
                                                                                         expected):
@@ -117,7 +118,7 @@ def test_jobset_restarts_preemptions_free_and_fails_at_once_on_what_a_retry_cann
 
 def test_every_not_retryable_code_and_only_those_fail_the_jobset(training_jobset):
     _, job = _slice_job(training_jobset)
-    (codes,) = [rule["onExitCodes"] for rule in job["podFailurePolicy"]["rules"] if "onExitCodes" in rule]
+    codes = job["podFailurePolicy"]["rules"][failure_policy.NOT_RETRYABLE_RULE]["onExitCodes"]
     assert codes["operator"] == "In" and set(codes["values"]) == exit_codes.NOT_RETRYABLE
     assert not set(codes["values"]) & exit_codes.RETRYABLE and 0 not in codes["values"]
 
@@ -159,7 +160,7 @@ def test_patterns_match_only_their_own_rules_message():
 
 def test_failure_policies_validate_against_the_jobset_crd(training_jobset, schemas_dir):
     config = build(load_stack_config("pathways", REPO))
-    pathways = pathways_manifests.pathways_jobset(pathways_inputs.pathways_spec(config))
+    pathways = pathways_objects(config)["pathways-jobset"]
     def policy_errors(objects):
         return [f for f in validate_objects(objects, schemas_dir).errors if "ailurePolicy" in f.field_path]
 
@@ -172,17 +173,22 @@ def test_failure_policies_validate_against_the_jobset_crd(training_jobset, schem
 
 # ---- Pathways backend -----------------------------------------------------------------------------------
 
-def test_pathways_restarts_an_evicted_head_free_and_leaves_maxtext_exits_to_max_restarts():
+def test_pathways_restarts_an_evicted_head_free_and_ends_on_what_a_retry_cannot_fix():
     config = build(load_stack_config("pathways", REPO))
-    jobset = pathways_manifests.pathways_jobset(pathways_inputs.pathways_spec(config))
+    jobset = pathways_objects(config)["pathways-jobset"]
     jobs = {r["name"]: r["template"]["spec"] for r in jobset["spec"]["replicatedJobs"]}
     head = jobs[pathways_manifests.HEAD_JOB]
     assert head["template"]["spec"]["restartPolicy"] == "Never"
     rules = jobset["spec"]["failurePolicy"]["rules"]
     for pod, expected in ((FailedPod(container="maxtext", disrupted=True), "RestartJobSetAndIgnoreMaxRestarts"),
-                          (FailedPod(container="maxtext", exit_code=exit_codes.CONFIG_ERROR), "RestartJobSet")):
+                          (FailedPod(container="maxtext", exit_code=exit_codes.CONFIG_ERROR), "FailJobSet"),
+                          (FailedPod(container="maxtext", exit_code=exit_codes.DATA_ERROR), "FailJobSet"),
+                          (FailedPod(container="maxtext", exit_code=exit_codes.RUNTIME_FAILURE), "RestartJobSet")):
         reason, message = job_failure(pod, head["podFailurePolicy"], head["backoffLimit"])
         assert jobset_action(rules, pathways_manifests.HEAD_JOB, reason, message) == expected
+    # The head's MaxText exits with those codes: it runs through trainer.pathways_run.
+    (trainer,) = [c for c in head["template"]["spec"]["containers"] if c["name"] == "maxtext"]
+    assert "exec python3 -m trainer.pathways_run " in trainer["command"][2]
     # Worker pods restart in place (OnFailure), which a podFailurePolicy does not allow.
     worker = jobs[pathways_manifests.WORKER_JOB]
     assert worker["template"]["spec"]["restartPolicy"] == "OnFailure" and "podFailurePolicy" not in worker

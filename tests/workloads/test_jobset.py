@@ -19,6 +19,7 @@ from preview.stack_files import load_stack_config
 from core.tpu_catalog import chips_in
 from tests.conftest import MINIMAL, REPO, assert_matches_golden, committed_stack_run
 from core.maxtext_args import RunSettings, pre_train_argv
+from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S
 from workloads import common
 from workloads.jobset import manifests as jobset_manifests
 from workloads.jobset import spec as jobset_inputs
@@ -221,9 +222,11 @@ def test_without_dranet_pods_use_the_host_network():
 def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, config):
     [jobset] = by_kind(objects_of(run), "JobSet")
     container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
-    # The Ray trainer's builder, called here with the settings the Ray path uses (run name aside).
+    # The Ray trainer's builder, called here with the settings the Ray path uses (run name aside), plus the wait
+    # for a late slice (core/slice_wait.py).
     run_settings = RunSettings(run_name="maxtext-llama3-8b", base_output_directory=common.output_directory(config),
-                               steps=config.workload.train_steps, checkpoint_period=config.workload.checkpoint_period)
+                               steps=config.workload.train_steps, checkpoint_period=config.workload.checkpoint_period,
+                               extra={"jax_distributed_initialization_timeout": str(DISTRIBUTED_INIT_TIMEOUT_S)})
     argv = pre_train_argv(config.workload.plan, run_settings, "$BASE_CONFIG")
     assert argv[0] == "maxtext.trainers.pre_train.train"
     assert container["args"] == argv[2:]
@@ -266,7 +269,7 @@ def test_training_pods_run_the_shipped_smoke_program_first_and_train_only_if_it_
     [train_line] = [i for i, line in enumerate(script) if line.startswith("exec python -m trainer.jobset_run ")]
     assert smoke_line < train_line
     assert script[smoke_line] == ("(cd /opt/tpu-multislice && python -m trainer.smoke --distributed "
-                                  "--expect-devices 32 --expect-slices 2)")
+                                  f"--expect-devices 32 --expect-slices 2 --init-timeout {DISTRIBUTED_INIT_TIMEOUT_S})")
     [code] = by_kind(objects, "ConfigMap")
     volume = next(v for v in pod["volumes"] if v["name"] == "trainer-code")
     assert volume["configMap"]["name"] == code["metadata"]["name"]

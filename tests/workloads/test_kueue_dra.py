@@ -37,14 +37,16 @@ def test_dranet_stack_maps_the_netdev_class_and_keeps_the_chart_defaults():
     assert mapping == {"name": DRANET_QUOTA_RESOURCE, "deviceClassNames": [DRANET_DEVICE_CLASS]}
     assert LABEL_KEY.match(mapping["name"]) and LABEL_KEY.match(DRANET_DEVICE_CLASS)
     # The value replaces the chart's default Configuration as a whole: every default setting is restated.
-    assert {k: v for k, v in config.items() if k != "resources"} == CHART_DEFAULT
+    assert {k: v for k, v in config.items() if k not in ("resources", "waitForPodsReady")} == CHART_DEFAULT
     assert config["apiVersion"] == "config.kueue.x-k8s.io/v1beta2" and config["kind"] == "Configuration"
     assert "jobset.x-k8s.io/jobset" in config["integrations"]["frameworks"]
     assert "batch/job" in config["integrations"]["frameworks"]
 
 
-def test_without_dranet_the_chart_default_is_left_alone():
-    assert kueue_values(build({**MINIMAL, "workloadBackend": "jobset"})) == {}
+def test_without_dranet_the_chart_defaults_are_kept_with_no_device_class_mapping():
+    config = parsed(kueue_values(build({**MINIMAL, "workloadBackend": "jobset"})))
+    assert "resources" not in config
+    assert {k: v for k, v in config.items() if k != "waitForPodsReady"} == CHART_DEFAULT
 
 
 def test_cluster_queue_covers_every_claimed_nic():

@@ -88,7 +88,8 @@ def test_every_object_validates_against_crds_core_schemas_and_node_pools(run, co
     assert report.errors == [], report.errors
     assert report.warnings == [], report.warnings
     kinds = {o["kind"] for o in objects}
-    assert kinds == {"JobSet", "Namespace", "ServiceAccount"}, kinds
+    # The ConfigMap: the trainer code the head runs MaxText through (trainer.pathways_run).
+    assert kinds == {"ConfigMap", "JobSet", "Namespace", "ServiceAccount"}, kinds
 
 
 def test_a_broken_jobset_is_caught_with_its_field_path(config):
@@ -217,7 +218,10 @@ def test_pods_run_as_the_workload_identity_service_account_with_pinned_images(ru
 
 def test_maxtext_argv_comes_from_the_shared_builder_with_the_elastic_keys(run, config):
     command = container(pod_spec(the_jobset(run), HEAD_JOB), "maxtext")["command"]
-    assert command[:4] == ["python3", "-m", PRE_TRAIN_MODULE, "src/maxtext/configs/base.yml"]
+    # MaxText's pre_train through trainer.pathways_run (exit codes for the failure policy), base.yml of the image.
+    assert command[:2] == ["bash", "-c"] and command[3] == "pathways_run"
+    assert command[2].splitlines()[-1] == 'exec python3 -m trainer.pathways_run src/maxtext/configs/base.yml "$@"'
+    assert pathways_inputs.maxtext_argv(config)[:2] == [PRE_TRAIN_MODULE, "src/maxtext/configs/base.yml"]
     assert command[4:] == maxtext_overrides(config.workload.plan, pathways_inputs.run_settings(config))
     keys = maxtext_keys(command)
     bucket = config.storage.bucket_name
@@ -303,7 +307,7 @@ def test_jobset_waits_for_the_jobset_controller_and_goes_with_the_cluster(run):
     ({"dcn": True, "dranet": True}, "dranet=true conflicts"),
     ({"elasticMinSlices": 1}, "elasticMinSlices conflicts"),
     ({"systemPoolMachineType": "e2-standard-16"}, "cannot hold the Pathways head"),
-    ({"pathwaysJobName": "p" * 29}, "at most 28 characters"),
+    ({"pathwaysJobName": "p" * 23}, "at most 22 characters"),
     ({"workloadBackend": "pathway"}, "allowed: rayjob"),
 ])
 def test_bad_pathways_config_is_refused_before_registration(overrides, fragment):

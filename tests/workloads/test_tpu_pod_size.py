@@ -7,7 +7,8 @@
   GPU, and memory limits specified in the Ray container config will be automatically advertised to Ray", Ray docs,
   RayCluster Configuration: https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/config.html), so Ray sees
   the host's size. Ray's object store is set from the plan (`--object-store-memory`), not 30 % of that limit.
-- Kueue admits on requests: the JobSet backend's ClusterQueue quota is what the pods request.
+- Kueue admits on requests: the JobSet backend's ClusterQueue quota is what the pods request. JobSet and Pathways
+  TPU pods' memory limit is their request (workloads/common.py tpu_pod_resources_memory_bounded).
 - A run whose host memory need does not fit the machine is refused in config build, in one line naming the key.
 """
 from __future__ import annotations
@@ -53,7 +54,10 @@ def test_jobset_pods_and_their_kueue_quota_use_the_requests():
     size = tpu_pod_size(config.workload.plan, ray=False)
     [container] = objects["jobset"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
     assert container["resources"]["requests"]["memory"] == f"{size.memory_request_gib}Gi"
-    assert container["resources"]["limits"]["memory"] == f"{size.memory_limit_gib}Gi"
+    # Memory limit = request on the JobSet path: an overrun is a counted OOM kill, not a free eviction
+    # (tests/workloads/test_memory_pressure.py); CPU keeps the node's ceiling.
+    assert container["resources"]["limits"]["memory"] == f"{size.memory_request_gib}Gi"
+    assert container["resources"]["limits"]["cpu"] == str(size.cpu_limit)
     queue = next(o for o in objects.values() if o["kind"] == "ClusterQueue")
     quotas = {r["name"]: r["nominalQuota"] for r in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]}
     pods = config.tpu.slices * config.tpu.shape.hosts

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S, PODS_READY_TIMEOUT_S, READY_TO_JOIN_S, SLICE_START_S
 from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
+from workloads.common import MEMORY_BOUND_ASSUMPTION
 from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION
 from workloads.jobset import spec as jobset_spec
 from workloads.jobset.component import JobSetWorkload
@@ -43,7 +45,17 @@ class JobSetBackend:
         return False    # a JobSet always runs on every slice
 
     def assumptions(self, config: StackConfig) -> list[str]:
-        return [FAILURE_POLICY_ASSUMPTION]
+        return [
+            FAILURE_POLICY_ASSUMPTION, MEMORY_BOUND_ASSUMPTION,
+            f"late slice: Kueue's waitForPodsReady (timeout {PODS_READY_TIMEOUT_S // 60} min, from the assumed "
+            f"{SLICE_START_S // 60} min slice start-up) is assumed to suspend and requeue the JobSet without failing "
+            f"a Job (Kueue v0.19.2), and a slice's pods to reach jax.distributed.initialize within "
+            f"{READY_TO_JOIN_S // 60} min of Ready; JAX waits {DISTRIBUTED_INIT_TIMEOUT_S // 60} min. Check "
+            "`kubectl get workloads -n NAMESPACE` shows Evicted/PodsReadyTimeout, not a restart",
+            "Spot notice: every slice is assumed to save at JAX's preemption sync and exit 143 (the rule "
+            "SavedAtPreemptionNotice restarts them without counting); a trainer that exits 143 for another reason "
+            "would also restart without counting. Check `kubectl get jobset -n NAMESPACE -o "
+            "jsonpath='{.items[*].status.restartsCountTowardsMax}'` stays 0 after a preemption"]
 
 
 JOBSET = JobSetBackend()

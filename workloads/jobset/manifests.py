@@ -14,7 +14,9 @@ from core.maxtext_args import PRE_TRAIN_MODULE
 from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape, chips_in
 from core.tpu_env import MEGASCALE_PORT, tpu_worker_env
 from core.pod_sizing import TpuPodSize
-from workloads.common import CODE_MOUNT, TPU_METRICS_PORT, labels, code_mount, tpu_node_selector, tpu_pod_resources
+from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S
+from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, labels, tpu_node_selector,
+                              tpu_pod_resources_memory_bounded)
 from workloads import failure_policy
 from workloads.kueue_config import DRANET_QUOTA_RESOURCE
 
@@ -175,8 +177,9 @@ def _container(spec: JobSetSpec, jobset_name: str, name: str, command: list[str]
                 + multislice_env(jobset_name, spec.slices)),
         "ports": ports,
         # No `privileged`: the device plugin exposes the chips and DRANET hands NICs over through the claim.
-        # Requests: the job's host memory and CPU (core/pod_sizing.py); limits: what the node can give.
-        "resources": tpu_pod_resources(spec.pod_size),
+        # Requests: the job's host memory and CPU (core/pod_sizing.py); CPU limit: what the node can give; memory
+        # limit = request, so a memory overrun is a counted OOM kill, never a free eviction restarted forever.
+        "resources": tpu_pod_resources_memory_bounded(spec.pod_size),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, *mounts],
     }
     if spec.dranet_claim_template:
@@ -224,11 +227,12 @@ def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: in
             "annotations": dict(EXCLUSIVE_TOPOLOGY),
         },
         "spec": {
-            # A preempted or evicted pod restarts every slice without counting; an exit code a retry cannot fix
-            # (core/exit_codes.py NOT_RETRYABLE: settings, software, data, failed smoke test) ends the JobSet;
-            # anything else restarts it, up to maxRestarts (workloads/failure_policy.py).
+            # A preempted or evicted pod, or a slice that saved and left at another slice's notice (exit 143),
+            # restarts every slice without counting; an exit code a retry cannot fix (core/exit_codes.py
+            # NOT_RETRYABLE: settings, software, data, failed smoke test) ends the JobSet; anything else restarts
+            # it, up to maxRestarts (workloads/failure_policy.py).
             "failurePolicy": {"maxRestarts": max_restarts,
-                              "rules": failure_policy.jobset_rules(exit_codes=True)},
+                              "rules": failure_policy.jobset_rules(exit_codes=True, notice_exit=True)},
             # Stable pod hostnames through a headless service: the coordinator address depends on them.
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             "replicatedJobs": [{
@@ -239,7 +243,7 @@ def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: in
                     "completions": hosts,
                     "completionMode": "Indexed",
                     "backoffLimit": 0,
-                    "podFailurePolicy": failure_policy.pod_failure_policy(container["name"]),
+                    "podFailurePolicy": failure_policy.pod_failure_policy(container["name"], notice_exit=True),
                     "template": {
                         "metadata": {"labels": labels()},
                         "spec": _pod_spec(spec, container, volumes or []),
@@ -277,9 +281,11 @@ def install_lock(lock_path: str, cache_dir: str | None = None) -> str:
 
 def smoke_argv(spec: JobSetSpec) -> list[str]:
     """trainer/smoke.py on one host of the JobSet: every JAX device of every slice joined (chips x devices per
-    chip x slices), and an all-reduce crosses the slices."""
+    chip x slices), and an all-reduce crosses the slices. It is the first to join the slices, so it waits for a
+    late slice as long as Kueue lets the JobSet wait (core/slice_wait.py), not JAX's default 300 s."""
     return ["python", "-m", "trainer.smoke", "--distributed",
-            "--expect-devices", str(spec.slices * spec.shape.devices), "--expect-slices", str(spec.slices)]
+            "--expect-devices", str(spec.slices * spec.shape.devices), "--expect-slices", str(spec.slices),
+            "--init-timeout", str(DISTRIBUTED_INIT_TIMEOUT_S)]
 
 
 def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], base_config_placeholder: str,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from core.maxtext_args import RunSettings, pre_train_argv
+from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S
 from core.tpu_env import pod_dcn_nics
 from core.worker_lock import LOCK_PATH
 from infra.config import StackConfig
@@ -52,10 +53,13 @@ def run_name(config: StackConfig) -> str:
 
 
 def run_settings(config: StackConfig) -> RunSettings:
+    # MaxText joins the slices itself too (max_utils.maybe_initialize_jax_distributed_system): without a smoke test
+    # it is the first to, and must wait for a late slice as long as the smoke test would (core/slice_wait.py).
     return RunSettings(run_name=run_name(config), base_output_directory=common.output_directory(config),
                        steps=config.workload.train_steps, checkpoint_period=config.workload.checkpoint_period,
                        checkpoints_to_keep=config.workload.checkpoints_to_keep, **common.run_inputs(config),
-                       extra=dict(config.workload.run.maxtext_settings))
+                       extra={**dict(config.workload.run.maxtext_settings),
+                              "jax_distributed_initialization_timeout": str(DISTRIBUTED_INIT_TIMEOUT_S)})
 
 
 def training_argv(config: StackConfig) -> list[str]:

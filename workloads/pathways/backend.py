@@ -6,13 +6,11 @@ from typing import Any
 
 from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
+from workloads.common import MEMORY_BOUND_ASSUMPTION
 from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION
 from workloads.pathways import spec as pathways_spec
 from workloads.pathways.component import PathwaysWorkload
 from workloads.pathways.exports import pathways_exports
-
-PYTHON_MODULE = ["python3", "-m"]
-
 
 class PathwaysBackend:
     name = "pathways"
@@ -21,21 +19,20 @@ class PathwaysBackend:
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         workload = PathwaysWorkload("pathways", config, context.namespace, context.service_account, context.cluster,
-                                    opts=context.provider_options, nodes_ready=context.nodes_ready)
+                                    opts=context.provider_options, nodes_ready=context.nodes_ready,
+                                    bundle=context.bundle)
         return pathways_exports(config, context.cluster_location, workload.jobset_name)
 
     def run_name(self, config: StackConfig) -> str:
         return pathways_spec.run_name(config)
 
     def maxtext_settings(self, config: StackConfig) -> dict[str, str]:
-        return dict(item.split("=", 1) for item in pathways_spec.trainer_command(config) if "=" in item)
+        return dict(item.split("=", 1) for item in pathways_spec.maxtext_argv(config) if "=" in item)
 
     def training_launch(self, config: StackConfig) -> TrainingLaunch:
-        command = pathways_spec.trainer_command(config)
-        if command[:len(PYTHON_MODULE)] != PYTHON_MODULE:
-            raise RuntimeError(f"the Pathways trainer runs {command[:3]}, not a Python module")
-        return TrainingLaunch(argv=tuple(command[len(PYTHON_MODULE):]),
-                              source="pathways: workloads/pathways/spec.py trainer_command")
+        # trainer.pathways_run runs exactly this argv (workloads/pathways/spec.py trainer_command).
+        return TrainingLaunch(argv=tuple(pathways_spec.maxtext_argv(config)),
+                              source="pathways: workloads/pathways/spec.py maxtext_argv")
 
     def runs_smoke_test(self, config: StackConfig) -> bool:
         # The head is the only JAX client: there is no multi-process group to test (config refuses smokeTest).
@@ -49,7 +46,11 @@ class PathwaysBackend:
         return config.pathways.elastic
 
     def assumptions(self, config: StackConfig) -> list[str]:
-        lines = [FAILURE_POLICY_ASSUMPTION]
+        lines = [FAILURE_POLICY_ASSUMPTION, MEMORY_BOUND_ASSUMPTION,
+                 "Pathways exit codes: the trainer image's MaxText is assumed to have the train.initialize and "
+                 "create_data_iterator trainer.pathways_run wraps (MaxText 0.2.5's layout) and bash; otherwise its "
+                 "settings and data errors exit 1 and are retried. Check the head's log for "
+                 "\"trainer.pathways_run:\" lines"]
         if config.workload.run.dataset_type == "grain":
             lines.append(f"Pathways data: the head's MaxText ({config.pathways.trainer_image.rsplit(':', 1)[-1]}) "
                          "is assumed to read Grain data and resolve the tokenizer by asset name like MaxText 0.2.5; "

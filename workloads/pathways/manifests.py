@@ -16,10 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.pathways import PATHWAYS_TPU_VERSIONS, PROXY_RESOURCES, RM_RESOURCES, TRAINER_RESOURCES
-from core.tpu_catalog import TPU_RESOURCE, SliceShape
+from core.pod_sizing import TpuPodSize
+from core.tpu_catalog import SliceShape
 from core.tpu_env import dcn_transport_flags
 from workloads import failure_policy
-from workloads.common import TPU_METRICS_PORT, labels, tpu_node_selector
+from workloads.common import (TPU_METRICS_PORT, code_mount, code_volume, labels, tpu_node_selector,
+                              tpu_pod_resources_memory_bounded)
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 HEAD_JOB = "pathways-head"
@@ -53,6 +55,9 @@ class PathwaysSpec:
     scratch_location: str           # gs:// directory Pathways components share
     trainer_command: tuple[str, ...]
     head_node_selector: dict[str, str]
+    worker_size: TpuPodSize         # each worker pod's requests and limits (core/pod_sizing.py)
+    code_config_map: str            # the trainer code (trainer.pathways_run maps MaxText's errors to exit codes)
+    code_files: tuple[str, ...]
     dcn_nics: int = 0               # DCN NICs of a worker's node (hostNetwork pods see them all)
     # The run's data buckets, mounted read-only in the head, where the MaxText client loads every batch
     # (workloads/common.py data_volumes); empty for synthetic data.
@@ -161,9 +166,9 @@ def _trainer(spec: PathwaysSpec) -> dict:
             {"name": "XCLOUD_ENVIRONMENT", "value": "GCP"},
         ],
         "resources": _pinned(TRAINER_RESOURCES),
+        "volumeMounts": [code_mount()],
     }
-    if spec.data_mounts:
-        container["volumeMounts"] = [dict(mount) for mount in spec.data_mounts]
+    container["volumeMounts"] += [dict(mount) for mount in spec.data_mounts]
     return container
 
 
@@ -179,10 +184,9 @@ def _head_job(spec: PathwaysSpec) -> dict:
                 # The head is not retried by its Job: MaxText recovers in-process, and a dead head is a JobSet
                 # restart (failurePolicy) or the end of the run.
                 "backoffLimit": 0,
-                # An evicted or preempted head (a drained CPU node) restarts the JobSet without counting. No
-                # exit-code rule: the image's MaxText exits 1 on every error (not core/exit_codes.py), so a bad
-                # setting there is retried up to maxRestarts like any other failure.
-                "podFailurePolicy": failure_policy.pod_failure_policy(None),
+                # An evicted or preempted head (a drained CPU node) restarts the JobSet without counting; an exit
+                # code a retry cannot fix (trainer.pathways_run: settings, software, data) ends it.
+                "podFailurePolicy": failure_policy.pod_failure_policy(TRAINER_CONTAINER),
                 "completionMode": "Indexed",
                 "completions": 1,
                 "parallelism": 1,
@@ -193,7 +197,8 @@ def _head_job(spec: PathwaysSpec) -> dict:
                     "spec": _host_network_pod(
                         spec, restart_policy="Never", node_selector=dict(spec.head_node_selector),
                         initContainers=[_proxy(spec), _resource_manager(spec)], containers=[_trainer(spec)],
-                        **({"volumes": [dict(volume) for volume in spec.data_volumes]} if spec.data_volumes else {})),
+                        volumes=[code_volume(spec.code_config_map, list(spec.code_files)),
+                                 *(dict(volume) for volume in spec.data_volumes)]),
                 },
             },
         },
@@ -239,7 +244,6 @@ def _worker_env(spec: PathwaysSpec) -> list[dict]:
 
 def _worker_job(spec: PathwaysSpec) -> dict:
     shape = spec.shape
-    chips = str(shape.chips_per_host)
     return {
         "name": WORKER_JOB,
         # One Job per slice; exclusive placement puts each on its own node pool (= one slice).
@@ -274,8 +278,11 @@ def _worker_job(spec: PathwaysSpec) -> dict:
                             # read (workloads/common.py TPU_METRICS_PORT), as on the Ray and JobSet TPU pods.
                             "ports": [*_ports(WORKER_PORT, WORKER_PORT + 1, 8471, 8080),
                                       {**TPU_METRICS_PORT, "protocol": "TCP"}],
-                            "resources": {"requests": {TPU_RESOURCE: chips},
-                                          "limits": {TPU_RESOURCE: chips}},
+                            # Sized as the JobSet backend's TPU pods (the worker holds the chips, the host's
+                            # offloaded activations and staged checkpoint shards): with no cpu/memory request it
+                            # was BestEffort, the kubelet's first eviction candidate under memory pressure.
+                            # Memory limit = request: an overrun is an OOM kill, not an eviction.
+                            "resources": tpu_pod_resources_memory_bounded(spec.worker_size),
                             "volumeMounts": [{"name": "shared-tmp", "mountPath": "/tmp"}],
                         }],
                         # xpk and pathways-utils both give the worker the VM's /tmp; kept for parity (what the
@@ -297,7 +304,8 @@ def pathways_jobset(spec: PathwaysSpec) -> dict:
             # Stable DNS names for the pods; workers must resolve the head before it reports Ready.
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
             "failurePolicy": {"maxRestarts": spec.max_restarts, "restartStrategy": "Recreate",
-                              "rules": failure_policy.jobset_rules(exit_codes=False, target_replicated_jobs=[HEAD_JOB])},
+                              "rules": failure_policy.jobset_rules(exit_codes=True,
+                                                                   target_replicated_jobs=[HEAD_JOB])},
             # Head (resource manager) first, then the workers that register with it.
             "startupPolicy": {"startupPolicyOrder": "InOrder"},
             # Workers serve until told otherwise: the run is done when MaxText in the head finishes.

@@ -5,10 +5,13 @@ the same plan as the Ray and JobSet paths; only the single-controller and elasti
 """
 from __future__ import annotations
 
-from core.maxtext_args import RunSettings, pre_train_argv
+import shlex
+
+from core.maxtext_args import PRE_TRAIN_MODULE, RunSettings, pre_train_argv
 from core.tpu_env import pod_dcn_nics
 from infra.config import PathwaysSettings, StackConfig
 from workloads import common
+from workloads.bundle import TrainerBundle
 from workloads.pathways.manifests import PathwaysSpec
 
 # Where base.yml sits in MaxText's pre-training image, relative to its working directory: the path MaxText's
@@ -74,11 +77,31 @@ def run_settings(config: StackConfig) -> RunSettings:
     )
 
 
+def maxtext_argv(config: StackConfig) -> list[str]:
+    """MaxText's own pre_train argv: module, base.yml (in the image), key=value overrides."""
+    return pre_train_argv(config.workload.plan, run_settings(config), IMAGE_BASE_CONFIG)
+
+
 def trainer_command(config: StackConfig) -> list[str]:
-    return ["python3", "-m", *pre_train_argv(config.workload.plan, run_settings(config), IMAGE_BASE_CONFIG)]
+    """MaxText's pre_train argv run through trainer.pathways_run (shipped in the code ConfigMap at CODE_MOUNT), which
+    exits with core/exit_codes.py so the failure policy can end the run on what a retry cannot fix. The overrides
+    travel as bash's positional arguments ("$@"), never re-quoted."""
+    module, base_config, *overrides = maxtext_argv(config)
+    if module != PRE_TRAIN_MODULE:
+        raise ValueError(f"trainer.pathways_run runs {PRE_TRAIN_MODULE}, not {module}")
+    script = "\n".join([
+        # The shipped trainer code first on the path; the image's MaxText stays where the image put it.
+        f'export PYTHONPATH={shlex.quote(common.CODE_MOUNT)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        f'exec python3 -m trainer.pathways_run {shlex.quote(base_config)} "$@"',
+    ])
+    return ["bash", "-c", script, "pathways_run", *overrides]
 
 
-def pathways_spec(config: StackConfig) -> PathwaysSpec:
+def code_config_map_name(config: StackConfig, bundle: TrainerBundle) -> str:
+    return f"{settings(config).job_name}-code-{bundle.short_digest}"
+
+
+def pathways_spec(config: StackConfig, bundle: TrainerBundle) -> PathwaysSpec:
     pathways = settings(config)
     return PathwaysSpec(
         name=pathways.job_name,
@@ -94,7 +117,10 @@ def pathways_spec(config: StackConfig) -> PathwaysSpec:
         trainer_image=pathways.trainer_image,
         scratch_location=scratch_location(config),
         trainer_command=tuple(trainer_command(config)),
+        code_config_map=code_config_map_name(config, bundle),
+        code_files=tuple(sorted(bundle.files)),
         head_node_selector=dict(common.SYSTEM_POOL_SELECTOR),
+        worker_size=common.tpu_pod_size(config),
         # Pathways workers run on the host network (the config refuses DRANET here): they see the node's NICs.
         dcn_nics=pod_dcn_nics(len(config.network.dcn_subnets), dranet_claim=False, host_network=True),
         data_volumes=tuple(common.data_volumes(config)),

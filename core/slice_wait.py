@@ -1,0 +1,36 @@
+"""How long a multislice JobSet waits for a slice that comes up after the others: a slow slice must cost waiting,
+never a restart (pure: numbers only).
+
+When Kueue admits the JobSet, every slice pool scales up from zero on its own; one may be ready minutes before the
+next (Spot and flex-start capacity arrives when it arrives). The pods of the first slice start, install, and wait
+in `jax.distributed.initialize` for every process of every slice (the smoke test's first call, then MaxText's;
+JAX's default `initialization_timeout` is 300 s, jax/_src/distributed.py, the same figure as MaxText's
+`jax_distributed_initialization_timeout` in base.yml). If that wait runs out first, the pods exit 1, the Job
+fails and the JobSet restarts, counted against maxRestarts: a slow slice would burn the restart budget.
+
+Two bounds, in this order:
+- Kueue's waitForPodsReady (kubernetes-sigs/kueue v0.19.2, apis/config/v1beta2 WaitForPodsReady; on by default
+  since 0.19 with a 30 min timeout, apis/config/v1beta2/defaults.go): a workload whose pods are not all Ready
+  `timeout` after admission is evicted and requeued (with the requeuing backoff), which suspends the JobSet:
+  its pods are removed, the slices that did come up scale back to zero, nothing counts as a failure. Set here
+  from the slice start-up the plan assumes, so a slice far slower than that releases the others instead of
+  holding them. `recoveryTimeout` defaults to the same value: after a restart, a slice whose Spot capacity does
+  not come back releases the others the same way.
+- JAX's distributed-init timeout (the smoke test's and MaxText's) longer than Kueue's timeout plus the time a
+  late slice needs from Ready to joining (its install and imports): a slice arriving just inside Kueue's timeout
+  still joins before the first slice gives up, and one arriving later is evicted by Kueue before JAX gives up.
+"""
+from __future__ import annotations
+
+# A multi-host TPU slice pool from zero to its hosts Ready: the offline plan's figure for a TPU pool (a guess, not
+# a measurement; preview/timings.py TPU_NODE_POOL uses this value).
+SLICE_START_S = 360
+# Kueue's PodsReady timeout: three typical slice start-ups. Beyond that the capacity is not coming soon, and the
+# slices that did arrive are released rather than held idle.
+PODS_READY_TIMEOUT_S = 3 * SLICE_START_S
+# From a pod Ready (its container started) to its process calling jax.distributed.initialize: the workers' lock
+# installed (a cold install took 141-189 s on the development machine, benchmarks/startup_bench.py), imports and
+# the smoke test's start; about three times the measured worst case.
+READY_TO_JOIN_S = 600
+# What JAX waits for every process before giving up: longer than any wait Kueue lets run.
+DISTRIBUTED_INIT_TIMEOUT_S = PODS_READY_TIMEOUT_S + READY_TO_JOIN_S

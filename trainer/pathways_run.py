@@ -1,0 +1,55 @@
+"""MaxText pre-training as the Pathways client (the Pathways head's trainer container), exiting with the trainer's
+exit codes.
+
+    python3 -m trainer.pathways_run <maxtext base.yml> key=value ...     (MaxText's own pre_train argv)
+
+The Pathways trainer image runs MaxText's `train.main`, which exits 1 on every error: a wrong setting, a module
+missing from the image or a dataset that cannot be opened looked like any runtime failure, and the JobSet retried
+it up to maxRestarts, each time bringing every slice up again. Run through this wrapper, the same errors end with
+core/exit_codes.py's codes (trainer/failures.py: MaxText's settings, data and import errors, named by the phase
+that raised them, trainer/maxtext_runtime.py install_phase_guards), which the Pathways JobSet's failure policy turns
+into the end of the run (workloads/failure_policy.py NotRetryableExit). Unlike trainer.jobset_run, no preemption
+notice is watched: the head runs on a CPU node, and MaxText's elastic recovery (or a JobSet restart) handles a
+lost TPU slice. The image's MaxText is used as it is (its release is the image's, not the workers' lock).
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+
+from core import exit_codes
+from trainer import failures
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 1:
+        print("trainer.pathways_run: usage: python3 -m trainer.pathways_run <base.yml> key=value ...",
+              file=sys.stderr)
+        return exit_codes.CONFIG_ERROR
+    try:
+        from maxtext.trainers.pre_train import train
+    except ImportError as err:
+        print(f"trainer.pathways_run: {exit_codes.describe(exit_codes.IMPORT_ERROR)}: {err}", file=sys.stderr)
+        return exit_codes.IMPORT_ERROR
+    from trainer import maxtext_runtime
+
+    try:
+        maxtext_runtime.install_phase_guards()
+    except (AttributeError, ImportError) as err:
+        # A MaxText laid out differently from the one the guards know: train anyway; its errors then exit as
+        # runtime failures (import errors still as IMPORT_ERROR), as MaxText's own exits would.
+        print(f"trainer.pathways_run: this MaxText has no {err}; settings and data errors will be retried",
+              file=sys.stderr, flush=True)
+    try:
+        train.main(["maxtext.trainers.pre_train.train", *argv])
+    except Exception as err:  # noqa: BLE001 - every failure leaves with a code the failure policy understands
+        code = failures.exit_code_of(err)
+        traceback.print_exc()
+        print(f"trainer.pathways_run: {exit_codes.describe(code)}: {type(err).__name__}: {err}", file=sys.stderr,
+              flush=True)
+        return code
+    return exit_codes.OK
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
