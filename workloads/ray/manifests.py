@@ -10,6 +10,7 @@ autoscaler on a long-lived cluster).
 """
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 
@@ -46,6 +47,42 @@ JOB_BACKOFF_LIMIT = 0
 # Seed head sizing: 8 CPU, 16 GiB (the tutorial's head group).
 HEAD_CPU = "8"
 HEAD_MEMORY = "16Gi"
+
+# ---- how `ray start` runs in the head and worker containers ----
+# Without a command of ours KubeRay v1.7.0 runs `/bin/bash -c -- "ulimit -n ...; ray start ... --block"`
+# (common/pod.go BuildPod, utils.GetContainerCommand): `ray start` gets the kubelet's SIGTERM (and drains the
+# node for a save at a preemption notice) only because bash happens to exec the last simple command of a `-c`
+# string. With the annotation KubeRay keeps the container's own command and still puts its generated
+# `ray start ...` in $KUBERAY_GEN_RAY_START_CMD (setContainerEnvVars; sample
+# ray-operator/config/samples/ray-cluster.overwrite-command.yaml), so the exec is spelled out here.
+# The generated command quotes for a shell (`--resources='{"TPU":4}'` on a TPU worker,
+# addWellKnownAcceleratorResources), which is why it goes through `eval`: the sample's bare
+# `$KUBERAY_GEN_RAY_START_CMD` would hand `ray start` the quotes themselves. The ulimit is KubeRay's own, with
+# its override variable (RAY_START_ULIMIT_OPEN_FILES).
+OVERWRITE_COMMAND_ANNOTATION = "ray.io/overwrite-container-cmd"
+RAY_START_COMMAND = ["/bin/bash", "-c", "--"]
+RAY_START_ARGS = ['ulimit -n "${RAY_START_ULIMIT_OPEN_FILES:-65536}"; eval "exec $KUBERAY_GEN_RAY_START_CMD"']
+
+# ---- the submitter ----
+# The submitter pod runs trainer/submitter.py from the mounted code instead of KubeRay's default
+# `ray job submit --no-wait; ray job logs --follow`, whose log stream ending (a dropped WebSocket) ends the
+# RayJob and deletes a healthy cluster (trainer/submitter.py says what KubeRay does with the submitter).
+SUBMITTER_MODULE = "trainer.submitter"
+SUBMITTER_CONTAINER = "ray-job-submitter"   # KubeRay's name for it (utils.SubmitterContainerName)
+
+
+def pin_ray_start(template_metadata: dict, container: dict) -> None:
+    """Make `ray start` the container's main process by an explicit exec (see RAY_START_ARGS)."""
+    template_metadata.setdefault("annotations", {})[OVERWRITE_COMMAND_ANNOTATION] = "true"
+    container["command"] = list(RAY_START_COMMAND)
+    container["args"] = list(RAY_START_ARGS)
+
+
+def submitter_command(entrypoint: str, runtime_env: dict) -> list[str]:
+    """The submitter container's command: the job's entrypoint and runtime env as the RayJob spec has them
+    (KubeRay gives a custom command only the address and the submission id, as environment variables)."""
+    return ["python", "-m", SUBMITTER_MODULE, "--entrypoint", entrypoint,
+            "--runtime-env-json", json.dumps(runtime_env, sort_keys=True)]
 
 
 @dataclass(frozen=True)
@@ -111,18 +148,17 @@ def _head_group(spec: RaySpec) -> dict:
     if spec.install_cache:
         # The driver runs the job's runtime env on the head too: it installs the lock there as well.
         install_cache.add_cache(pod_spec, pod_spec["containers"][0], spec.image, spec.install_cache == "node")
+    # The GCS FUSE CSI driver injects its sidecar only into pods that ask for it.
+    metadata = {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name}),
+                "annotations": {"gke-gcsfuse/volumes": "true"}}
+    pin_ray_start(metadata, pod_spec["containers"][0])
     return {
         "rayStartParams": {"dashboard-host": "0.0.0.0"},
         # The head Service (dashboard, job API, GCS, client) stays inside the cluster: Ray's job API runs
         # arbitrary code. ClusterIP is KubeRay's default; it is spelled out so that no default can change it.
         # The opt-in internal load balancer (dashboard_load_balancer) is a separate Service.
         "serviceType": "ClusterIP",
-        "template": {
-            # The GCS FUSE CSI driver injects its sidecar only into pods that ask for it.
-            "metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name}),
-                         "annotations": {"gke-gcsfuse/volumes": "true"}},
-            "spec": pod_spec,
-        },
+        "template": {"metadata": metadata, "spec": pod_spec},
     }
 
 
@@ -187,8 +223,15 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         # Planned, not Ray's default of 30 % of the memory limit: the object store lives in /dev/shm, in the
         # same memory as the activations the remat policy offloads to the host.
         "rayStartParams": {"object-store-memory": str(spec.pod_size.object_store_gib * 1024**3)},
-        "template": {"metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name})}, "spec": pod_spec},
+        "template": {"metadata": _pinned(labels({RAY_CLUSTER_LABEL: spec.cluster_name}), container),
+                     "spec": pod_spec},
     }
+
+
+def _pinned(pod_labels: dict[str, str], container: dict) -> dict:
+    metadata = {"labels": pod_labels}
+    pin_ray_start(metadata, container)
+    return metadata
 
 
 def ray_cluster_spec(spec: RaySpec, ray_version: str) -> dict:
@@ -212,15 +255,19 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
     """RayJob that creates its RayCluster from `cluster_spec` and deletes it when the job ends, code shipped from
     the ConfigMap.
 
-    The submitter pod mounts the ConfigMap at CODE_MOUNT and `ray job submit` uploads that directory as the
-    job's working_dir, so the driver and every worker run this repository's trainer/ as committed.
+    The submitter pod mounts the ConfigMap at CODE_MOUNT and trainer/submitter.py, run from there, uploads that
+    directory as the job's working_dir (as `ray job submit` does), so the driver and every worker run this
+    repository's trainer/ as committed; then it watches the job's status, not its log stream, until it ends.
     """
+    job_runtime_env = {**runtime_env, "working_dir": CODE_MOUNT}
+    job_entrypoint = shlex.join(entrypoint)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {"name": name, "namespace": spec.namespace, "labels": labels()},
         "spec": {
-            "entrypoint": shlex.join(entrypoint),
+            # What the job runs, shown by `kubectl get rayjob`; the submitter is given the same two values.
+            "entrypoint": job_entrypoint,
             "rayClusterSpec": cluster_spec,
             # The cluster (head and every TPU worker pod) goes when the job succeeds or fails; the slice pools
             # then have nothing to run and GKE removes their nodes.
@@ -231,7 +278,7 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
             "submitterConfig": {"backoffLimit": SUBMITTER_BACKOFF_LIMIT},
             "backoffLimit": JOB_BACKOFF_LIMIT,
             **({"activeDeadlineSeconds": spec.active_deadline_s} if spec.active_deadline_s is not None else {}),
-            "runtimeEnvYAML": yaml.safe_dump({**runtime_env, "working_dir": CODE_MOUNT}, sort_keys=True),
+            "runtimeEnvYAML": yaml.safe_dump(job_runtime_env, sort_keys=True),
             "submissionMode": "K8sJobMode",
             "submitterPodTemplate": {
                 "metadata": {"labels": labels()},
@@ -239,9 +286,16 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
                     "restartPolicy": "Never",
                     "serviceAccountName": spec.service_account,
                     "containers": [{
-                        "name": "ray-job-submitter",
+                        "name": SUBMITTER_CONTAINER,
                         "image": spec.image,
                         "imagePullPolicy": "IfNotPresent",
+                        # A command of our own: KubeRay keeps it (rayjob_controller.go configureSubmitterContainer
+                        # builds its default only for a container without one) and adds RAY_DASHBOARD_ADDRESS,
+                        # RAY_JOB_SUBMISSION_ID and, with token auth, RAY_AUTH_MODE and RAY_AUTH_TOKEN.
+                        "command": submitter_command(job_entrypoint, job_runtime_env),
+                        "workingDir": CODE_MOUNT,
+                        # The code mount is read-only: no bytecode cache to write.
+                        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
                         # KubeRay's own default submitter size.
                         "resources": {"requests": {"cpu": "500m", "memory": "200Mi"},
                                       "limits": {"cpu": "1", "memory": "1Gi"}},
