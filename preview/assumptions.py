@@ -41,8 +41,9 @@ def _preemption(config: StackConfig) -> list[str]:
                      "/api/v1/nodes/NODE/proxy/configz) shows shutdownGracePeriod 2m0s")
     if config.workload.backend == "rayjob" and budget.spot:
         lines.append("Ray workers: the notice (SIGTERM to the worker pod) is assumed to reach `ray start`, whose "
-                     "drain the training loop hears (Ray 2.60 ray.train.get_preemption_info); KubeRay wraps the "
-                     "command in bash, so check that PID 1 of a TPU worker is ray, or that bash forwards SIGTERM "
+                     "drain the training loop hears (Ray 2.60 ray.train.get_preemption_info); the containers exec "
+                     "it themselves (ray.io/overwrite-container-cmd), assuming the add-on's KubeRay honours the "
+                     "annotation: check that PID 1 of a TPU worker is ray "
                      "(`kubectl exec POD -- cat /proc/1/cmdline`); otherwise a preemption falls back to the last "
                      "periodic checkpoint")
     return lines
@@ -105,6 +106,11 @@ def assumptions(config: StackConfig) -> list[str]:
                      "slices; no Ray autoscaler is used. Check after a job: `kubectl get rayjob -n NAMESPACE` shows "
                      "JOB STATUS SUCCEEDED/FAILED with DEPLOYMENT STATUS Complete/Failed, `kubectl get raycluster` "
                      "lists none, and `kubectl get nodes -l cloud.google.com/gke-tpu-topology` empties within ~10 min")
+        lines.append("RayJob submitter: the add-on's KubeRay is assumed to keep the submitter pod's own command "
+                     "(python -m trainer.submitter: submit once, poll the job's status until it ends, the log a "
+                     "side stream) and pass it the head address, job id and Ray token (KubeRay v1.7.0 "
+                     "configureSubmitterContainer); check: `kubectl logs job/RAYJOB -n NAMESPACE` shows "
+                     "\"submitter: submitted job\"")
     if config.network.dcn:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")
