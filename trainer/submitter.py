@@ -160,7 +160,8 @@ class LogFollower:
     api: Any
     job_id: str
     out: Any = field(default_factory=lambda: sys.stdout)
-    clock: Clock = field(default_factory=Clock)
+    first_pause_s: float = RETRY_FIRST_S
+    max_pause_s: float = RETRY_CAP_S
     printed: int = 0
     reconnects: int = 0
     done: threading.Event = field(default_factory=threading.Event)
@@ -177,18 +178,23 @@ class LogFollower:
                 self.printed += len(fresh)
 
     def follow(self) -> None:
-        pause = RETRY_FIRST_S
-        while not self.done.is_set():
+        """Stream, and after a drop stream again, until the job has ended (`done`); then one last pass for what
+        the job wrote after the last drop (the stream of an ended job closes by itself)."""
+        pause = self.first_pause_s
+        while True:
+            last = self.done.is_set()
             try:
                 asyncio.run(self._stream_once())
-                pause = RETRY_FIRST_S
+                pause = self.first_pause_s
             except Exception as err:   # a dropped stream, or the head not answering: the poll decides
                 print(f"submitter: log stream dropped ({type(err).__name__}: {err}); reconnecting",
                       file=sys.stderr, flush=True)
-                pause = min(pause * 2, RETRY_CAP_S)
             self.reconnects += 1
+            if last:
+                return
             # A stream that ended cleanly ends with the job; the poll says when that is.
             self.done.wait(pause)
+            pause = min(pause * 2, self.max_pause_s)
 
 
 @dataclass
