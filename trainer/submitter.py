@@ -147,6 +147,12 @@ def _sorted_error(err: BaseException) -> BaseException:
     return err
 
 
+def _brief(err: BaseException, width: int = 60) -> str:
+    """An error in a few words, for the lines a retry repeats (each within 100 columns)."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 @dataclass
 class Clock:
     now: Callable[[], float] = time.monotonic
@@ -187,8 +193,7 @@ class LogFollower:
                 asyncio.run(self._stream_once())
                 pause = self.first_pause_s
             except Exception as err:   # a dropped stream, or the head not answering: the poll decides
-                print(f"submitter: log stream dropped ({type(err).__name__}: {err}); reconnecting",
-                      file=sys.stderr, flush=True)
+                print(f"submitter: log stream dropped ({_brief(err)}); reconnecting", file=sys.stderr, flush=True)
             self.reconnects += 1
             if last:
                 return
@@ -227,14 +232,27 @@ class Submitter:
                     return True
                 except Unreachable as err:
                     # The request may have reached the server: the next round asks before submitting again.
-                    self._log(f"submission unanswered ({err}); checking again")
+                    self._log(f"submission unanswered ({_brief(err)}); checking again")
+                except Exception:
+                    # Refused; if only because another pod's submission got there first, watch that job.
+                    if not self._known():
+                        raise
+                    self._log(f"job {self.job_id} submitted meanwhile: watching it")
+                    return True
             except Unreachable as err:
-                self._log(f"job API not reachable yet ({err})")
+                self._log(f"job API not reachable yet ({_brief(err)})")
             if self.clock.now() + pause > deadline:
                 self._log(f"job API unreachable for {self.start_wait_s:.0f}s: giving up")
                 return False
             self.clock.sleep(pause)
             pause = min(pause * 2, RETRY_CAP_S)
+
+    def _known(self) -> bool:
+        try:
+            self.api.state(self.job_id)
+            return True
+        except Exception:
+            return False
 
     def watch(self) -> JobState | None:
         """Poll until the job is terminal (its state) or the submitter must give up (None)."""
@@ -249,9 +267,9 @@ class Submitter:
                 now = self.clock.now()
                 failing_since = now if failing_since is None else failing_since
                 if now - failing_since >= self.outage_limit_s:
-                    self._log(f"status unreachable for {now - failing_since:.0f}s ({err}): giving up")
+                    self._log(f"status unreachable for {now - failing_since:.0f}s ({_brief(err)}): giving up")
                     return None
-                self._log(f"status poll failed ({err}); retrying")
+                self._log(f"status poll failed ({_brief(err)}); retrying")
             else:
                 if failing_since is not None:
                     self._log(f"status reachable again after {self.clock.now() - failing_since:.0f}s")

@@ -173,6 +173,19 @@ def test_an_unanswered_submission_is_checked_before_submitting_again():
     assert code == exit_codes.OK and head.submissions == 1
 
 
+def test_a_submission_refused_because_another_pod_got_there_first_watches_that_job():
+    class Raced(FakeHead):
+        def submit(self, *args):
+            self.submitted_at = self.clock.t     # the other pod's submission
+            raise RuntimeError("Request failed with status code 400: Job with submission_id rayjob-abc already "
+                               "exists.")
+
+    clock = FakeClock()
+    head = Raced(clock, run_s=50)
+    code, exited_at = run_submitter(head, clock)
+    assert code == exit_codes.OK and exited_at >= 50
+
+
 def test_the_head_not_reachable_at_start_is_waited_for_then_given_up():
     clock = FakeClock()
     head = FakeHead(clock, run_s=50, outages=[(0.0, 45.0)])
