@@ -175,7 +175,9 @@ class LogFollower:
     async def _stream_once(self) -> None:
         seen = 0
         async for chunk in self.api.tail(self.job_id):
-            # The tail endpoint starts at the top of the log on every connection: skip what was printed.
+            # The tail endpoint starts at the top of the log on every connection (Ray 2.60
+            # dashboard/modules/job/utils.py file_tail_iterator opens the driver's log file from its start):
+            # skip what was printed.
             fresh = chunk[max(0, self.printed - seen):]
             seen += len(chunk)
             if fresh:
