@@ -71,11 +71,15 @@ SUBMITTER_MODULE = "trainer.submitter"
 SUBMITTER_CONTAINER = "ray-job-submitter"   # KubeRay's name for it (utils.SubmitterContainerName)
 
 
-def pin_ray_start(template_metadata: dict, container: dict) -> None:
-    """Make `ray start` the container's main process by an explicit exec (see RAY_START_ARGS)."""
-    template_metadata.setdefault("annotations", {})[OVERWRITE_COMMAND_ANNOTATION] = "true"
+def pin_ray_start(group: dict) -> dict:
+    """Make `ray start` the main process of the group's Ray container (its first) by an explicit exec (see
+    RAY_START_ARGS); returns the group."""
+    template = group["template"]
+    template.setdefault("metadata", {}).setdefault("annotations", {})[OVERWRITE_COMMAND_ANNOTATION] = "true"
+    container = template["spec"]["containers"][0]
     container["command"] = list(RAY_START_COMMAND)
     container["args"] = list(RAY_START_ARGS)
+    return group
 
 
 def submitter_command(entrypoint: str, runtime_env: dict) -> list[str]:
@@ -148,17 +152,18 @@ def _head_group(spec: RaySpec) -> dict:
     if spec.install_cache:
         # The driver runs the job's runtime env on the head too: it installs the lock there as well.
         install_cache.add_cache(pod_spec, pod_spec["containers"][0], spec.image, spec.install_cache == "node")
-    # The GCS FUSE CSI driver injects its sidecar only into pods that ask for it.
-    metadata = {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name}),
-                "annotations": {"gke-gcsfuse/volumes": "true"}}
-    pin_ray_start(metadata, pod_spec["containers"][0])
     return {
         "rayStartParams": {"dashboard-host": "0.0.0.0"},
         # The head Service (dashboard, job API, GCS, client) stays inside the cluster: Ray's job API runs
         # arbitrary code. ClusterIP is KubeRay's default; it is spelled out so that no default can change it.
         # The opt-in internal load balancer (dashboard_load_balancer) is a separate Service.
         "serviceType": "ClusterIP",
-        "template": {"metadata": metadata, "spec": pod_spec},
+        "template": {
+            # The GCS FUSE CSI driver injects its sidecar only into pods that ask for it.
+            "metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name}),
+                         "annotations": {"gke-gcsfuse/volumes": "true"}},
+            "spec": pod_spec,
+        },
     }
 
 
@@ -223,15 +228,8 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         # Planned, not Ray's default of 30 % of the memory limit: the object store lives in /dev/shm, in the
         # same memory as the activations the remat policy offloads to the host.
         "rayStartParams": {"object-store-memory": str(spec.pod_size.object_store_gib * 1024**3)},
-        "template": {"metadata": _pinned(labels({RAY_CLUSTER_LABEL: spec.cluster_name}), container),
-                     "spec": pod_spec},
+        "template": {"metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name})}, "spec": pod_spec},
     }
-
-
-def _pinned(pod_labels: dict[str, str], container: dict) -> dict:
-    metadata = {"labels": pod_labels}
-    pin_ray_start(metadata, container)
-    return metadata
 
 
 def ray_cluster_spec(spec: RaySpec, ray_version: str) -> dict:
@@ -245,8 +243,8 @@ def ray_cluster_spec(spec: RaySpec, ray_version: str) -> dict:
         "authOptions": {"mode": "token"},
         # No upgradeStrategy: a job's cluster is never upgraded in place; any change to it changes the RayJob's
         # name (its hash covers this spec), which replaces the job and its cluster.
-        "headGroupSpec": _head_group(spec),
-        "workerGroupSpecs": [_tpu_worker_group(spec)],
+        "headGroupSpec": pin_ray_start(_head_group(spec)),
+        "workerGroupSpecs": [pin_ray_start(_tpu_worker_group(spec))],
     }
 
 
