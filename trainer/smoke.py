@@ -11,6 +11,13 @@ when one does not hold:
    0 + 1 + ... + (slices - 1) on every device.
 On success each process prints one `SMOKE PASSED {json}` line.
 
+Under Ray (`--ray`) an error that kept the checks from running to a verdict is reported as what it is, not as a
+failed smoke test (exit 5 ends a run as "look at the nodes"): the workers' runtime env not installing, the worker
+group not being placed or started, a node or worker process dying (`infrastructure_error`) exits 1
+(RUNTIME_FAILURE: a retry may fix it) with a `SMOKE NOT RUN (infrastructure):` line; a configuration, import or
+data error inside a worker exits with its own code (trainer/failures.py); anything else a check raised is a
+failed smoke test.
+
 Modes:
     python -m trainer.smoke --expect-devices 32 --expect-slices 2 --distributed   # JobSet pod (TPU, GKE env)
     python -m trainer.smoke --ray --model llama3-8b --topology 4x4 --slices 2     # RayJob driver (JaxTrainer)
@@ -35,6 +42,9 @@ from core.cli_errors import OneLineParser
 # same nodes, and the RayJob's driver stops before training (core/exit_codes.py).
 EXIT_FAILED = exit_codes.SMOKE_FAILED
 EXIT_BAD_INPUT = exit_codes.CONFIG_ERROR
+# The checks never ran to a verdict because of the cluster (runtime env, placement, a dead node): what a retry
+# may fix, like any runtime failure; never the retry-proof SMOKE_FAILED.
+EXIT_INFRASTRUCTURE = exit_codes.RUNTIME_FAILURE
 
 
 class SmokeFailure(RuntimeError):
@@ -201,10 +211,86 @@ def run_ray(args: argparse.Namespace) -> int:
     try:
         result = trainer.fit()
     except Exception as err:  # Ray wraps the worker's SmokeFailure in a TrainingFailedError
-        print(f"SMOKE FAILED: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
-        return EXIT_FAILED
+        return report_ray_failure(err)
     print("SMOKE PASSED " + json.dumps(result.metrics or {}, sort_keys=True), flush=True)
     return 0
+
+
+def _errors_in(exc: BaseException):
+    """`exc` and everything Ray Train and Ray wrapped in it: ControllerError.controller_failure,
+    WorkerGroupError.worker_failures, RayTaskError.cause, UserExceptionWithTraceback._base_exc, and the
+    cause/context chain (ray/train/v2/api/exceptions.py, ray/train/v2/_internal/exceptions.py in Ray 2.60)."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        current = stack.pop()
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        failures = getattr(current, "worker_failures", None)
+        stack += list(failures.values()) if isinstance(failures, dict) else []
+        stack += [getattr(current, name, None) for name in ("controller_failure", "cause", "_base_exc")]
+        stack += [current.__cause__, current.__context__]
+
+
+def _infrastructure_types() -> tuple[type, ...]:
+    """Ray's errors for what happens to the run rather than in the checks: the runtime env not installing,
+    placement and scheduling (a worker group that cannot be reserved, started or kept healthy), dead actors and
+    nodes. Ray 2.60: ray/exceptions.py, ray/train/v2/_internal/exceptions.py."""
+    import ray.exceptions as ray_errors
+    from ray.train.v2._internal import exceptions as train_errors
+
+    return (ray_errors.RuntimeEnvSetupError, ray_errors.RayActorError, ray_errors.NodeDiedError,
+            ray_errors.ActorUnschedulableError, ray_errors.TaskUnschedulableError,
+            ray_errors.ActorPlacementGroupRemoved, ray_errors.TaskPlacementGroupRemoved,
+            train_errors.WorkerGroupStartupTimeoutError, train_errors.WorkerGroupStartupFailedError,
+            train_errors.InsufficientClusterResourcesError, train_errors.WorkerHealthCheckTimeoutError,
+            train_errors.WorkerHealthCheckFailedError)
+
+
+def infrastructure_error(exc: BaseException) -> BaseException | None:
+    """The infrastructure error (`_infrastructure_types`) in `exc` that says why, or None: Ray Train's
+    "failed to start" wrappers only when nothing below them names the reason (e.g. the runtime env)."""
+    from ray.train.v2._internal import exceptions as train_errors
+
+    kinds = _infrastructure_types()
+    found = [item for item in _errors_in(exc) if isinstance(item, kinds)]
+    wrappers = (train_errors.WorkerGroupStartupFailedError, train_errors.WorkerHealthCheckFailedError)
+    return next((item for item in found if not isinstance(item, wrappers)), found[0] if found else None)
+
+
+def ray_failure_code(exc: BaseException) -> int:
+    """Exit code for an error out of the Ray smoke test (module docstring): a not-retryable configuration, import
+    or data error first, then a check that failed, then infrastructure, and anything else as a failed check."""
+    from trainer.failures import exit_code_of
+
+    code = exit_code_of(exc)
+    if code in exit_codes.NOT_RETRYABLE:
+        return code
+    if any(isinstance(item, SmokeFailure) for item in _errors_in(exc)):
+        return EXIT_FAILED
+    if infrastructure_error(exc) is not None:
+        return EXIT_INFRASTRUCTURE
+    return EXIT_FAILED
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def report_ray_failure(exc: BaseException) -> int:
+    code = ray_failure_code(exc)
+    if code == EXIT_INFRASTRUCTURE:
+        print(f"SMOKE NOT RUN (infrastructure): {_one_line(infrastructure_error(exc))}", file=sys.stderr,
+              flush=True)
+    elif code == EXIT_FAILED:
+        print(f"SMOKE FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    else:
+        print(f"SMOKE NOT RUN ({exit_codes.describe(code)}): {type(exc).__name__}: {exc}", file=sys.stderr,
+              flush=True)
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,8 @@ from tests.conftest import REPO
 @pytest.mark.parametrize("stack, expected", [
     ("prod", ["REGULAR channel's default", "image rayproject/ray:2.60.0-py312", "KubeRay >= 1.5.1", "MegaScale",
               "RayJob-owned cluster"]),
-    ("dev", ["REGULAR channel's default", "image rayproject/ray:2.60.0-py312", "KubeRay", "RayJob-owned cluster"]),
+    ("dev", ["REGULAR channel's default", "image rayproject/ray:2.60.0-py312", "KubeRay", "RayJob-owned cluster",
+             "RayJob submitter"]),
     ("jobset", ["image python:3.12.11-slim-bookworm", "MegaScale", "slice pools from zero", "install cache"]),
     ("pathways", ["pathways/server", "pathways/proxy_server", "tpu_pre_training"]),
 ])

@@ -66,14 +66,18 @@ class RayBackend:
             "rayClusterSpec and delete it when the job ends (shutdownAfterJobFinishes), releasing the slices; no "
             "Ray autoscaler is used. Check after a job: `kubectl get rayjob -n NAMESPACE` shows JOB STATUS "
             "SUCCEEDED/FAILED with DEPLOYMENT STATUS Complete/Failed, `kubectl get raycluster` lists none, and "
-            "`kubectl get nodes -l cloud.google.com/gke-tpu-topology` empties within ~10 min"]
+            "`kubectl get nodes -l cloud.google.com/gke-tpu-topology` empties within ~10 min",
+            "RayJob submitter: the add-on's KubeRay is assumed to keep the submitter pod's own command (python -m "
+            "trainer.submitter: submit once, poll the job's status until it ends, the log a side stream) and pass "
+            "it the head address, job id and Ray token (KubeRay v1.7.0 configureSubmitterContainer); check: "
+            "`kubectl logs job/RAYJOB -n NAMESPACE` shows \"submitter: submitted job\""]
         budget = config.workload.shutdown
         if budget.sees_notice and budget.spot:
             lines.append("Ray workers: the notice (SIGTERM to the worker pod) is assumed to reach `ray start`, whose "
-                         "drain the training loop hears (Ray 2.60 ray.train.get_preemption_info); KubeRay wraps the "
-                         "command in bash, so check that PID 1 of a TPU worker is ray, or that bash forwards "
-                         "SIGTERM (`kubectl exec POD -- cat /proc/1/cmdline`); otherwise a preemption falls back to "
-                         "the last periodic checkpoint")
+                         "drain the training loop hears (Ray 2.60 ray.train.get_preemption_info); the containers "
+                         "exec it themselves (ray.io/overwrite-container-cmd), assuming the add-on's KubeRay honours "
+                         "the annotation: check that PID 1 of a TPU worker is ray (`kubectl exec POD -- cat "
+                         "/proc/1/cmdline`); otherwise a preemption falls back to the last periodic checkpoint")
         return lines
 
 

@@ -10,6 +10,7 @@ autoscaler on a long-lived cluster).
 """
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 
@@ -46,6 +47,46 @@ JOB_BACKOFF_LIMIT = 0
 # Seed head sizing: 8 CPU, 16 GiB (the tutorial's head group).
 HEAD_CPU = "8"
 HEAD_MEMORY = "16Gi"
+
+# ---- how `ray start` runs in the head and worker containers ----
+# Without a command of ours KubeRay v1.7.0 runs `/bin/bash -c -- "ulimit -n ...; ray start ... --block"`
+# (common/pod.go BuildPod, utils.GetContainerCommand): `ray start` gets the kubelet's SIGTERM (and drains the
+# node for a save at a preemption notice) only because bash happens to exec the last simple command of a `-c`
+# string. With the annotation KubeRay keeps the container's own command and still puts its generated
+# `ray start ...` in $KUBERAY_GEN_RAY_START_CMD (setContainerEnvVars; sample
+# ray-operator/config/samples/ray-cluster.overwrite-command.yaml), so the exec is spelled out here.
+# The generated command quotes for a shell (`--resources='{"TPU":4}'` on a TPU worker,
+# addWellKnownAcceleratorResources), which is why it goes through `eval`: the sample's bare
+# `$KUBERAY_GEN_RAY_START_CMD` would hand `ray start` the quotes themselves. The ulimit is KubeRay's own, with
+# its override variable (RAY_START_ULIMIT_OPEN_FILES).
+OVERWRITE_COMMAND_ANNOTATION = "ray.io/overwrite-container-cmd"
+RAY_START_COMMAND = ["/bin/bash", "-c", "--"]
+RAY_START_ARGS = ['ulimit -n "${RAY_START_ULIMIT_OPEN_FILES:-65536}"; eval "exec $KUBERAY_GEN_RAY_START_CMD"']
+
+# ---- the submitter ----
+# The submitter pod runs trainer/submitter.py from the mounted code instead of KubeRay's default
+# `ray job submit --no-wait; ray job logs --follow`, whose log stream ending (a dropped WebSocket) ends the
+# RayJob and deletes a healthy cluster (trainer/submitter.py says what KubeRay does with the submitter).
+SUBMITTER_MODULE = "trainer.submitter"
+SUBMITTER_CONTAINER = "ray-job-submitter"   # KubeRay's name for it (utils.SubmitterContainerName)
+
+
+def pin_ray_start(group: dict) -> dict:
+    """Make `ray start` the main process of the group's Ray container (its first) by an explicit exec (see
+    RAY_START_ARGS); returns the group."""
+    template = group["template"]
+    template.setdefault("metadata", {}).setdefault("annotations", {})[OVERWRITE_COMMAND_ANNOTATION] = "true"
+    container = template["spec"]["containers"][0]
+    container["command"] = list(RAY_START_COMMAND)
+    container["args"] = list(RAY_START_ARGS)
+    return group
+
+
+def submitter_command(entrypoint: str, runtime_env: dict) -> list[str]:
+    """The submitter container's command: the job's entrypoint and runtime env as the RayJob spec has them
+    (KubeRay gives a custom command only the address and the submission id, as environment variables)."""
+    return ["python", "-m", SUBMITTER_MODULE, "--entrypoint", entrypoint,
+            "--runtime-env-json", json.dumps(runtime_env, sort_keys=True)]
 
 
 @dataclass(frozen=True)
@@ -209,8 +250,8 @@ def ray_cluster_spec(spec: RaySpec, ray_version: str) -> dict:
         "authOptions": {"mode": "token"},
         # No upgradeStrategy: a job's cluster is never upgraded in place; any change to it changes the RayJob's
         # name (its hash covers this spec), which replaces the job and its cluster.
-        "headGroupSpec": _head_group(spec),
-        "workerGroupSpecs": [_tpu_worker_group(spec)],
+        "headGroupSpec": pin_ray_start(_head_group(spec)),
+        "workerGroupSpecs": [pin_ray_start(_tpu_worker_group(spec))],
     }
 
 
@@ -219,15 +260,19 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
     """RayJob that creates its RayCluster from `cluster_spec` and deletes it when the job ends, code shipped from
     the ConfigMap.
 
-    The submitter pod mounts the ConfigMap at CODE_MOUNT and `ray job submit` uploads that directory as the
-    job's working_dir, so the driver and every worker run this repository's trainer/ as committed.
+    The submitter pod mounts the ConfigMap at CODE_MOUNT and trainer/submitter.py, run from there, uploads that
+    directory as the job's working_dir (as `ray job submit` does), so the driver and every worker run this
+    repository's trainer/ as committed; then it watches the job's status, not its log stream, until it ends.
     """
+    job_runtime_env = {**runtime_env, "working_dir": CODE_MOUNT}
+    job_entrypoint = shlex.join(entrypoint)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
         "metadata": {"name": name, "namespace": spec.namespace, "labels": labels()},
         "spec": {
-            "entrypoint": shlex.join(entrypoint),
+            # What the job runs, shown by `kubectl get rayjob`; the submitter is given the same two values.
+            "entrypoint": job_entrypoint,
             "rayClusterSpec": cluster_spec,
             # The cluster (head and every TPU worker pod) goes when the job succeeds or fails; the slice pools
             # then have nothing to run and GKE removes their nodes.
@@ -238,7 +283,7 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
             "submitterConfig": {"backoffLimit": SUBMITTER_BACKOFF_LIMIT},
             "backoffLimit": JOB_BACKOFF_LIMIT,
             **({"activeDeadlineSeconds": spec.active_deadline_s} if spec.active_deadline_s is not None else {}),
-            "runtimeEnvYAML": yaml.safe_dump({**runtime_env, "working_dir": CODE_MOUNT}, sort_keys=True),
+            "runtimeEnvYAML": yaml.safe_dump(job_runtime_env, sort_keys=True),
             "submissionMode": "K8sJobMode",
             "submitterPodTemplate": {
                 "metadata": {"labels": labels()},
@@ -246,9 +291,16 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
                     "restartPolicy": "Never",
                     "serviceAccountName": spec.service_account,
                     "containers": [{
-                        "name": "ray-job-submitter",
+                        "name": SUBMITTER_CONTAINER,
                         "image": spec.image,
                         "imagePullPolicy": "IfNotPresent",
+                        # A command of our own: KubeRay keeps it (rayjob_controller.go configureSubmitterContainer
+                        # builds its default only for a container without one) and adds RAY_DASHBOARD_ADDRESS,
+                        # RAY_JOB_SUBMISSION_ID and, with token auth, RAY_AUTH_MODE and RAY_AUTH_TOKEN.
+                        "command": submitter_command(job_entrypoint, job_runtime_env),
+                        "workingDir": CODE_MOUNT,
+                        # The code mount is read-only: no bytecode cache to write.
+                        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
                         # KubeRay's own default submitter size.
                         "resources": {"requests": {"cpu": "500m", "memory": "200Mi"},
                                       "limits": {"cpu": "1", "memory": "1Gi"}},

@@ -1,0 +1,182 @@
+"""`python -m trainer.submitter` as the submitter pod runs it, against a stand-in for the head's job API over HTTP.
+
+The stand-in speaks the routes Ray 2.60's JobSubmissionClient uses (ray/dashboard/modules/job/sdk.py,
+dashboard_sdk.py): GET /api/version, GET+PUT /api/packages/{protocol}/{name} (the working_dir upload),
+POST /api/jobs/, GET /api/jobs/{id} (404 for an unknown job, as job_head.py answers), and the WebSocket
+/api/jobs/{id}/logs/tail, which starts at the top of the log on every connection. It refuses any request without
+the cluster's token (`Authorization: Bearer <RAY_AUTH_TOKEN>`, what KubeRay's RAY_AUTH_MODE=token and
+RAY_AUTH_TOKEN make Ray's client send). It drops the log stream mid-run (a WebSocket that closes with code 1006,
+ray-project/ray#60665) and answers status requests 503 for a while, as a restarting dashboard or proxy does.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from tests.conftest import REPO
+
+aiohttp = pytest.importorskip("aiohttp")
+from aiohttp import web  # noqa: E402
+
+TOKEN = "s3cret-cluster-token"
+JOB_ID = "maxtext-train-abc-xyz12"
+LOG = [f"step {n}: loss {4 - n / 10:.2f}\n" for n in range(1, 9)]
+
+
+@dataclass
+class FakeJobApi:
+    run_s: float                       # the job runs this long after it is submitted
+    outage: tuple[float, float]        # status answers 503 in this window (seconds after submission)
+    submitted_at: float | None = None
+    submissions: int = 0
+    uploads: dict[str, bytes] = field(default_factory=dict)
+    unauthorised: list[str] = field(default_factory=list)
+    tail_connections: int = 0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.submitted_at
+
+    def status(self) -> str:
+        return "RUNNING" if self.elapsed() < self.run_s else "SUCCEEDED"
+
+    def log_so_far(self) -> list[str]:
+        share = min(1.0, self.elapsed() / self.run_s)
+        return LOG[:max(1, int(len(LOG) * share))]
+
+    @web.middleware
+    async def token_check(self, request, handler):
+        if request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            self.unauthorised.append(f"{request.method} {request.path}")
+            return web.Response(status=401, text="Unauthorized: token required")
+        return await handler(request)
+
+    async def version(self, request):
+        return web.json_response({"version": "4", "ray_version": "2.60.0", "ray_commit": "fake"})
+
+    async def package_get(self, request):
+        name = request.match_info["name"]
+        return web.Response(status=200 if name in self.uploads else 404)
+
+    async def package_put(self, request):
+        self.uploads[request.match_info["name"]] = await request.read()
+        return web.Response(status=200)
+
+    async def submit(self, request):
+        body = await request.json()
+        if self.submitted_at is not None:
+            return web.Response(status=400, text=f"Job with submission_id {body['submission_id']} already exists.")
+        self.submissions += 1
+        self.submitted_at = time.monotonic()
+        self.entrypoint, self.runtime_env = body["entrypoint"], body["runtime_env"]
+        return web.json_response({"job_id": body["submission_id"], "submission_id": body["submission_id"]})
+
+    async def job(self, request):
+        if self.submitted_at is None or request.match_info["id"] != JOB_ID:
+            return web.Response(status=404, text=f"Job {request.match_info['id']} does not exist")
+        if self.outage[0] <= self.elapsed() < self.outage[1]:
+            return web.Response(status=503, text="Service Unavailable")
+        return web.json_response({"type": "SUBMISSION", "job_id": JOB_ID, "submission_id": JOB_ID,
+                                  "status": self.status(), "entrypoint": self.entrypoint, "message": ""})
+
+    async def tail(self, request):
+        self.tail_connections += 1
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        sent = 0
+        while True:
+            lines = self.log_so_far()
+            for line in lines[sent:]:
+                await ws.send_str(line)
+            sent = len(lines)
+            if self.tail_connections == 1 and sent >= 3:
+                # A dropped stream: the connection goes without a closing handshake (code 1006 at the client).
+                request.transport.abort()
+                return ws
+            if self.status() != "RUNNING" and sent == len(LOG):
+                await ws.close()
+                return ws
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def serve():
+    servers = []
+
+    def start(api: FakeJobApi) -> str:
+        loop = asyncio.new_event_loop()
+        app = web.Application(middlewares=[api.token_check])
+        app.add_routes([web.get("/api/version", api.version),
+                        web.get("/api/packages/{protocol}/{name}", api.package_get),
+                        web.put("/api/packages/{protocol}/{name}", api.package_put),
+                        web.post("/api/jobs/", api.submit),
+                        web.get("/api/jobs/{id}", api.job),
+                        web.get("/api/jobs/{id}/logs/tail", api.tail)])
+        runner = web.AppRunner(app)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        port = site._server.sockets[0].getsockname()[1]
+        thread = threading.Thread(target=loop.run_forever, daemon=True)
+        thread.start()
+        servers.append((loop, runner, thread))
+        return f"127.0.0.1:{port}"
+
+    yield start
+    for loop, runner, thread in servers:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def run_submitter(address: str, code_dir, *extra: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    # What KubeRay sets on the submitter container (rayjob_controller.go configureSubmitterContainer,
+    # common/pod.go SetContainerTokenAuthEnvVars); the RAY_AUTH_TOKEN comes from the cluster's Secret.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "RAY_DASHBOARD_ADDRESS": address,
+           "RAY_JOB_SUBMISSION_ID": JOB_ID, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
+    command = [sys.executable, "-m", "trainer.submitter", "--entrypoint", "python -m trainer.entrypoint --steps 8",
+               "--runtime-env-json", f'{{"working_dir": "{code_dir}"}}', "--poll-seconds", "0.2", *extra]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def code_dir(tmp_path):
+    directory = tmp_path / "code" / "trainer"
+    directory.mkdir(parents=True)
+    (directory / "entrypoint.py").write_text("print('training')\n")
+    return tmp_path / "code"
+
+
+def test_a_dropped_log_stream_and_a_status_outage_do_not_end_the_run(serve, tmp_path):
+    api = FakeJobApi(run_s=4.0, outage=(1.0, 2.5))
+    result = run_submitter(serve(api), code_dir(tmp_path), "--outage-limit-seconds", "5")
+    assert result.returncode == 0, result.stderr
+    assert api.unauthorised == []                        # every request carried the cluster's token
+    assert api.submissions == 1 and api.entrypoint == "python -m trainer.entrypoint --steps 8"
+    assert api.runtime_env["working_dir"].startswith("gcs://_ray_pkg_") and len(api.uploads) == 1
+    assert api.tail_connections >= 2, result.stderr       # the stream dropped and was joined again
+    assert result.stdout == "".join(LOG)                  # the whole driver log, each line once
+    assert "status poll failed" in result.stderr and "ended: SUCCEEDED" in result.stderr
+
+
+def test_an_outage_longer_than_the_limit_ends_the_submitter_with_exit_1(serve, tmp_path):
+    api = FakeJobApi(run_s=30.0, outage=(0.5, 30.0))
+    started = time.monotonic()
+    result = run_submitter(serve(api), code_dir(tmp_path), "--outage-limit-seconds", "1.5", "--no-logs")
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - started < 20 and "giving up" in result.stderr
+
+
+def test_without_the_token_the_submitter_is_refused_in_one_line(serve):
+    api = FakeJobApi(run_s=1.0, outage=(0, 0))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_DASHBOARD_ADDRESS": serve(api),
+           "RAY_JOB_SUBMISSION_ID": JOB_ID, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "wrong"}
+    result = subprocess.run([sys.executable, "-m", "trainer.submitter", "--entrypoint", "python -m x", "--no-logs"],
+                            env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert result.returncode == 1 and api.submissions == 0
+    assert [line for line in result.stderr.splitlines() if line.startswith("submitter: refused")]
