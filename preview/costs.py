@@ -13,6 +13,7 @@ from typing import Any
 
 from infra.config import Capacity, StackConfig
 from preview import prices as tpu_prices
+from workloads.ray.deadline import pre_running_deadline_seconds
 
 # Compute Engine on-demand list prices per VM-hour in us-central1 (https://cloud.google.com/compute/vm-instance-pricing,
 # E2 and N2 predefined machine types, as published in 2025; not re-checked offline). Regions differ.
@@ -104,6 +105,16 @@ def _released(config: StackConfig, warm_slices: int) -> str:
     return f"{when}; GKE removes the slice nodes ~{SCALE_DOWN_MINUTES} min later{kept}"
 
 
+def _ray_start_wait(config: StackConfig) -> str:
+    """How long the RayJob waits for its cluster before KubeRay gives up on it (workloads/ray/deadline.py)."""
+    deadline = pre_running_deadline_seconds(config)
+    if deadline is None:
+        return ("waiting for capacity: no limit (rayPreRunningDeadlineSeconds=0): until its cluster is up the job "
+                "pays for its head and any slices that did arrive")
+    return (f"waiting for capacity: the RayJob fails after {deadline} s ({deadline / 60:.0f} min) without its "
+            "cluster up (rayPreRunningDeadlineSeconds; KubeRay preRunningDeadlineSeconds) and its pods go")
+
+
 def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
     generation, capacity = config.tpu.shape.generation.name, config.tpu.capacity
     per_chip, note = chip_hour_price(generation, capacity)
@@ -128,6 +139,8 @@ def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
         unknown = sorted({p.machine_type for p in cpu_pools if p.usd_per_node_hour is None})
         if unknown:
             notes.append(f"no list price here for {', '.join(unknown)}: system pool cost unknown")
+    if config.workload.backend == "rayjob":
+        notes.append(_ray_start_wait(config))
     return CostSummary(capacity=capacity.value, tpu_training_usd_per_hour=tpu_training, tpu_idle_usd_per_hour=tpu_idle,
                        system_usd_per_hour=system, gke_fee_usd_per_hour=GKE_FEE_USD_PER_HOUR, warm_chips=warm_chips,
                        released=_released(config, warm_slices), notes=notes)

@@ -71,6 +71,8 @@ class RaySpec:
     termination_grace_s: int | None = None
     # RayJob activeDeadlineSeconds (workloads/ray/deadline.py); None: no deadline.
     active_deadline_s: int | None = None
+    # RayJob preRunningDeadlineSeconds (workloads/ray/deadline.py): how long it may wait for its cluster; None: no limit.
+    pre_running_deadline_s: int | None = None
     # Where the pods that install the lock at start keep uv's cache (workloads/install_cache.py): "node" (a
     # hostPath that outlives pods), "pod" (an emptyDir: container restarts only; Autopilot), None (nothing
     # installed: the worker image).
@@ -231,6 +233,10 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
             "submitterConfig": {"backoffLimit": SUBMITTER_BACKOFF_LIMIT},
             "backoffLimit": JOB_BACKOFF_LIMIT,
             **({"activeDeadlineSeconds": spec.active_deadline_s} if spec.active_deadline_s is not None else {}),
+            # A job still waiting for its cluster after this long fails, and its cluster (and every pod that did
+            # come up) is deleted: waiting for capacity is bounded (workloads/ray/deadline.py).
+            **({"preRunningDeadlineSeconds": spec.pre_running_deadline_s}
+               if spec.pre_running_deadline_s is not None else {}),
             "runtimeEnvYAML": yaml.safe_dump({**runtime_env, "working_dir": CODE_MOUNT}, sort_keys=True),
             "submissionMode": "K8sJobMode",
             "submitterPodTemplate": {
