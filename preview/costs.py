@@ -141,6 +141,11 @@ def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
             notes.append(f"no list price here for {', '.join(unknown)}: system pool cost unknown")
     if config.workload.backend == "rayjob":
         notes.append(_ray_start_wait(config))
+        plan = config.workload.plan
+        if plan.min_slices < plan.slices:
+            notes.append(f"elastic {plan.min_slices}..{plan.slices}: the job starts once {plan.min_slices} slice(s) "
+                         f"are up (RayCluster replicas {plan.min_slices}), then its driver asks KubeRay for "
+                         f"{plan.slices} (trainer/grow.py); the others join, and bill, when capacity allows")
     return CostSummary(capacity=capacity.value, tpu_training_usd_per_hour=tpu_training, tpu_idle_usd_per_hour=tpu_idle,
                        system_usd_per_hour=system, gke_fee_usd_per_hour=GKE_FEE_USD_PER_HOUR, warm_chips=warm_chips,
                        released=_released(config, warm_slices), notes=notes)

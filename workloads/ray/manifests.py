@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from core.ray_cluster import RAYCLUSTER_API, TPU_WORKER_GROUP
 from core.tpu_catalog import SliceShape
 from core.tpu_env import tpu_worker_env
 from workloads import install_cache
@@ -180,9 +181,12 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         pod_spec["resourceClaims"] = [{"name": "dcn-nics", "resourceClaimTemplateName": spec.dranet_claim_template}]
         container["resources"]["claims"] = [{"name": "dcn-nics"}]
     return {
-        "groupName": "tpu-slices",
-        # One replica is one slice: KubeRay creates numOfHosts pods per replica, one per TPU VM.
-        "replicas": spec.slices,
+        "groupName": TPU_WORKER_GROUP,
+        # One replica is one slice: KubeRay creates numOfHosts pods per replica, one per TPU VM. The cluster starts
+        # with the fewest slices the run may train on: KubeRay submits the job only when every pod of `replicas`
+        # slices is Running and Ready (core/ray_cluster.py), so an elastic run starts as soon as its minimum has
+        # capacity; its driver then raises `replicas` to maxReplicas (trainer/grow.py, allowed by grow_role).
+        "replicas": spec.min_slices,
         "minReplicas": spec.min_slices,
         "maxReplicas": spec.slices,
         "numOfHosts": shape.hosts,
@@ -195,8 +199,9 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
 
 def ray_cluster_spec(spec: RaySpec, ray_version: str) -> dict:
     """The RayCluster the job creates (RayJob spec.rayClusterSpec). Without the Ray autoscaler: KubeRay keeps
-    `replicas` slices of pods, so a slice lost to a preemption is asked for again at once (its pods are recreated
-    and wait for GKE to bring the pool back), and Ray Train's elastic resize sees it join."""
+    `replicas` slices of pods (the minimum at first, all of them once an elastic run's driver asked), so a slice
+    lost to a preemption is asked for again at once (its pods are recreated and wait for GKE to bring the pool
+    back), and Ray Train's elastic resize sees it join."""
     return {
         "rayVersion": ray_version,
         # Ray >= 2.52 can require a token for the dashboard and job API; KubeRay creates and wires it.
@@ -303,4 +308,39 @@ def dashboard_load_balancer(spec: RaySpec, source_ranges: list[str]) -> dict:
             "ports": [{"name": "dashboard", "port": DASHBOARD_PORT, "targetPort": DASHBOARD_PORT,
                        "protocol": "TCP"}],
         },
+    }
+
+
+def grows(spec: RaySpec) -> bool:
+    """Whether the run starts on fewer slices than it may use, so its driver raises the TPU group later."""
+    return spec.min_slices < spec.slices
+
+
+def grow_role_name(spec: RaySpec) -> str:
+    return f"{spec.cluster_name}-grow-slices"
+
+
+def grow_role(spec: RaySpec) -> dict:
+    """What the driver of an elastic run needs to ask for its other slices (trainer/grow.py): `patch` on the
+    namespace's RayClusters and nothing else. Not `get`, `list` or `delete`, nor pods. KubeRay names the job's
+    cluster with a random suffix, so the Role cannot name it (resourceNames); the namespace holds only this stack's
+    job clusters. It is less than KubeRay's own autoscaler Role, which also patches pods (kuberay v1.7.0
+    common/rbac.go BuildRole)."""
+    group = RAYCLUSTER_API.split("/")[0]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": grow_role_name(spec), "namespace": spec.namespace, "labels": labels()},
+        "rules": [{"apiGroups": [group], "resources": ["rayclusters"], "verbs": ["patch"]}],
+    }
+
+
+def grow_role_binding(spec: RaySpec) -> dict:
+    """The Role, for the service account the job's pods run as (the driver runs on the head)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": grow_role_name(spec), "namespace": spec.namespace, "labels": labels()},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": grow_role_name(spec)},
+        "subjects": [{"kind": "ServiceAccount", "name": spec.service_account, "namespace": spec.namespace}],
     }
