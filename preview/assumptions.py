@@ -105,6 +105,17 @@ def assumptions(config: StackConfig) -> list[str]:
                      "slices; no Ray autoscaler is used. Check after a job: `kubectl get rayjob -n NAMESPACE` shows "
                      "JOB STATUS SUCCEEDED/FAILED with DEPLOYMENT STATUS Complete/Failed, `kubectl get raycluster` "
                      "lists none, and `kubectl get nodes -l cloud.google.com/gke-tpu-topology` empties within ~10 min")
+        if config.workload.plan.elastic:
+            lines.append("elastic start: the add-on's KubeRay is assumed to submit the job once elasticMinSlices "
+                         "slices are Running and Ready (the group's replicas), to keep the job's cluster as the "
+                         "driver patched it and to create the other slices' pods (v1.7.0 source); check while it "
+                         "runs: the driver log says `asked KubeRay for N slices` and `kubectl get raycluster -n "
+                         "NAMESPACE -o jsonpath='{.items[*].spec.workerGroupSpecs[0].replicas}'` prints N")
+        if config.ray.pre_running_deadline_s is not None:
+            lines.append("pre-start deadline: preRunningDeadlineSeconds (KubeRay >= 1.6; `pulumi up` refuses a "
+                         "served CRD without it) is assumed to end only a job whose cluster never came up; after one "
+                         "did not, `kubectl get rayjob -n NAMESPACE -o jsonpath='{.items[*].status.reason}'` prints "
+                         "PreRunningDeadlineExceeded and its RayCluster is gone")
     if config.network.dcn:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")
