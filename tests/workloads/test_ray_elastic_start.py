@@ -186,8 +186,9 @@ def test_the_driver_may_patch_its_cluster_and_nothing_else(dev):
                                   ("patch", "", "pods"), ("list", "", "secrets")):
         assert not rbac_allows(roles, bindings, **who, verb=verb, group=group, resource=resource), (verb, resource)
     # The Role is bound before the job (and its driver) exists: the RayJob is registered after the binding.
+    # The admission policy that keeps it to replicas comes before the binding (test below).
     names = list(objects)
-    assert names.index("grow-slices-binding") < names.index("ray-job")
+    assert names.index("grow-slices-policy-binding") < names.index("grow-slices-binding") < names.index("ray-job")
 
 
 def test_the_pods_go_with_the_job_however_far_it_grew(dev):
@@ -208,7 +209,8 @@ def test_a_fixed_size_run_waits_for_all_its_slices_and_gets_no_role(stack):
     assert group["replicas"] == group["minReplicas"] == group["maxReplicas"] == config.tpu.slices
     assert not rayjob_submits(created_cluster(objects["ray-job"])["spec"],
                               pods_up(config.tpu.slices - 1, config.tpu.shape.hosts))
-    assert not [o for o in objects.values() if o["kind"] in ("Role", "RoleBinding")]
+    assert not [o for o in objects.values() if o["kind"] in ("Role", "RoleBinding", "ValidatingAdmissionPolicy",
+                                                              "ValidatingAdmissionPolicyBinding")]
     assert "--elastic" not in objects["ray-job"]["spec"]["entrypoint"]
 
 
@@ -216,3 +218,89 @@ def test_elastic_min_equal_to_slices_is_a_fixed_run():
     objects = objects_of({**MINIMAL, "slices": 2, "elasticMinSlices": 2})
     [group] = objects["ray-job"]["spec"]["rayClusterSpec"]["workerGroupSpecs"]
     assert group["replicas"] == 2 and "grow-slices-role" not in objects
+
+
+# ---- the admission policy that keeps the driver's service account to `replicas` ----------------------------
+
+def admitted(policy: dict, old: dict, new: dict, username: str) -> bool:
+    """A ValidatingAdmissionPolicy on an UPDATE (Kubernetes docs, "Validating Admission Policy"): it applies when
+    every matchCondition is true; then every validation must be true, and one that fails to evaluate counts as a
+    failure under failurePolicy Fail. Evaluated with the CEL package the plan uses (preview/k8s/cel_rules.py)."""
+    import cel
+
+    request = {"userInfo": {"username": username}, "operation": "UPDATE"}
+    variables = {"object": new, "oldObject": old, "request": request}
+    if not all(cel.compile(c["expression"]).execute(variables) for c in policy["spec"]["matchConditions"]):
+        return True
+    for validation in policy["spec"]["validations"]:
+        try:
+            if cel.compile(validation["expression"]).execute(variables) is not True:
+                return False
+        except Exception:
+            return policy["spec"]["failurePolicy"] != "Fail"
+    return True
+
+
+def _edited(cluster: dict, edit) -> dict:
+    changed = copy.deepcopy(cluster)
+    edit(changed["spec"])
+    return changed
+
+
+def test_the_policy_lets_the_driver_change_replicas_and_nothing_else(dev):
+    _, objects = dev
+    policy, binding = objects["grow-slices-policy"], objects["grow-slices-policy-binding"]
+    job = objects["ray-job"]
+    namespace = job["metadata"]["namespace"]
+    account = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["serviceAccountName"]
+    driver = f"system:serviceaccount:{namespace}:{account}"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": namespace}
+    [rule] = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"], rule["operations"]) == (["ray.io"], ["rayclusters"], ["UPDATE"])
+    cluster = created_cluster(job)
+    assert admitted(policy, cluster, apply_json_patch(cluster, grow_patch(2)), driver)
+
+    def image(spec):
+        spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["image"] = "attacker/image:1"
+
+    def privileged(spec):
+        spec["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+
+    def more_slices(spec):
+        spec["workerGroupSpecs"][0]["maxReplicas"] = 64
+
+    def new_group(spec):
+        spec["workerGroupSpecs"].append(copy.deepcopy(spec["workerGroupSpecs"][0]) | {"groupName": "more"})
+
+    def head(spec):
+        spec["headGroupSpec"]["rayStartParams"]["dashboard-host"] = "1.2.3.4"
+
+    def no_auth(spec):
+        spec.pop("authOptions")
+
+    def autoscaler(spec):
+        spec["autoscalerOptions"] = {"image": "attacker/image:1"}
+
+    def start_params(spec):
+        spec["workerGroupSpecs"][0]["rayStartParams"]["object-store-memory"] = "1"
+
+    for edit in (image, privileged, more_slices, new_group, head, no_auth, autoscaler, start_params):
+        changed = _edited(cluster, edit)
+        assert not admitted(policy, cluster, changed, driver), edit.__name__
+        # KubeRay's own operator (another account) is not matched.
+        assert admitted(policy, cluster, changed, "system:serviceaccount:kube-system:kuberay-operator")
+
+
+def test_under_pulumi_the_role_is_bound_after_the_policy_and_before_the_job():
+    """The order `pulumi up` creates them in: the dependency graph of the dev stack under mocks."""
+    from tests.conftest import committed_stack_run
+
+    run = committed_stack_run("dev")
+    by_name = {r.name: r for r in run.resources}
+    binding, policy_binding, job = by_name["grow-slices-binding"], by_name["grow-slices-policy-binding"], \
+        by_name["ray-job"]
+    assert policy_binding.urn in binding.dependencies
+    assert binding.urn in job.dependencies

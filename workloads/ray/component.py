@@ -30,7 +30,10 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | 
     code_name = f"{config.ray.job_name}-code-{bundle.short_digest}"
     objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
     if ray_manifests.grows(spec):
-        # An elastic run's driver asks KubeRay for its other slices once it has started (trainer/grow.py).
+        # An elastic run's driver asks KubeRay for its other slices once it has started (trainer/grow.py): the
+        # admission policy that keeps it to `replicas` first, then the Role that lets it patch.
+        objects["grow-slices-policy"] = ray_manifests.grow_policy(spec)
+        objects["grow-slices-policy-binding"] = ray_manifests.grow_policy_binding(spec)
         objects["grow-slices-role"] = ray_manifests.grow_role(spec)
         objects["grow-slices-binding"] = ray_manifests.grow_role_binding(spec)
     objects["ray-job"] = ray_manifests.ray_job(
@@ -74,8 +77,12 @@ class RayWorkload(pulumi.ComponentResource):
                 # An elastic run's driver patches its cluster as soon as it starts: the Role is bound first.
                 extra = dict(delete_before_replace=True,
                              depends_on=base["depends_on"] + [self.resources["trainer-code"]]
-                             + [self.resources[n] for n in ("dcn-netdevs", "grow-slices-binding")
+                             + [self.resources[n] for n in ("dcn-netdevs", "grow-slices-binding",
+                                                            "grow-slices-policy-binding")
                                 if n in self.resources])
+            if logical_name == "grow-slices-binding":
+                # Never a moment when the service account may patch its cluster without the policy in force.
+                extra = dict(depends_on=base["depends_on"] + [self.resources["grow-slices-policy-binding"]])
             if logical_name == "dashboard-ilb":
                 # A LoadBalancer Service owns a forwarding rule in the VPC that GKE only tries to remove with the
                 # cluster ("Deletion of these resources is not always guaranteed", gcloud container clusters

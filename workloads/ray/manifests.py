@@ -344,3 +344,67 @@ def grow_role_binding(spec: RaySpec) -> dict:
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": grow_role_name(spec)},
         "subjects": [{"kind": "ServiceAccount", "name": spec.service_account, "namespace": spec.namespace}],
     }
+
+
+# Fields of the RayCluster's spec that shape its pods or what runs in them, besides the worker groups: the driver's
+# service account may not change them (grow_policy).
+_FROZEN_SPEC_FIELDS = ("headGroupSpec", "rayVersion", "enableInTreeAutoscaling", "autoscalerOptions", "authOptions",
+                       "headServiceAnnotations", "gcsFaultToleranceOptions", "upgradeStrategy")
+
+
+def _unchanged(field: str) -> str:
+    """CEL: `field` of the spec is absent in both or equal in both."""
+    new, old = f"object.spec.{field}", f"oldObject.spec.{field}"
+    return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
+
+
+GROW_POLICY_RULES = (
+    ("size(object.spec.workerGroupSpecs) == size(oldObject.spec.workerGroupSpecs) && "
+     "object.spec.workerGroupSpecs.all(g, oldObject.spec.workerGroupSpecs.exists(o, o.groupName == g.groupName "
+     "&& o.template == g.template && o.numOfHosts == g.numOfHosts && o.minReplicas == g.minReplicas "
+     "&& o.maxReplicas == g.maxReplicas && has(o.rayStartParams) == has(g.rayStartParams) "
+     "&& (!has(g.rayStartParams) || o.rayStartParams == g.rayStartParams)))",
+     "the job's service account may change only the worker groups' replicas"),
+    (" && ".join(_unchanged(f) for f in _FROZEN_SPEC_FIELDS),
+     "the job's service account may not change the head, the Ray version, autoscaling or authentication"),
+)
+
+
+def grow_policy_name(spec: RaySpec) -> str:
+    # Cluster-scoped: the namespace keeps two stacks' policies apart.
+    return f"tpu-multislice-{spec.namespace}-{grow_role_name(spec)}"
+
+
+def grow_policy(spec: RaySpec) -> dict:
+    """What grow_role cannot say: RBAC grants `patch` on a whole RayCluster, and a changed pod template would be
+    used for the pods KubeRay creates next (with the service account's identity). This admission policy lets that
+    service account change only `replicas` (Kubernetes "Validating Admission Policy", GA in 1.30: CEL over
+    `object` and `oldObject`, matched by a matchCondition on request.userInfo). KubeRay's own updates are made by
+    its operator's account and are not matched."""
+    account = f"system:serviceaccount:{spec.namespace}:{spec.service_account}"
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": grow_policy_name(spec), "labels": labels()},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [RAYCLUSTER_API.split("/")[0]],
+                                                    "apiVersions": ["*"], "operations": ["UPDATE"],
+                                                    "resources": ["rayclusters"]}]},
+            "matchConditions": [{"name": "by-the-job-service-account",
+                                 "expression": f"request.userInfo.username == '{account}'"}],
+            "validations": [{"expression": rule, "message": message} for rule, message in GROW_POLICY_RULES],
+        },
+    }
+
+
+def grow_policy_binding(spec: RaySpec) -> dict:
+    """The policy, denying, in the stack's namespace."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": grow_policy_name(spec), "labels": labels()},
+        "spec": {"policyName": grow_policy_name(spec), "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {
+                     "matchLabels": {"kubernetes.io/metadata.name": spec.namespace}}}},
+    }
