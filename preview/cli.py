@@ -26,7 +26,7 @@ from preview.k8s.validation import default_schemas_dir
 from preview.costs import CostSummary
 from preview.model import DashboardSummary, Plan, PlannedResource
 from preview.stack_files import StackFileError, load_stack_config
-from preview.terminal import fit
+from preview.terminal import fit, fit_line
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_PROGRAM, EXIT_COMPILE = 0, 1, 2, 3, 4
@@ -126,7 +126,7 @@ def render_cost(cost: CostSummary, out: TextIO) -> None:
     if after:
         out.write(f"    {after}\n")
     for note in cost.notes:
-        out.write(f"    note: {note}\n")
+        out.write("\n".join(fit_line(f"    note: {note}")) + "\n")
 
 
 def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:

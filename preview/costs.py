@@ -123,6 +123,7 @@ def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
         unknown = sorted({p.machine_type for p in cpu_pools if p.usd_per_node_hour is None})
         if unknown:
             notes.append(f"no list price here for {', '.join(unknown)}: system pool cost unknown")
+    notes += backend_for(config).capacity_wait_notes(config)
     return CostSummary(capacity=capacity.value, tpu_training_usd_per_hour=tpu_training, tpu_idle_usd_per_hour=tpu_idle,
                        system_usd_per_hour=system, gke_fee_usd_per_hour=GKE_FEE_USD_PER_HOUR, warm_chips=warm_chips,
                        released=_released(config, warm_slices), notes=notes)

@@ -19,7 +19,7 @@ from typing import Any
 
 from core import advice, exit_codes
 from core.maxtext_facts import PINNED_MAXTEXT
-from trainer import cli, failures, maxtext_runtime
+from trainer import cli, failures, grow, maxtext_runtime
 from core.data import check_dataset
 from core.errors import PlanError
 from core.cli_errors import OneLineParser
@@ -206,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trainer: {plan_.describe()}", flush=True)
     for note in plan_.notes:
         print(f"trainer: note: {note}", flush=True)
+    if plan_.elastic:
+        # The job started on the slices KubeRay had to wait for (elasticMinSlices); ask for the rest now.
+        print(f"trainer: {grow.request_slices(plan_.slices)}", flush=True)
     try:
         result = fit(args, plan_, run)
     except Exception as err:  # Ray raises TrainingFailedError subclasses; report and fail the job

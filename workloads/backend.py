@@ -74,6 +74,10 @@ class Backend(Protocol):
         """Whether the run goes on with fewer or more slices while it runs (elastic), rather than restarting."""
         ...
 
+    def capacity_wait_notes(self, config: StackConfig) -> list[str]:
+        """What waiting for TPU capacity costs before the run starts, and what bounds it, for the plan's costs."""
+        ...
+
     def images(self, config: StackConfig) -> list[str]:
         """Container images the pods pull that the offline plan cannot check exist."""
         ...

@@ -24,6 +24,17 @@ def register(logical_name: str, obj: dict, opts: pulumi.ResourceOptions) -> pulu
         return k8s.core.v1.Service(logical_name, metadata=metadata, spec=obj["spec"], opts=opts)
     if (api_version, kind) == ("resource.k8s.io/v1", "ResourceClaimTemplate"):
         return k8s.resource.v1.ResourceClaimTemplate(logical_name, metadata=metadata, spec=obj["spec"], opts=opts)
+    if (api_version, kind) == ("rbac.authorization.k8s.io/v1", "Role"):
+        return k8s.rbac.v1.Role(logical_name, metadata=metadata, rules=obj["rules"], opts=opts)
+    if (api_version, kind) == ("rbac.authorization.k8s.io/v1", "RoleBinding"):
+        return k8s.rbac.v1.RoleBinding(logical_name, metadata=metadata, role_ref=obj["roleRef"],
+                                       subjects=obj["subjects"], opts=opts)
+    if (api_version, kind) == ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"):
+        return k8s.admissionregistration.v1.ValidatingAdmissionPolicy(logical_name, metadata=metadata,
+                                                                      spec=obj["spec"], opts=opts)
+    if (api_version, kind) == ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"):
+        return k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(logical_name, metadata=metadata,
+                                                                             spec=obj["spec"], opts=opts)
     if "/" not in api_version or "." not in api_version.split("/")[0]:
         # Built-in groups (v1, apps/v1, batch/v1, ...) have typed resources with their own type tokens.
         raise ValueError(f"built-in kind {api_version} {kind} needs its typed resource here")

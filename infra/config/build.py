@@ -91,4 +91,5 @@ def _backend_settings(v: dict[str, Any], raw: Mapping[str, Any], chips_per_slice
     return RaySettings(
         image=v["rayImage"], cluster_name=v["rayClusterName"], job_name=v["rayJobName"],
         max_failures=v["maxFailures"],
-        dashboard_exposure=v["dashboardExposure"], dashboard_source_ranges=tuple(v["dashboardSourceRanges"]))
+        dashboard_exposure=v["dashboardExposure"], dashboard_source_ranges=tuple(v["dashboardSourceRanges"]),
+        pre_running_deadline_s=v["rayPreRunningDeadlineSeconds"] or None)

@@ -21,6 +21,12 @@ def at_least(minimum: int, allowed: str | None = None) -> Check:
     return check
 
 
+def within(minimum: int, maximum: int, allowed: str) -> Check:
+    def check(value: int) -> str | None:
+        return None if minimum <= value <= maximum else allowed
+    return check
+
+
 def matches(pattern: re.Pattern, allowed: str) -> Check:
     def check(value: str) -> str | None:
         return None if pattern.match(value) else allowed

@@ -174,6 +174,8 @@ class RaySettings:
     max_failures: int
     dashboard_exposure: str
     dashboard_source_ranges: tuple[str, ...]
+    # RayJob preRunningDeadlineSeconds: how long the job may wait for its cluster; None: no limit.
+    pre_running_deadline_s: int | None = None
 
 
 @dataclass(frozen=True)

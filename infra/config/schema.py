@@ -25,6 +25,9 @@ REQUIRED: Any = _Required()
 # Defaults computed from other keys (build.py); the descriptions below say how.
 DEFAULT_CHECKPOINT_PERIOD = 50
 DEFAULT_SYSTEM_POOL_MACHINE_TYPE = "e2-standard-16"
+# How long a RayJob may wait for its cluster to come up before KubeRay gives up on it (workloads/ray/deadline.py):
+# an hour of waiting for capacity, the start-up allowance core/run_time.py gives a whole run.
+DEFAULT_RAY_PRE_RUNNING_DEADLINE_S = 3600
 # The Pathways head's node: the CPU machine type of the Pathways on GKE cluster guide (Pulumi.pathways.yaml).
 PATHWAYS_SYSTEM_POOL_MACHINE_TYPE = "n2-standard-64"
 # A training run's name (runName): a folder under the bucket's maxtext/ and, on Pathways, the JobSet's name when
@@ -194,6 +197,13 @@ KEYS: tuple[Key, ...] = (
         check=check.at_least(-1, "-1 (retry forever) or at least 0"),
         applies_to=(AppliesTo("workloadBackend", ("rayjob",), "Ray Train's failure config; JobSets use "
                               "maxRestarts"),)),
+    Key("rayPreRunningDeadlineSeconds", "integer", "Seconds the RayJob may wait for its cluster (the head and the "
+        "first elasticMinSlices slices, every pod Running and Ready) before KubeRay fails it and deletes the cluster "
+        "(RayJob spec.preRunningDeadlineSeconds, KubeRay >= 1.6), so a job waiting for Spot or flex-start capacity "
+        "stops paying for its head and the slices that did arrive. 0: wait without limit.",
+        DEFAULT_RAY_PRE_RUNNING_DEADLINE_S,
+        # The field is an int32 of at least 1 (rayjob_types.go `+kubebuilder:validation:Minimum=1`); 0 leaves it out.
+        check=check.within(0, 2**31 - 1, "0 (no limit) or 1 to 2147483647 seconds"), applies_to=(_ON_RAY,)),
     Key("workerEnvironment", "string", "How the workers get their locked Python environment "
         "(worker_env/requirements.lock): runtime (Ray workers and JobSet pods install the lock when they start; no "
         "Docker needed) or image (the stack builds worker_env/Dockerfile, pushes it to an Artifact Registry "

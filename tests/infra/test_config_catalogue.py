@@ -78,6 +78,10 @@ VALUES = [
     ("batch negative", MINIMAL, {"perDeviceBatchSize": "-1"}, "perDeviceBatchSize='-1'", ["positive"]),
     ("batch not a number", MINIMAL, {"perDeviceBatchSize": "lots"}, "perDeviceBatchSize='lots'", ["positive"]),
     ("max failures below -1", MINIMAL, {"maxFailures": -2}, "maxFailures=-2", ["-1 (retry forever)"]),
+    ("pre-running deadline negative", MINIMAL, {"rayPreRunningDeadlineSeconds": -1},
+     "rayPreRunningDeadlineSeconds=-1", ["0 (no limit) or 1 to 2147483647 seconds"]),
+    ("pre-running deadline beyond int32", MINIMAL, {"rayPreRunningDeadlineSeconds": 2**31},
+     "rayPreRunningDeadlineSeconds=2147483648", ["0 (no limit) or 1 to 2147483647 seconds"]),
     ("maxtext too old", MINIMAL, {"maxtextVersion": "0.2.1"}, "maxtextVersion='0.2.1'", ["0.2.2"]),
     ("ray image latest", MINIMAL, {"rayImage": "rayproject/ray:latest"}, "rayImage='rayproject/ray:latest'",
      ["pinned"]),
@@ -186,7 +190,7 @@ GCP_FACTS = [
 
 _RAY_ONLY = {"elasticMinSlices": 1, "maxFailures": 2, "rayImage": "rayproject/ray:2.60.0-py312",
              "rayClusterName": "maxtext", "rayJobName": "train", "dashboardExposure": "internal-lb",
-             "dashboardSourceRanges": ["10.0.0.0/8"]}
+             "dashboardSourceRanges": ["10.0.0.0/8"], "rayPreRunningDeadlineSeconds": 600}
 _PATHWAYS_ONLY = {"pathwaysJobName": "mine", "pathwaysElasticSlices": 1, "pathwaysMaxSliceRestarts": 3,
                   "pathwaysElasticMaxRetries": 2, "pathwaysElasticTimeoutSeconds": 60, "pathwaysProfiling": True,
                   "pathwaysServerImage": "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/server:jax-0.10.2",

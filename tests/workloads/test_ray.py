@@ -91,8 +91,10 @@ def test_worker_group_matches_node_pools_and_topology(stack):
     cluster = job_cluster(objects)
     [group] = cluster["spec"]["workerGroupSpecs"]
     pools = [r for r in run.resources if r.type == "gcp:container/nodePool:NodePool" and r.name.startswith("slice-")]
-    assert group["replicas"] == len(pools) == config.tpu.slices
-    assert group["maxReplicas"] == config.tpu.slices
+    # One node pool per slice the run may use; the group starts at the fewest it may train on (an elastic run's
+    # driver raises it: tests/workloads/test_ray_elastic_start.py).
+    assert group["maxReplicas"] == len(pools) == config.tpu.slices
+    assert group["replicas"] == group["minReplicas"] == config.workload.plan.min_slices
     pod = group["template"]["spec"]
     [container] = pod["containers"]
     chips_per_pod = int(container["resources"]["limits"]["google.com/tpu"])
@@ -137,7 +139,7 @@ def test_dev_has_no_dranet_and_is_elastic(dev):
     assert not by_kind(objects, "ResourceClaimTemplate")
     group = job_cluster(objects)["spec"]["workerGroupSpecs"][0]
     assert "resourceClaims" not in group["template"]["spec"]
-    assert (group["minReplicas"], group["replicas"]) == (1, 2)
+    assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (1, 1, 2)
     [job] = training_jobs(objects)
     assert "--elastic 1,2" in job["spec"]["entrypoint"]
     # Spot: preemptions are retried without limit by the trainer (max_preemption_failures=-1); other failures
@@ -343,8 +345,9 @@ def test_only_the_job_holds_tpu_pods_and_its_cluster_goes_when_it_ends(stack):
     """Nothing long-lived asks for TPU chips: the RayJob creates its RayCluster (rayClusterSpec) and deletes it
     when the job finishes (shutdownAfterJobFinishes; ttlSecondsAfterFinished 0 keeps no TPU pod after it), per
     the KubeRay v1.7.0 RayJob CRD (../shared/schemas/kuberay/ray.io_rayjobs.yaml). The worker group keeps
-    `replicas` slices without the Ray autoscaler, so a lost slice's pods are asked for again at once (and wait
-    for GKE to bring the pool back), which is what Ray Train's elastic resize needs to see it return."""
+    `replicas` slices without the Ray autoscaler (an elastic run's driver raises them to maxReplicas), so a lost
+    slice's pods are asked for again at once (and wait for GKE to bring the pool back), which is what Ray Train's
+    elastic resize needs to see it return."""
     objects = registered_objects(committed_stack_run(stack))
     assert not by_kind(objects, "RayCluster")
     def requests_tpu(node) -> bool:
@@ -362,7 +365,8 @@ def test_only_the_job_holds_tpu_pods_and_its_cluster_goes_when_it_ends(stack):
     cluster = spec["rayClusterSpec"]
     assert "enableInTreeAutoscaling" not in cluster
     [group] = cluster["workerGroupSpecs"]
-    assert group["replicas"] == group["maxReplicas"] == config.tpu.slices
+    assert group["maxReplicas"] == config.tpu.slices
+    assert group["replicas"] == group["minReplicas"] == config.workload.plan.min_slices
     # KubeRay names the cluster <RayJob>-<5 characters>; RayCluster names are at most 53.
     assert len(job["metadata"]["name"]) + 6 <= 53
 

@@ -18,8 +18,10 @@ Steps are numbered as MaxText logs them (0 .. steps-1); a failure at STEP happen
   --preempt-slice-at STEP  the preemption notice, as GKE gives it to a Spot slice: SIGTERM to every host's
                         `ray start` (a pod's main process), SIGKILL of what is left after --grace-period seconds;
                         the trainer saves at the step all hosts agree on. A fixed-size run gets the slice back.
-  --start-slices N --add-slice-at STEP  elastic growth: start with N slices, add the rest at STEP; the group
-                        saves before it re-forms bigger.
+  --start-slices N --add-slice-at STEP  elastic growth: start with N slices; at STEP capacity arrives for the
+                        slices the job's RayCluster wants (the driver asks KubeRay for all of them when it starts,
+                        trainer/grow.py, here through trainer/local/kuberay.py); the group saves before it
+                        re-forms bigger.
 Everything it starts (Ray nodes, the driver) is killed on exit, Ctrl-C included; nothing else is touched.
 """
 from __future__ import annotations
@@ -44,6 +46,7 @@ from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
 from trainer.local import logs
 from trainer.local.cluster import LocalTpuCluster, session_members
+from trainer.local.kuberay import KubeRayStandIn
 from core.planner import Plan
 
 LOCAL_DEFAULTS = {"model": "tiny", "generation": "v6e", "topology": "2x4", "slices": 2, "steps": 30,
@@ -155,6 +158,11 @@ class LocalRun:
     # A preempted slice: when its grace period ends (time.time()), and which slice.
     preempt_deadline: float | None = None
     preempted_slice: int | None = None
+    # Elastic runs: the stand-in for the API server and KubeRay the driver grows its cluster through, and every
+    # JSON patch it took (a cold restart is a new RayJob with a new cluster, so a new stand-in).
+    kuberay: KubeRayStandIn | None = None
+    kuberay_patches: list = field(default_factory=list)
+    kuberay_reported: int = 0
 
     @property
     def progress_dir(self) -> Path:
@@ -167,6 +175,11 @@ class LocalRun:
                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(self.args.grace_period)}
         slices = self.args.start_slices if self.args.start_slices is not None else self.plan.slices
         self.cluster = LocalTpuCluster(self.plan.shape, slices, self.workdir, self.ray_temp, env)
+        if self.plan.elastic:
+            # The RayJob's cluster as the stack renders it: the TPU group at the slices that are up.
+            self.kuberay = KubeRayStandIn(self.workdir, self.plan.min_slices, self.plan.slices, slices)
+            self.kuberay_reported = 0
+            self.kuberay.start()
         t0 = time.time()
         self.cluster.start()
         print(f"local: Ray cluster up in {time.time() - t0:.0f}s: head + {slices} x "
@@ -178,7 +191,8 @@ class LocalRun:
         argv = [sys.executable, "-m", "trainer.entrypoint",
                 *[a.replace("@ADDRESS@", self.cluster.address) for a in self.driver_argv]]
         log = open(self.workdir / "driver.log", "ab")
-        self.driver = subprocess.Popen(argv, env=self.cluster.driver_env(), stdout=log, stderr=subprocess.STDOUT,
+        env = {**self.cluster.driver_env(), **(self.kuberay.driver_env() if self.kuberay else {})}
+        self.driver = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL, start_new_session=True,
                                        cwd=Path(__file__).resolve().parents[2])
         log.close()
@@ -202,6 +216,9 @@ class LocalRun:
         self.kill_driver()
         if self.cluster is not None:
             self.cluster.stop()
+        if self.kuberay is not None:
+            self.kuberay.stop()
+            self.kuberay = None
 
     def report_progress(self, records: list[dict]) -> dict | None:
         last = None
@@ -244,8 +261,13 @@ class LocalRun:
             self.cluster.preempt_slice(self.preempted_slice)
             self.preempt_deadline = time.time() + args.grace_period
         elif args.add_slice_at is not None:
-            self._record_failure("slice-added", last["step"])
-            for index in range(args.start_slices, self.plan.slices):
+            # Capacity arrives; only slices whose pods KubeRay created (the cluster wants them) can use it.
+            wanted = self.kuberay.desired_slices
+            print(f"local: capacity for {self.plan.slices - args.start_slices} more slice(s) after step "
+                  f"{last['step']}; the RayCluster wants {wanted}", flush=True)
+            if wanted > args.start_slices:
+                self._record_failure("slice-added", last["step"])
+            for index in range(args.start_slices, wanted):
                 self.cluster.add_slice(index)
         elif args.kill_slice_at is not None:
             self._record_failure("slice-lost", last["step"])
@@ -271,6 +293,17 @@ class LocalRun:
                 pass
         self.injected = True
 
+    def report_kuberay(self) -> None:
+        """Say when the driver resized its cluster (the PATCHes the stand-in took)."""
+        if self.kuberay is None:
+            return
+        for patch in self.kuberay.patches[self.kuberay_reported:]:
+            self.kuberay_reported += 1
+            self.kuberay_patches.append(patch)
+            replicas = ", ".join(str(op["value"]) for op in patch if op.get("op") == "replace")
+            print(f"local: the driver patched its RayCluster (TPU group replicas -> {replicas}); KubeRay now "
+                  f"wants {self.kuberay.desired_slices} slice(s)", flush=True)
+
     def _record_failure(self, kind: str, step: int) -> None:
         progress.append(self.progress_dir, {"event": "failure", "kind": kind, "at_step": step})
 
@@ -284,6 +317,7 @@ class LocalRun:
             for line in follower.new_lines() if follower else ():
                 print(f"driver| {line}", flush=True)
             last = self.report_progress(progress.read(self.progress_dir))
+            self.report_kuberay()
             self.maybe_inject(last)
             if self.driver.poll() is not None:
                 self.report_progress(progress.read(self.progress_dir))
@@ -400,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, handler)
     wall_s = time.time() - started
     result = outcome(args, plan_, progress.read(run.progress_dir), wall_s, rc)
+    if plan_.elastic:
+        result["kuberay_patches"] = run.kuberay_patches
     print_table(result)
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

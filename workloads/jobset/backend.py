@@ -38,6 +38,9 @@ class JobSetBackend:
     def runs_smoke_test(self, config: StackConfig) -> bool:
         return config.workload.smoke_test
 
+    def capacity_wait_notes(self, config: StackConfig) -> list[str]:
+        return []
+
     def images(self, config: StackConfig) -> list[str]:
         return [] if config.workload.worker_environment == "image" else [config.jobset.image]
 

@@ -38,6 +38,9 @@ class PathwaysBackend:
         # The head is the only JAX client: there is no multi-process group to test (config refuses smokeTest).
         return False
 
+    def capacity_wait_notes(self, config: StackConfig) -> list[str]:
+        return []
+
     def images(self, config: StackConfig) -> list[str]:
         pathways = config.pathways
         return [pathways.server_image, pathways.proxy_image, pathways.trainer_image]

@@ -9,6 +9,7 @@ from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.ray import spec as ray_spec
 from workloads.ray.component import RayWorkload
+from workloads.ray.deadline import pre_running_deadline_seconds
 from workloads.ray.exports import ray_exports
 from workloads.smoke_exports import ray_smoke_exports
 
@@ -49,6 +50,21 @@ class RayBackend:
     def runs_smoke_test(self, config: StackConfig) -> bool:
         return config.workload.smoke_test
 
+    def capacity_wait_notes(self, config: StackConfig) -> list[str]:
+        deadline = pre_running_deadline_seconds(config)
+        if deadline is None:
+            notes = ["waiting for capacity: no limit (rayPreRunningDeadlineSeconds=0): until its cluster is up the "
+                     "job pays for its head and any slices that did arrive"]
+        else:
+            notes = [f"waiting for capacity: the RayJob fails after {deadline} s ({deadline / 60:.0f} min) without "
+                     "its cluster up (rayPreRunningDeadlineSeconds; KubeRay preRunningDeadlineSeconds) and its pods go"]
+        plan = config.workload.plan
+        if plan.min_slices < plan.slices:
+            notes.append(f"elastic {plan.min_slices}..{plan.slices}: the job starts once {plan.min_slices} slice(s) "
+                         f"are up (RayCluster replicas {plan.min_slices}), then its driver asks KubeRay for "
+                         f"{plan.slices} (trainer/grow.py); the others join, and bill, when capacity allows")
+        return notes
+
     def images(self, config: StackConfig) -> list[str]:
         return [] if config.workload.worker_environment == "image" else [config.ray.image]
 
@@ -71,6 +87,17 @@ class RayBackend:
             "trainer.submitter: submit once, poll the job's status until it ends, the log a side stream) and pass "
             "it the head address, job id and Ray token (KubeRay v1.7.0 configureSubmitterContainer); check: "
             "`kubectl logs job/RAYJOB -n NAMESPACE` shows \"submitter: submitted job\""]
+        if config.workload.plan.elastic:
+            lines.append("elastic start: the add-on's KubeRay is assumed to submit the job once elasticMinSlices "
+                         "slices are Running and Ready (the group's replicas), to keep the job's cluster as the "
+                         "driver patched it and to create the other slices' pods (v1.7.0 source); check while it "
+                         "runs: the driver log says `asked KubeRay for N slices` and `kubectl get raycluster -n "
+                         "NAMESPACE -o jsonpath='{.items[*].spec.workerGroupSpecs[0].replicas}'` prints N")
+        if config.ray.pre_running_deadline_s is not None:
+            lines.append("pre-start deadline: preRunningDeadlineSeconds (KubeRay >= 1.6; `pulumi up` refuses a "
+                         "served CRD without it) is assumed to end only a job whose cluster never came up; after one "
+                         "did not, `kubectl get rayjob -n NAMESPACE -o jsonpath='{.items[*].status.reason}'` prints "
+                         "PreRunningDeadlineExceeded and its RayCluster is gone")
         budget = config.workload.shutdown
         if budget.sees_notice and budget.spot:
             lines.append("Ray workers: the notice (SIGTERM to the worker pod) is assumed to reach `ray start`, whose "

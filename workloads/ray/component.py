@@ -29,6 +29,13 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | 
     job_digest = short_digest(bundle.digest, repr((job_inputs, cluster_spec)))
     code_name = f"{config.ray.job_name}-code-{bundle.short_digest}"
     objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
+    if ray_manifests.grows(spec):
+        # An elastic run's driver asks KubeRay for its other slices once it has started (trainer/grow.py): the
+        # admission policy that keeps it to `replicas` first, then the Role that lets it patch.
+        objects["grow-slices-policy"] = ray_manifests.grow_policy(spec)
+        objects["grow-slices-policy-binding"] = ray_manifests.grow_policy_binding(spec)
+        objects["grow-slices-role"] = ray_manifests.grow_role(spec)
+        objects["grow-slices-binding"] = ray_manifests.grow_role_binding(spec)
     objects["ray-job"] = ray_manifests.ray_job(
         name=f"{config.ray.job_name}-{job_digest}", spec=spec, cluster_spec=cluster_spec, entrypoint=job_inputs[0],
         runtime_env=job_inputs[1], code_config_map_name=code_name, code_files=list(bundle.files))
@@ -67,9 +74,15 @@ class RayWorkload(pulumi.ComponentResource):
                 obj = {**obj, "spec": served.spec.apply(lambda crd_spec, job=obj: _checked_spec(job, crd_spec))}
                 # A relaunch must stop the old job before the new one asks for the same TPU hosts.
                 # Its cluster's pods mount the code and claim the DCN NICs: both exist first.
+                # An elastic run's driver patches its cluster as soon as it starts: the Role is bound first.
                 extra = dict(delete_before_replace=True,
                              depends_on=base["depends_on"] + [self.resources["trainer-code"]]
-                             + [self.resources[n] for n in ("dcn-netdevs",) if n in self.resources])
+                             + [self.resources[n] for n in ("dcn-netdevs", "grow-slices-binding",
+                                                            "grow-slices-policy-binding")
+                                if n in self.resources])
+            if logical_name == "grow-slices-binding":
+                # Never a moment when the service account may patch its cluster without the policy in force.
+                extra = dict(depends_on=base["depends_on"] + [self.resources["grow-slices-policy-binding"]])
             if logical_name == "dashboard-ilb":
                 # A LoadBalancer Service owns a forwarding rule in the VPC that GKE only tries to remove with the
                 # cluster ("Deletion of these resources is not always guaranteed", gcloud container clusters

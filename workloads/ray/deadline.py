@@ -17,6 +17,15 @@ KubeRay v1.7.0 (ray-operator/apis/ray/v1/rayjob_types.go, controllers/ray/rayjob
     the notice, no steps) and capacity can be away for hours, so no finite wall clock separates a hung run
     from a healthy run on such capacity; the run is bounded by its steps and by maxFailures instead;
   * maxFailures=-1 (unlimited failures): none, for the same reason.
+- `preRunningDeadlineSeconds` (KubeRay >= 1.6) fails the RayJob (reason PreRunningDeadlineExceeded) when it has
+  not reached Running that long after it started initialising (checkPreRunningDeadlineAndUpdateStatusIfNeeded, in
+  the Initializing and Waiting states). In K8sJobMode a RayJob turns Running as soon as its RayCluster is Ready and
+  the submitter Job is created, so this bounds exactly the wait for capacity: the head and the first slices' pods
+  Running and Ready. That wait is what has no bound on Spot and flex-start, where capacity can stay away for
+  hours while the head and any slices that did arrive bill; a failed RayJob's cluster is deleted
+  (shutdownAfterJobFinishes) and backoffLimit 0 does not retry it. Every capacity gets it (rayPreRunningDeadline-
+  Seconds, default infra/config/schema.py DEFAULT_RAY_PRE_RUNNING_DEADLINE_S; 0: none): on on-demand and
+  reservation capacity a stock-out is a wait like any other.
 """
 from __future__ import annotations
 
@@ -36,3 +45,8 @@ def job_deadline_seconds(config: StackConfig) -> int | None:
     return run_deadline_seconds(workload.plan, steps=workload.train_steps, attempts=max_failures + 1,
                                 seconds_per_save=save_estimate(workload.plan).seconds,
                                 checkpoint_period=workload.checkpoint_period)
+
+
+def pre_running_deadline_seconds(config: StackConfig) -> int | None:
+    """preRunningDeadlineSeconds for the stack's RayJob, or None (see the module docstring)."""
+    return config.ray.pre_running_deadline_s

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from core.ray_cluster import RAYCLUSTER_API, TPU_WORKER_GROUP
 from core.tpu_catalog import SliceShape
 from core.tpu_env import tpu_worker_env
 from workloads import install_cache
@@ -112,6 +113,8 @@ class RaySpec:
     termination_grace_s: int | None = None
     # RayJob activeDeadlineSeconds (workloads/ray/deadline.py); None: no deadline.
     active_deadline_s: int | None = None
+    # RayJob preRunningDeadlineSeconds (workloads/ray/deadline.py): how long it may wait for its cluster; None: no limit.
+    pre_running_deadline_s: int | None = None
     # Where the pods that install the lock at start keep uv's cache (workloads/install_cache.py): "node" (a
     # hostPath that outlives pods), "pod" (an emptyDir: container restarts only; Autopilot), None (nothing
     # installed: the worker image).
@@ -223,9 +226,12 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         pod_spec["resourceClaims"] = [{"name": "dcn-nics", "resourceClaimTemplateName": spec.dranet_claim_template}]
         container["resources"]["claims"] = [{"name": "dcn-nics"}]
     return {
-        "groupName": "tpu-slices",
-        # One replica is one slice: KubeRay creates numOfHosts pods per replica, one per TPU VM.
-        "replicas": spec.slices,
+        "groupName": TPU_WORKER_GROUP,
+        # One replica is one slice: KubeRay creates numOfHosts pods per replica, one per TPU VM. The cluster starts
+        # with the fewest slices the run may train on: KubeRay submits the job only when every pod of `replicas`
+        # slices is Running and Ready (core/ray_cluster.py), so an elastic run starts as soon as its minimum has
+        # capacity; its driver then raises `replicas` to maxReplicas (trainer/grow.py, allowed by grow_role).
+        "replicas": spec.min_slices,
         "minReplicas": spec.min_slices,
         "maxReplicas": spec.slices,
         "numOfHosts": shape.hosts,
@@ -241,8 +247,9 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
 
 def ray_cluster_spec(spec: RaySpec, ray_version: str) -> dict:
     """The RayCluster the job creates (RayJob spec.rayClusterSpec). Without the Ray autoscaler: KubeRay keeps
-    `replicas` slices of pods, so a slice lost to a preemption is asked for again at once (its pods are recreated
-    and wait for GKE to bring the pool back), and Ray Train's elastic resize sees it join."""
+    `replicas` slices of pods (the minimum at first, all of them once an elastic run's driver asked), so a slice
+    lost to a preemption is asked for again at once (its pods are recreated and wait for GKE to bring the pool
+    back), and Ray Train's elastic resize sees it join."""
     return {
         "rayVersion": ray_version,
         # Ray >= 2.52 can require a token for the dashboard and job API; KubeRay creates and wires it.
@@ -283,6 +290,10 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
             "submitterConfig": {"backoffLimit": SUBMITTER_BACKOFF_LIMIT},
             "backoffLimit": JOB_BACKOFF_LIMIT,
             **({"activeDeadlineSeconds": spec.active_deadline_s} if spec.active_deadline_s is not None else {}),
+            # A job still waiting for its cluster after this long fails, and its cluster (and every pod that did
+            # come up) is deleted: waiting for capacity is bounded (workloads/ray/deadline.py).
+            **({"preRunningDeadlineSeconds": spec.pre_running_deadline_s}
+               if spec.pre_running_deadline_s is not None else {}),
             "runtimeEnvYAML": yaml.safe_dump(job_runtime_env, sort_keys=True),
             "submissionMode": "K8sJobMode",
             "submitterPodTemplate": {
@@ -356,4 +367,103 @@ def dashboard_load_balancer(spec: RaySpec, source_ranges: list[str]) -> dict:
             "ports": [{"name": "dashboard", "port": DASHBOARD_PORT, "targetPort": DASHBOARD_PORT,
                        "protocol": "TCP"}],
         },
+    }
+
+
+def grows(spec: RaySpec) -> bool:
+    """Whether the run starts on fewer slices than it may use, so its driver raises the TPU group later."""
+    return spec.min_slices < spec.slices
+
+
+def grow_role_name(spec: RaySpec) -> str:
+    return f"{spec.cluster_name}-grow-slices"
+
+
+def grow_role(spec: RaySpec) -> dict:
+    """What the driver of an elastic run needs to ask for its other slices (trainer/grow.py): `patch` on the
+    namespace's RayClusters and nothing else. Not `get`, `list` or `delete`, nor pods. KubeRay names the job's
+    cluster with a random suffix, so the Role cannot name it (resourceNames); the namespace holds only this stack's
+    job clusters. It is less than KubeRay's own autoscaler Role, which also patches pods (kuberay v1.7.0
+    common/rbac.go BuildRole)."""
+    group = RAYCLUSTER_API.split("/")[0]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": grow_role_name(spec), "namespace": spec.namespace, "labels": labels()},
+        "rules": [{"apiGroups": [group], "resources": ["rayclusters"], "verbs": ["patch"]}],
+    }
+
+
+def grow_role_binding(spec: RaySpec) -> dict:
+    """The Role, for the service account the job's pods run as (the driver runs on the head)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": grow_role_name(spec), "namespace": spec.namespace, "labels": labels()},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": grow_role_name(spec)},
+        "subjects": [{"kind": "ServiceAccount", "name": spec.service_account, "namespace": spec.namespace}],
+    }
+
+
+# Fields of the RayCluster's spec that shape its pods or what runs in them, besides the worker groups: the driver's
+# service account may not change them (grow_policy).
+_FROZEN_SPEC_FIELDS = ("headGroupSpec", "rayVersion", "enableInTreeAutoscaling", "autoscalerOptions", "authOptions",
+                       "headServiceAnnotations", "gcsFaultToleranceOptions", "upgradeStrategy")
+
+
+def _unchanged(field: str) -> str:
+    """CEL: `field` of the spec is absent in both or equal in both."""
+    new, old = f"object.spec.{field}", f"oldObject.spec.{field}"
+    return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
+
+
+GROW_POLICY_RULES = (
+    ("size(object.spec.workerGroupSpecs) == size(oldObject.spec.workerGroupSpecs) && "
+     "object.spec.workerGroupSpecs.all(g, oldObject.spec.workerGroupSpecs.exists(o, o.groupName == g.groupName "
+     "&& o.template == g.template && o.numOfHosts == g.numOfHosts && o.minReplicas == g.minReplicas "
+     "&& o.maxReplicas == g.maxReplicas && has(o.rayStartParams) == has(g.rayStartParams) "
+     "&& (!has(g.rayStartParams) || o.rayStartParams == g.rayStartParams)))",
+     "the job's service account may change only the worker groups' replicas"),
+    (" && ".join(_unchanged(f) for f in _FROZEN_SPEC_FIELDS),
+     "the job's service account may not change the head, the Ray version, autoscaling or authentication"),
+)
+
+
+def grow_policy_name(spec: RaySpec) -> str:
+    # Cluster-scoped: the namespace keeps two stacks' policies apart.
+    return f"tpu-multislice-{spec.namespace}-{grow_role_name(spec)}"
+
+
+def grow_policy(spec: RaySpec) -> dict:
+    """What grow_role cannot say: RBAC grants `patch` on a whole RayCluster, and a changed pod template would be
+    used for the pods KubeRay creates next (with the service account's identity). This admission policy lets that
+    service account change only `replicas` (Kubernetes "Validating Admission Policy", GA in 1.30: CEL over
+    `object` and `oldObject`, matched by a matchCondition on request.userInfo). KubeRay's own updates are made by
+    its operator's account and are not matched."""
+    account = f"system:serviceaccount:{spec.namespace}:{spec.service_account}"
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": grow_policy_name(spec), "labels": labels()},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [RAYCLUSTER_API.split("/")[0]],
+                                                    "apiVersions": ["*"], "operations": ["UPDATE"],
+                                                    "resources": ["rayclusters"]}]},
+            "matchConditions": [{"name": "by-the-job-service-account",
+                                 "expression": f"request.userInfo.username == '{account}'"}],
+            "validations": [{"expression": rule, "message": message} for rule, message in GROW_POLICY_RULES],
+        },
+    }
+
+
+def grow_policy_binding(spec: RaySpec) -> dict:
+    """The policy, denying, in the stack's namespace."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": grow_policy_name(spec), "labels": labels()},
+        "spec": {"policyName": grow_policy_name(spec), "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {
+                     "matchLabels": {"kubernetes.io/metadata.name": spec.namespace}}}},
     }

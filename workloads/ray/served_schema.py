@@ -9,7 +9,8 @@ for `upgradeStrategy` a changed cluster that is never rolled out. So the stack r
 (rayjobs.ray.io) and refuses to create the RayJob when its schema lacks any field the RayJob sets.
 
 When fields appeared (ray-project/kuberay, ray-operator/config/crd/bases at the release tags): `authOptions` in
-v1.5.1 (absent in v1.5.0), `upgradeStrategy` in v1.6.0 (absent in v1.5.2).
+v1.5.1 (absent in v1.5.0), `upgradeStrategy` and `preRunningDeadlineSeconds` in v1.6.0 (absent in v1.5.2). Without
+`preRunningDeadlineSeconds` a job waiting for Spot capacity would wait, and bill its head, without limit.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ RAYJOB_CRD = "rayjobs.ray.io"
 FIRST_KUBERAY = {
     "spec.rayClusterSpec.authOptions": "1.5.1",
     "spec.rayClusterSpec.upgradeStrategy": "1.6.0",
+    "spec.preRunningDeadlineSeconds": "1.6.0",
 }
 
 

@@ -12,7 +12,7 @@ from core.worker_lock import LOCK_PATH, parse_pins, requirement_lines
 from infra.config import StackConfig
 from workloads.bundle import TrainerBundle
 from workloads import common, install_cache
-from workloads.ray.deadline import job_deadline_seconds
+from workloads.ray.deadline import job_deadline_seconds, pre_running_deadline_seconds
 from workloads.ray.manifests import RaySpec
 
 # Packages every Ray image already has at the lock's version, left out of the runtime install.
@@ -52,6 +52,7 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         tpu_node_selector_extra=common.capacity_selectors(config),
         termination_grace_s=config.workload.shutdown.pod_grace_s,
         active_deadline_s=job_deadline_seconds(config),
+        pre_running_deadline_s=pre_running_deadline_seconds(config),
         install_cache=install_cache.cache_kind(config),
         data_volumes=tuple(common.data_volumes(config)),
         data_mounts=tuple(common.data_mounts(config)),

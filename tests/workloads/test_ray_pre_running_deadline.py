@@ -1,0 +1,122 @@
+"""A RayJob that waits for capacity gives up after rayPreRunningDeadlineSeconds instead of waiting (and billing its
+head and the slices that did arrive) forever.
+
+The rule played here is KubeRay v1.7.0's (ray-project/kuberay, tag v1.7.0):
+- ray-operator/controllers/ray/rayjob_controller.go `checkPreRunningDeadlineAndUpdateStatusIfNeeded`: in the
+  Initializing and Waiting states, when `spec.preRunningDeadlineSeconds` is set and `time.Now()` is not before
+  `status.startTime + preRunningDeadlineSeconds`, the RayJob turns Failed with reason PreRunningDeadlineExceeded;
+  unset, there is no deadline. Initializing is left for Running only once the RayCluster's state is Ready (same file,
+  `Reconcile`, case JobDeploymentStatusInitializing), so the deadline bounds the wait for the cluster.
+- same file, case JobDeploymentStatusFailed: with `shutdownAfterJobFinishes` the job's RayCluster is deleted
+  (`handleShutdownAfterJobFinishes`), so its pods stop billing.
+- ray-operator/apis/ray/v1/rayjob_types.go: `PreRunningDeadlineSeconds *int32`, `+kubebuilder:validation:Minimum=1`;
+  ray-operator/controllers/ray/utils/validation.go `ValidateRayJobSpec`: "preRunningDeadlineSeconds must be a
+  positive integer".
+- ray-operator/config/crd/bases/ray.io_rayjobs.yaml: the field is absent at v1.5.2, present at v1.6.0.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import pytest
+
+from infra.config import build
+from infra.config.schema import DEFAULT_RAY_PRE_RUNNING_DEADLINE_S
+from preview.harness import bundled_crd_spec
+from preview.stack_files import load_stack_config
+from tests.conftest import MINIMAL, REPO
+from workloads.bundle import load_bundle
+from workloads.ray.component import ray_objects
+from workloads.ray.served_schema import unserved_problem
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass
+class RayJobState:
+    deployment: str = "Initializing"
+    reason: str = ""
+
+
+def kuberay_reconcile(spec: dict, state: RayJobState, seconds_since_start: float, cluster_ready: bool) -> RayJobState:
+    """One pass of KubeRay v1.7.0's RayJob reconcile through the states before Running, as far as the deadline and
+    the Ready gate go (rayjob_controller.go `Reconcile` and `checkPreRunningDeadlineAndUpdateStatusIfNeeded`; the
+    activeDeadlineSeconds check before it is played the same way)."""
+    state = copy.copy(state)
+    if state.deployment not in ("Initializing", "Waiting"):
+        return state
+    active = spec.get("activeDeadlineSeconds")
+    if state.deployment == "Initializing" and active is not None and not seconds_since_start < active:
+        return RayJobState("Failed", "DeadlineExceeded")
+    deadline = spec.get("preRunningDeadlineSeconds")
+    if deadline is not None and not seconds_since_start < deadline:
+        return RayJobState("Failed", "PreRunningDeadlineExceeded")
+    if state.deployment == "Initializing" and cluster_ready and spec.get("submissionMode") == "K8sJobMode":
+        return RayJobState("Running")
+    return state
+
+
+def kuberay_validate(spec: dict) -> str | None:
+    """validation.go `ValidateRayJobSpec` on the field, and the CRD's int32 minimum 1."""
+    deadline = spec.get("preRunningDeadlineSeconds")
+    if deadline is not None and not 1 <= deadline <= INT32_MAX:
+        return "The RayJob spec is invalid: preRunningDeadlineSeconds must be a positive integer"
+    return None
+
+
+def ray_job(raw: dict) -> dict:
+    return ray_objects(build(raw), load_bundle())["ray-job"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_committed_ray_stacks_bound_the_wait_for_their_cluster(stack):
+    spec = ray_job(load_stack_config(stack, REPO))["spec"]
+    assert spec["preRunningDeadlineSeconds"] == DEFAULT_RAY_PRE_RUNNING_DEADLINE_S
+    assert kuberay_validate(spec) is None
+    assert spec["shutdownAfterJobFinishes"] is True and spec["backoffLimit"] == 0
+
+
+@pytest.mark.parametrize("capacity", ["spot", "flex-start"])
+def test_a_job_whose_cluster_never_comes_up_fails_at_the_deadline(capacity):
+    spec = ray_job({**MINIMAL, "capacity": capacity, "rayPreRunningDeadlineSeconds": 900})["spec"]
+    # Spot and flex-start have no activeDeadlineSeconds (workloads/ray/deadline.py): this is their only bound.
+    assert "activeDeadlineSeconds" not in spec
+    state = RayJobState()
+    state = kuberay_reconcile(spec, state, 899.9, cluster_ready=False)
+    assert state == RayJobState("Initializing")
+    state = kuberay_reconcile(spec, state, 900, cluster_ready=False)
+    assert state == RayJobState("Failed", "PreRunningDeadlineExceeded")
+
+
+def test_a_job_whose_cluster_comes_up_in_time_runs_past_the_deadline():
+    spec = ray_job({**MINIMAL, "capacity": "spot", "rayPreRunningDeadlineSeconds": 900})["spec"]
+    state = kuberay_reconcile(spec, RayJobState(), 600, cluster_ready=True)
+    assert state == RayJobState("Running")
+    # Running is past the pre-running check: a long run is never ended by it.
+    assert kuberay_reconcile(spec, state, 10 * 3600, cluster_ready=True) == RayJobState("Running")
+
+
+def test_zero_leaves_the_field_out_and_the_job_waits_without_limit():
+    spec = ray_job({**MINIMAL, "capacity": "spot", "rayPreRunningDeadlineSeconds": 0})["spec"]
+    assert "preRunningDeadlineSeconds" not in spec and kuberay_validate(spec) is None
+    assert kuberay_reconcile(spec, RayJobState(), 30 * 24 * 3600, cluster_ready=False) == RayJobState("Initializing")
+
+
+def test_a_kuberay_without_the_field_is_refused_naming_the_release_that_has_it():
+    job = ray_job(load_stack_config("dev", REPO))
+    crd = copy.deepcopy(bundled_crd_spec("rayjobs.ray.io"))
+    assert crd is not None, "the shared schema bundle (kuberay/ray.io_rayjobs.yaml) is needed"
+    for version in crd["versions"]:
+        version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"].pop("preRunningDeadlineSeconds", None)
+    problem = unserved_problem(job, crd)
+    assert problem is not None and "spec.preRunningDeadlineSeconds" in problem and "KubeRay >= 1.6.0" in problem
+
+
+def test_the_plan_shows_the_deadline():
+    from preview.costs import cost_summary
+    config = build({**MINIMAL, "capacity": "spot", "rayPreRunningDeadlineSeconds": 1800})
+    notes = " ".join(cost_summary([], config).notes)
+    assert "after 1800 s (30 min)" in notes and "rayPreRunningDeadlineSeconds" in notes
+    notes = " ".join(cost_summary([], build({**MINIMAL, "rayPreRunningDeadlineSeconds": 0})).notes)
+    assert "no limit (rayPreRunningDeadlineSeconds=0)" in notes
