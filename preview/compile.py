@@ -727,6 +727,16 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                         "(where the planner's verdict turns: fits by recomputing or refused)"),
     CalibrationCase("llama3-70b-1xv6e-64-minimal-b1", "llama3-70b", "v6e", "8x8", 1, 1, remat_policy="minimal",
                     why="70B with minimal remat at batch 1: every projection of 80 layers on device"),
+    # Held out: compiled after the model and its margin were frozen, at the edges of the warning band; not used to
+    # derive ESTIMATE_ERROR (tests/core/test_xla_calibration.py HELD_OUT), only to check the planner's verdict.
+    CalibrationCase("llama3-8b-1xv6e-64-b13", "llama3-8b", "v6e", "8x8", 1, 13,
+                    why="held out: the published 8B v6e-64 shape at batch 13, estimated above XLA's limit"),
+    CalibrationCase("llama3-70b-1xv6e-32-b3", "llama3-70b", "v6e", "4x8", 1, 3,
+                    why="held out: the published 70B v6e-32 shape (bfloat16 weights) at batch 3, one past the recipe"),
+    CalibrationCase("llama3-8b-1xv6e-16-b9", "llama3-8b", "v6e", "4x4", 1, 9,
+                    why="held out: the published 8B v6e-16 shape at batch 9, the largest the plan advertises"),
+    CalibrationCase("qwen3-0.6b-2xv6e-8-b20", "qwen3-0.6b", "v6e", "2x4", 2, 20,
+                    why="held out: the dev stack's shape at batch 20, the largest the plan advertises"),
 )
 
 
