@@ -85,14 +85,15 @@ RUNTIME_RESERVED_GIB = {"v4": 1.25, "v5e": 0.252, "v5p": 0.257, "v6e": 0.254, "t
 # 95 % of the limit XLA recomputes tensors to fit (slower steps); it refuses a step only when even that does not
 # bring it under the limit (RESOURCE_EXHAUSTED).
 REMAT_THRESHOLD = 0.95
-# The estimate's measured error: the largest |estimate / XLA's need - 1| over the calibration rows XLA compiled near
-# the limit, rounded up to a whole percent (tests/core/test_xla_calibration.py derives it from
-# core/xla_calibration.json and holds this to it; a refused step has no assignment to compare with, only XLA's
-# failed attempt, and is held to the verdict and to the 90 % floor). The one
-# margin the planner applies: a plan is refused only when even the lowest need consistent with the estimate
-# (estimate / (1 + error)) is over XLA's limit, and fits without recomputing when even the highest
-# (estimate / (1 - error)) is at most XLA's 95 % recompute point.
-ESTIMATE_ERROR = 0.09
+# The estimate's measured error, on runs it was not fitted to (tests/core/test_xla_calibration.py derives it from
+# core/xla_calibration.json and holds this to it): the largest |estimate / XLA's need - 1| of a fitted row compiled
+# near the limit when it is left out of the margin (llama3-70b-1xv6e-256-b8-fp32, -9.1 %, which the other rows'
+# 6 % would not cover), and of the compiles made after the model was frozen (qwen3-0.6b-2xv6e-8-b20, the dev
+# stack's largest advertised batch: XLA needs 36.98 GiB where the estimate says 30.26, -18.2 %), rounded up to a
+# whole percent. What it decides: "fits" only when even estimate / (1 - error) is within XLA's 95 % recompute
+# point; above that, up to XLA's limit, "near the limit" (a warning naming the compile). It never widens what is
+# accepted: an estimate over XLA's limit is refused whatever the error (MemoryEstimate.verdict).
+ESTIMATE_ERROR = 0.19
 
 FITS, NEAR_LIMIT, DOES_NOT_FIT = "fits", "near the limit", "does not fit"
 

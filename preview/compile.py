@@ -942,23 +942,43 @@ def row_reserved(row: Mapping[str, Any], data: Mapping[str, Any]) -> int:
 
 
 def row_need(row: Mapping[str, Any], data: Mapping[str, Any]) -> int:
-    """XLA's need for the step: its figure before recomputing anything ("rematerialization hbm reduction: X =>"),
-    else, for a memory-only row, the scheduler's peak plus the arguments and the runtime's reservation, else
-    libtpu's total peak, else what it said it needed when it refused ("Used X of Y hbm")."""
+    """XLA's need for the step, counted as the estimate counts it (core/memory.py: the runtime's reservation
+    included): libtpu's total peak of a full compile (which includes it); else XLA's program + arguments — its
+    figure before recomputing anything ("rematerialization hbm reduction: X =>"), the scheduler's peak plus the
+    arguments of a memory-only row, or what it said it needed when it refused ("Used X of Y hbm", "HLO temporaries
+    (X) exceeds") — plus the reservation, which none of those include."""
+    reserved = row_reserved(row, data)
     if row["before_remat_bytes"]:
-        return row["before_remat_bytes"]
+        return row["before_remat_bytes"] + reserved
     assigned = row.get("assigned")
     if assigned and row["compiled"]:
-        return assigned["need"] + row_reserved(row, data)
-    return row["peak_bytes_per_device"] or row["required_bytes"]
+        return assigned["need"] + reserved
+    if row["peak_bytes_per_device"]:
+        return row["peak_bytes_per_device"]
+    return row["required_bytes"] + reserved
 
 
 def row_peak(row: Mapping[str, Any], data: Mapping[str, Any]) -> int:
-    """XLA's assignment after any recomputation: libtpu's total peak, the memory-only figure after XLA's
-    rematerialization (plus the runtime's reservation), or what it said it needed when it refused."""
+    """XLA's assignment after any recomputation, counted like row_need: libtpu's total peak, the memory-only
+    figure after XLA's rematerialization plus the reservation, or what it said it needed when it refused plus the
+    reservation."""
     if row["peak_bytes_per_device"]:
         return row["peak_bytes_per_device"]
     assigned = row.get("assigned")
     if assigned and row["compiled"]:
         return assigned.get("after", assigned["need"]) + row_reserved(row, data)
-    return row["required_bytes"]
+    return row["required_bytes"] + row_reserved(row, data)
+
+
+def arguments_source(row: Mapping[str, Any]) -> str:
+    """Where a row's train-state bytes come from: "xla" when libtpu stated them (its rematerialization line, or a
+    full compile's "arguments"), "planner" when a memory-only compile stopped before XLA's rematerialization pass,
+    which is the only place a memory-only compile prints them (calibrate then takes the planner's params +
+    optimizer, equal to libtpu's figure to 1 % on every row where both exist), "refused" when XLA refused the
+    step before stating them apart (its need is one figure)."""
+    if (row.get("breakdown") or {}).get("arguments"):
+        return "xla"
+    assigned = row.get("assigned") or {}
+    if "arguments" in assigned:
+        return "planner" if assigned.get("arguments_from") == "planner" else "xla"
+    return "xla" if row["before_remat_bytes"] else "refused"
