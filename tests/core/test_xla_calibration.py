@@ -43,7 +43,7 @@ from core.presets import preset
 from core.recipes import PUBLISHED_RUNS
 from core.worker_lock import load_pins
 from infra.config import build
-from preview.compile import arguments_source, row_need, row_peak
+from preview.compile import HELD_OUT, arguments_source, row_need, row_peak
 from preview.stack_files import load_stack_config
 from tests.conftest import COMMITTED_STACKS, REPO
 
@@ -81,10 +81,11 @@ def estimated(row: dict) -> int:
     return plan(request_of(row, memory_check=False)).memory.total
 
 
-# Compiled after the model and its margin were frozen (preview/compile.py CALIBRATION_CASES says which): 8B on one
+# Compiled after the model and its margin were frozen (preview/compile.py CALIBRATION_CASES held_out): 8B on one
 # v6e-64 at batch 13 (estimated over the limit), 70B on one v6e-32 at batch 3, and the largest batch the plan
 # advertises for 8B on one v6e-16 and for the dev stack's qwen3-0.6b on 2 x v6e-8.
-HELD_OUT = ("llama3-8b-1xv6e-64-b13", "llama3-70b-1xv6e-32-b3", "llama3-8b-1xv6e-16-b9", "qwen3-0.6b-2xv6e-8-b20")
+assert set(HELD_OUT) == {"llama3-8b-1xv6e-64-b13", "llama3-70b-1xv6e-32-b3", "llama3-8b-1xv6e-16-b9",
+                         "qwen3-0.6b-2xv6e-8-b20"}
 FITTED = [row for row in ROWS if row["case"] not in HELD_OUT]
 HELD = [row for row in ROWS if row["case"] in HELD_OUT]
 NEAR = [row for row in FITTED if near_limit(row)]
@@ -348,3 +349,20 @@ def test_llama3_70b_default_has_a_clear_margin_proved_by_compile():
     for case in ("llama3-70b-2xv6e-16-fsdp-b1", "llama3-70b-2xv6e-16-fsdp-b2", "llama3-70b-2xv6e-32-b2"):
         row = next(r for r in ROWS if r["case"] == case)
         assert row["compiled"] and row["before_remat_bytes"] > REMAT_THRESHOLD * row["hbm_bytes"]
+
+
+def test_the_benchmark_says_where_each_rows_train_state_came_from():
+    """benchmarks/planner_vs_xla.py names the rows whose train state is XLA's own and those where the planner's
+    stands in (memory-only compiles below XLA's rematerialization pass), and the held-out errors."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("planner_vs_xla", REPO / "benchmarks" / "planner_vs_xla.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    text = bench.table(bench.rows(REPO / "core" / "xla_calibration.json"))
+    for row in ROWS:
+        source = arguments_source(row)
+        section = text.split(f"train state from {source} (")[1].split("\ntrain state from")[0]
+        assert row["case"] in section.replace("\n  ", " ").replace(",", " ").split(), (row["case"], source)
+    assert "held out (compiled after the model was frozen): " in text and "qwen3-0.6b-2xv6e-8-b20 -18.2%" in text
+    assert "leave-one-out" in text
