@@ -727,7 +727,7 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                     why="70B on v6e-256 with full remat (80 layer inputs on device), float32 weights, batch 2"),
     CalibrationCase("llama3-8b-1xv6e-4-b1", "llama3-8b", "v6e", "2x2", 1, 1,
                     why="8B on one v6e-4 at batch 1: float32 train state of 22.4 GiB per chip, the rest near the limit "
-                        "(where the planner's verdict turns: fits by recomputing or refused)"),
+                        "(where the verdict turns: near the limit or refused)"),
     CalibrationCase("llama3-70b-1xv6e-64-minimal-b1", "llama3-70b", "v6e", "8x8", 1, 1, remat_policy="minimal",
                     why="70B with minimal remat at batch 1: every projection of 80 layers on device"),
     # Held out: compiled after core/memory.py was frozen (no term, count or constant changed since), at the edges of
@@ -856,9 +856,11 @@ def calibrate(names: list[str], path: Path, progress: TextIO, timeout: float, ke
         result = run_compile(request_target(case.entrypoint_args()), timeout=timeout, progress=progress,
                              keep_dir=keep / case.case if keep else None, memory_only=memory_only)
         if result.assigned is not None and "arguments" not in result.assigned:
-            # Below the rematerialization pass libtpu does not print the arguments: the step's inputs are the
-            # train state, whose bytes the planner counts exactly (params + AdamW moments; equal to libtpu's
-            # "arguments" on every fully compiled row, tests/core/test_xla_calibration.py).
+            # Below the rematerialization pass libtpu does not print the arguments (only that pass's line and a
+            # full compile's "Total hbm usage" state them): the step's inputs are the train state, and the
+            # planner's params + AdamW moments stand in, marked arguments_from: planner (equal to libtpu's own
+            # figure within 1 % on every row where libtpu stated it, tests/core/test_xla_calibration.py;
+            # benchmarks/planner_vs_xla.py lists which rows are which).
             from core.planner import plan as plan_request
             memory = plan_request(case.plan_request()).memory
             arguments = memory.params + memory.optimizer
