@@ -115,6 +115,11 @@ def assumptions(config: StackConfig) -> list[str]:
                      "rule at index N\" (Kubernetes pkg/controller/job/pod_failure_policy.go; JobSet v0.12 "
                      "onJobFailureMessagePatterns exists for this), which is text, not an API field; after a failure "
                      "`kubectl get jobs -n NAMESPACE -o jsonpath='{..conditions}'` shows the message")
+    if config.workload.backend != "pathways":
+        lines.append("out of HBM: the trainer tells XLA running out of the TPU's memory (exit 6, not retried) by its "
+                     "message, RESOURCE_EXHAUSTED naming HBM or a device buffer (trainer/failures.py); the compile-"
+                     "time form is the workers' libtpu 0.0.50.1's own (python -m preview.compile), the run-time form "
+                     "is read from public reports, not seen here; an unrecognised one exits 1 and is retried")
     if not config.cluster.autopilot:
         lines.append("slice pools from zero: spot and on-demand TPU pools autoscale 0..hosts per zone and GKE is "
                      "assumed to add a multi-host slice's VMs at once when its pods ask (\"About TPUs in GKE\"); "
