@@ -265,8 +265,7 @@ class MemoryEstimate:
                     f"the {self.recompute_point / GIB:.2f} GiB where XLA starts recomputing (95 % of the "
                     f"{self.hbm / GIB:.2f} GiB XLA compiles against {where}); compile it before you pay")
         else:
-            tail = (f"does not fit: the estimate is over the {self.hbm / GIB:.2f} GiB XLA compiles against {where}; "
-                    "only XLA's compile of this exact step can accept it")
+            tail = f"does not fit: the estimate is over the {self.hbm / GIB:.2f} GiB XLA compiles against {where}"
         return f"{terms} = {self.total / GIB:.1f} GiB per device (estimated); {tail}"
 
 

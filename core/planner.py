@@ -416,7 +416,7 @@ def plan(request: PlanRequest) -> Plan:
                     f" remat {best.remat_policy}, weights {best.weight_dtype}): {best.memory.describe()}."
                     f" This is an estimate (core/xla_calibration.json: within {ESTIMATE_ERROR:.0%} of XLA near the"
                     f" limit, above it elsewhere); only a compile of this exact step that fits accepts it: {hint}"
-                    " --no-memory-check"
+                    " --no-memory-check (then the trainer's --no-memory-check runs it; a stack cannot)"
                     + "".join(f". Not tried: {reason}" for reason in dict.fromkeys(problems.values()))
                     + (f". Host memory: {host_problems[0]}" if host_problems else ""), best)
 
