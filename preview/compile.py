@@ -455,7 +455,16 @@ def memory_assignment(libtpu_log: str) -> dict[str, int] | None:
     if remats:
         before, after = max(remats)
         out.update(need=before, after=after)
+    limit = re.search(r"rematerialization limit .*?= 95% hbm \(" + _SIZE + r"\)", text)
+    if limit:             # XLA's per-device limit, from the 95 % it recomputes down to
+        out["limit"] = int(_size(limit.group(1), limit.group(2)) / 0.95)
     return out
+
+
+def over_the_limit(assigned: Mapping[str, int]) -> bool:
+    """XLA's assignment is still over its limit after recomputing: it is about to refuse the step
+    (RESOURCE_EXHAUSTED follows the HLO passes, how soon depends on the machine's load)."""
+    return "limit" in assigned and assigned.get("after", assigned["need"]) > assigned["limit"]
 
 
 def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, progress: TextIO | None = None,
@@ -503,7 +512,10 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
             while proc.poll() is None:
                 if seen is None:
                     text = "".join(path.read_text(errors="replace") for path in sorted(log_dir.glob("*.INFO.*")))
-                    if memory_assignment(text) is not None:
+                    assigned_now = memory_assignment(text)
+                    if assigned_now is not None and over_the_limit(assigned_now):
+                        return        # XLA refuses it: let it end with its own RESOURCE_EXHAUSTED
+                    if assigned_now is not None:
                         seen = time.monotonic()
                 elif time.monotonic() - seen > MEMORY_ONLY_GRACE_S:
                     assigned_event.set()
@@ -538,7 +550,7 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     assigned = memory_assignment(libtpu_log)
     if killed:
         reason = f"the compile did not finish within {timeout:.0f} s"
-    elif memory_only and assigned_event.is_set() and assigned is not None:
+    elif memory_only and assigned_event.is_set() and assigned is not None and not over_the_limit(assigned):
         # Memory assigned without RESOURCE_EXHAUSTED: XLA fits the step; code generation was not run.
         verdict = dataclasses.replace(verdict, compiled=True,
                                       before_remat_bytes=assigned["need"] if "after" in assigned else None)

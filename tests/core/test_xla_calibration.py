@@ -340,7 +340,7 @@ def test_what_xla_refuses_stays_refused():
 def test_llama3_70b_default_has_a_clear_margin_proved_by_compile():
     """70B on 2 x v6e-32: the planner puts FSDP over both slices at the recipe's batch 2 (64-way FSDP), which XLA
     compiles at 23.9 GiB of 31.25 without recomputing, rather than data parallel across the slices (32-way FSDP),
-    which XLA only fits by recomputing (the planner prefers a fit without recomputation at the same batch)."""
+    which XLA only fits by recomputing and whose estimate (31.87 GiB) is over the limit: refused."""
     chosen = plan(PlanRequest("llama3-70b", "v6e", "4x8", slices=2))
     assert (chosen.dcn_data, chosen.dcn_fsdp, chosen.per_device_batch_size) == (1, 2, 2)
     row = _row_for(chosen)
