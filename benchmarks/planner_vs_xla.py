@@ -10,9 +10,15 @@ row's settings and set against it.
 
 Columns:
   XLA peak     libtpu's "Total hbm usage" after XLA's own rematerialization (what it assigned), or, when the step
-               did not fit, "Used X of Y hbm" (what it said it needed);
+               did not fit, "Used X of Y hbm" (what it said it needed); like the estimate, with the runtime's
+               reservation (preview/compile.py row_need);
   XLA need     the step's bytes before XLA recomputed anything ("rematerialization hbm reduction: X => Y"), else
                the peak;
+  state        where the row's train-state bytes (XLA's "arguments") come from: xla (libtpu stated them), planner
+               (a memory-only compile that stopped before XLA's rematerialization pass, the only place it prints
+               them: the planner's params + optimizer stand in, equal to libtpu's to 1 % wherever both exist),
+               refused (XLA refused the step and stated one figure);
+  set          held out (compiled after the model was frozen: it measures the margin) or fitted;
   est/need     the planner's bytes per device over XLA's need; est/peak likewise over the peak;
   near         XLA's peak is at least 75 % of the limit XLA compiles against (where the planner's verdict
                matters; below it XLA spends spare HBM on its schedule and an upper bound is fine);
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.memory import ESTIMATE_ERROR, GIB  # noqa: E402
 from core.planner import PlanRequest, plan  # noqa: E402
-from preview.compile import fill_limits, row_need, row_peak  # noqa: E402
+from preview.compile import HELD_OUT, arguments_source, fill_limits, row_need, row_peak  # noqa: E402
 
 NEAR_LIMIT = 0.75
 
@@ -71,7 +78,8 @@ def rows(path: Path) -> list[dict]:
         need, peak = row_need(row, data), row_peak(row, data)
         out.append({"row": row, "memory": memory, "need": need, "peak": peak, "est_need": memory.total / need,
                     "est_peak": memory.total / peak, "near": near_limit(row, data),
-                    "xla": xla_verdict(row), "planner": planner_verdict(row)})
+                    "xla": xla_verdict(row), "planner": planner_verdict(row), "state": arguments_source(row),
+                    "held_out": row["case"] in HELD_OUT})
     return out
 
 
@@ -87,19 +95,24 @@ def shape(row: dict) -> str:
 
 def table(results: list[dict], terms: bool = False) -> str:
     lines = ["| case | shape | XLA peak GiB | XLA need GiB | estimate GiB | est/need | est/peak | near | XLA | planner "
-             "| jax / libtpu |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| state | set | jax / libtpu |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         row, memory = r["row"], r["memory"]
         lines.append(
             f"| {row['case']} | {shape(row)} | {r['peak'] / GIB:.2f} | {r['need'] / GIB:.2f} | "
             f"{memory.total / GIB:.2f} | {r['est_need']:.2f} | {r['est_peak']:.2f} | {'yes' if r['near'] else ''} | "
-            f"{r['xla']} | {r['planner']} | {row['jax']} / {row['libtpu']}"
+            f"{r['xla']} | {r['planner']} | {r['state']} | {'held out' if r['held_out'] else 'fitted'} | "
+            f"{row['jax']} / {row['libtpu']}"
             f"{' (memory only)' if row.get('memory_only') else ''} |")
         if terms:
-            lines.append(f"|  | {' + '.join(f'{n} {v / GIB:.2f}' for n, v in memory.terms())} | | | | | | | | | |")
-    near = [r for r in results if r["near"] and r["xla"] != "refused"]
+            lines.append(f"|  | {' + '.join(f'{n} {v / GIB:.2f}' for n, v in memory.terms())} | | | | | | | | | | | |")
+    near = [r for r in results if r["near"] and r["xla"] != "refused" and not r["held_out"]]
+    held = [r for r in results if r["held_out"] and r["xla"] != "refused"]
     lines.append("")
+    for source in ("xla", "planner", "refused"):
+        cases = [r["row"]["case"] for r in results if r["state"] == source]
+        lines.append(f"train state from {source} ({len(cases)}): {', '.join(cases) or 'none'}")
     lines.append(f"rows: {len(results)}; compiled near the limit (XLA peak >= {NEAR_LIMIT:.0%}): {len(near)}")
     if near:
         lines.append(f"near the limit: est/need {min(r['est_need'] for r in near):.2f}-"
@@ -107,6 +120,17 @@ def table(results: list[dict], terms: bool = False) -> str:
                      f"{max(r['est_peak'] for r in near):.2f}")
     lines.append(f"everywhere: est/need >= {min(r['est_need'] for r in results):.2f}, est/peak >= "
                  f"{min(r['est_peak'] for r in results):.2f}; the planner's stated error: {ESTIMATE_ERROR:.0%}")
+    if near:
+        loo = []
+        for r in near:
+            others = max(abs(o["est_need"] - 1) for o in near if o is not r)
+            if abs(r["est_need"] - 1) > others:
+                loo.append(f"{r['row']['case']} {r['est_need'] - 1:+.1%} (others {others:.1%})")
+        lines.append(f"leave-one-out, fitted rows compiled near the limit: worst {max(abs(r['est_need'] - 1) for r in near):.1%}"
+                     f"; not covered by the others' margin: {', '.join(loo) or 'none'}")
+    if held:
+        lines.append("held out (compiled after the model was frozen): " + ", ".join(
+            f"{r['row']['case']} {r['est_need'] - 1:+.1%}" for r in held))
     wrong = [r["row"]["case"] for r in results if r["xla"] == "refused" and r["planner"] != "does not fit"]
     lines.append(f"accepted by the planner but refused by XLA: {', '.join(wrong) or 'none'}")
     refused_fits = [r["row"]["case"] for r in results if r["xla"] != "refused" and r["planner"] == "does not fit"]
@@ -114,7 +138,10 @@ def table(results: list[dict], terms: bool = False) -> str:
     lines.append(f"refused by the planner for the host's memory (offloaded activations), not HBM: "
                  f"{', '.join(host) or 'none'}")
     lines.append(f"refused by the planner but compiled by XLA: {', '.join(refused_fits) or 'none'}")
-    return "\n".join(lines)
+    table_rows = [line for line in lines if line.startswith("|")]
+    summary = [textwrap.fill(line, 100, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
+               for line in lines if not line.startswith("|")]
+    return "\n".join(table_rows + summary)
 
 
 def main(argv: list[str] | None = None) -> int:

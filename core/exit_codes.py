@@ -36,6 +36,13 @@ DATA_ERROR = 4
 # not detected by a failing smoke test).
 SMOKE_FAILED = 5
 
+# XLA ran out of the TPU's HBM (RESOURCE_EXHAUSTED), when it compiled the training step or when the step
+# allocated its buffers: the step needs more memory per device than the chip has. The same settings compile to the
+# same program on the same chips and need the same bytes again, so a retry is paid for in full and fails the same
+# way; the fix is a smaller step (batch, sequence), more chips or another remat/offload/dtype, and the message
+# names the nearest configuration the planner accepts (core/advice.py out_of_hbm).
+OUT_OF_HBM = 6
+
 # The VM is going away (GKE's Spot/maintenance notice is SIGTERM to every container): the trainer saved a
 # checkpoint at the step every host agreed on and left. Must not be 0 (a pod exiting 0 counts as a completed
 # index: the Job, then the JobSet, would finish "successfully" mid-run). 128 + SIGTERM(15), the code the shell
@@ -47,12 +54,13 @@ PREEMPTED = 143
 # failure as far as retries go.
 KILLED = 137
 
-NOT_RETRYABLE = frozenset({CONFIG_ERROR, IMPORT_ERROR, DATA_ERROR, SMOKE_FAILED})
+NOT_RETRYABLE = frozenset({CONFIG_ERROR, IMPORT_ERROR, DATA_ERROR, SMOKE_FAILED, OUT_OF_HBM})
 RETRYABLE = frozenset({RUNTIME_FAILURE, PREEMPTED, KILLED})
 
 NAMES = {
     OK: "ok", RUNTIME_FAILURE: "runtime failure", CONFIG_ERROR: "configuration error",
     IMPORT_ERROR: "import/environment error", DATA_ERROR: "data error", SMOKE_FAILED: "smoke test failed",
+    OUT_OF_HBM: "out of TPU HBM (XLA RESOURCE_EXHAUSTED)",
     PREEMPTED: "preempted (checkpoint saved at the notice)", KILLED: "killed (SIGKILL)",
 }
 

@@ -220,6 +220,7 @@ STACK_KEYS: dict[str, str] = {
     "max_num_checkpoints_to_keep": "checkpointsToKeep", "enable_checkpointing": "checkpointPeriod",
     "enable_autocheckpoint": "the preemption handling (checkpoints at a notice)",
     "jax_cache_dir": "bucketName (the compile cache sits beside the checkpoints)",
+    "jax_distributed_initialization_timeout": "the late-slice wait (core/slice_wait.py, sized from the slice start-up)",
     "dataset_type": "datasetType", "grain_train_files": "datasetPath", "grain_file_type": "datasetPath",
     "grain_eval_files": "evalDatasetPath", "eval_interval": "evalInterval",
     "load_parameters_path": "loadParametersPath",

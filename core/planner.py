@@ -17,8 +17,10 @@ Choices, in order, when the request leaves them open:
 Shapes MaxText would refuse or pad are refused here: FSDP ways (ICI x DCN) must divide the embedding width
 (every weight's `embed` axis is FSDP-sharded), tensor parallelism must divide the query and KV heads, the MLP
 width and the vocabulary (the axes MaxText's logical rules put on `tensor`).
-Memory: core/memory.py's estimate (held to XLA's own peak by tests/core/test_xla_calibration.py) against what XLA
-fits without recomputing. The estimate is an estimate: refusals say so and name the command that asks XLA.
+Memory: core/memory.py's estimate (held to XLA's figures by tests/core/test_xla_calibration.py) against XLA's
+limit: over it a plan is refused (only XLA's compile of the exact step can accept it; the refusal names the
+command), near it (past XLA's recompute point within the estimate's error) accepted with a warning naming the
+compile. At one batch a layout that fits outright is preferred to one near the limit.
 Elastic runs (min_slices < slices) keep the one DCN axis and resize it. Every slice count from min to max must
 lay out and fit, not only the two ends (70B with FSDP over 2..4 slices of 16 chips: 48-way FSDP at 3 slices does
 not divide its 8192-wide embedding). On a resize per_device_batch_size stays what it was, so the global batch
@@ -34,7 +36,7 @@ from typing import Mapping
 
 from core.tpu_catalog import CatalogError, SliceShape, slice_shape
 from core.errors import PlanError
-from core.memory import ESTIMATE_ERROR, FITS, GIB, RECOMPUTES, MemoryEstimate, estimate
+from core.memory import ESTIMATE_ERROR, FITS, GIB, NEAR_LIMIT, MemoryEstimate, estimate
 from core.presets import ModelPreset, preset
 from core.recipes import expected_step
 
@@ -378,8 +380,8 @@ def plan(request: PlanRequest) -> Plan:
     tried: list[Plan] = []
     host_problems: list[str] = []
     first: Plan | None = None
-    # The largest batch first; at one batch a fit without recomputation on any DCN layout before a fit that needs
-    # XLA to recompute (data parallel across slices first within each).
+    # The largest batch first; at one batch a fit on any DCN layout before one near the limit (data parallel across
+    # slices first within each).
     for pdbs in batches:
         candidates = []
         for dcn_data, dcn_fsdp in dcn_options:
@@ -391,7 +393,7 @@ def plan(request: PlanRequest) -> Plan:
             worst = max((candidate.at_slices(n) for n in counts), key=lambda p: p.memory.total)
             tried.append(worst)
             candidates.append((candidate, worst))
-        for wanted in (FITS, RECOMPUTES):
+        for wanted in (FITS, NEAR_LIMIT):
             for candidate, worst in candidates:
                 if worst.memory.verdict == wanted:
                     host = _host_problem(worst)
@@ -403,7 +405,7 @@ def plan(request: PlanRequest) -> Plan:
         assert first is not None
         return dataclasses.replace(first, notes=(
             f"memory check off: estimated {first.memory.total / GIB:.1f} GiB per device, over the "
-            f"{first.memory.usable / GIB:.2f} GiB the planner accepts; compile it to know "
+            f"{first.memory.usable / GIB:.2f} GiB XLA compiles against; run it only if XLA's compile fits it "
             f"({_compile_hint(request, first)})",))
     best = min(tried, key=lambda p: p.memory.total)
     resized = f" (elastic: at {best.slices} of {min_slices}..{request.slices} slices)" if elastic else ""
@@ -413,7 +415,8 @@ def plan(request: PlanRequest) -> Plan:
                     f" per_device_batch_size {_number(best.per_device_batch_size)}, seq {best.max_target_length},"
                     f" remat {best.remat_policy}, weights {best.weight_dtype}): {best.memory.describe()}."
                     f" This is an estimate (core/xla_calibration.json: within {ESTIMATE_ERROR:.0%} of XLA near the"
-                    f" limit, above it elsewhere); for XLA's verdict compile it: {hint} --no-memory-check"
+                    f" limit, above it elsewhere); only a compile of this exact step that fits accepts it: {hint}"
+                    " --no-memory-check (then the trainer's --no-memory-check runs it; a stack cannot)"
                     + "".join(f". Not tried: {reason}" for reason in dict.fromkeys(problems.values()))
                     + (f". Host memory: {host_problems[0]}" if host_problems else ""), best)
 
@@ -431,18 +434,19 @@ def _host_problem(candidate: Plan) -> str | None:
 
 def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, worst: Plan | None = None) -> tuple[str, ...]:
     notes = []
-    warning = (worst or chosen).memory.recompute_warning()
+    warning = (worst or chosen).memory.near_limit_warning()
     if warning:
         at = f" (at {worst.slices} slices)" if worst is not None and worst.slices != chosen.slices else ""
         notes.append(f"memory{at}: {warning}")
     best = largest_batch(chosen)
-    clean = largest_batch(chosen, recompute=False) if chosen.memory.verdict == FITS else None
+    clean = largest_batch(chosen, near_limit=False) if chosen.memory.verdict == FITS else None
     if clean is None:
-        shape = (f"shape: per_device_batch_size {_number(chosen.per_device_batch_size)} fits only with XLA "
-                 f"recomputing; up to {_number(best)} so")
+        shape = (f"shape: per_device_batch_size {_number(chosen.per_device_batch_size)} is near the limit"
+                 + (f", as is every batch up to {_number(best)}" if best > chosen.per_device_batch_size else "")
+                 + "; compile before you pay")
     elif best > chosen.per_device_batch_size:
         shape = (f"shape: per_device_batch_size up to {_number(clean)} fits with this mesh, sequence and remat"
-                 + (f" ({_number(best)} if XLA recomputes)" if best > clean else ""))
+                 + (f" ({_number(best)} near the limit: compile it first)" if best > clean else ""))
     else:
         shape = "shape: this is the largest per_device_batch_size that fits with this mesh, sequence and remat"
     expected = expected_step(model.name, chosen.shape.generation.name, chosen.max_target_length,
@@ -465,7 +469,7 @@ def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, worst: Plan |
                      f"to {_number(chosen.per_device_batch_size)} to fit HBM")
     if request.dcn_fsdp is None and chosen.dcn_fsdp > 1:
         notes.append("FSDP across slices: with data parallelism across slices each slice holds the whole model's "
-                     "weights, gradients and optimizer state, which does not fit (or only by recomputing) at this "
+                     "weights, gradients and optimizer state, which does not fit (or only near the limit) at this "
                      "batch")
     return tuple(notes)
 
@@ -528,11 +532,12 @@ class Advice:
         return self.plan is not None
 
 
-def largest_batch(chosen: Plan, ceiling: float = 64, recompute: bool = True) -> float:
+def largest_batch(chosen: Plan, ceiling: float = 64, near_limit: bool = True) -> float:
     """The largest per-device batch that lays out and fits (HBM and the host's memory for offloads) with every
     other choice of `chosen` kept (mesh, sequence, remat, dtype, slice range), searched upward from the plan's own
-    batch in steps of 1/tensor; `recompute`: count fits that need XLA to recompute."""
-    allowed = (FITS, RECOMPUTES) if recompute else (FITS,)
+    batch in steps of 1/tensor; `near_limit`: count batches near the limit (accepted with a warning). Never one
+    whose estimate is over XLA's limit: that is refused unless a compile fits it."""
+    allowed = (FITS, NEAR_LIMIT) if near_limit else (FITS,)
     step = 1 / chosen.ici_batch_free
     best = chosen.per_device_batch_size
     counts = range(chosen.min_slices, chosen.slices + 1)

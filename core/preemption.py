@@ -15,8 +15,9 @@ train state to the bucket, then the checkpoint is committed. Estimated here as
     one step at core.run_time.EXPECTED_MFU
   + the bytes one host writes / ASSUMED_WRITE_BYTES_PER_S (an assumption shown in the offline plan)
   + COMMIT_S for Orbax's metadata and commit marker,
-and the pods are given SAFETY times that. The train state is parameters + AdamW's two moments, all in
-weight_dtype (core/memory.py: MaxText's mu/nu follow weight_dtype). One copy is written: slices that hold the
+and the pods are given SAFETY times that. The train state is parameters + AdamW's two moments, as core/memory.py
+counts it (XLA's "arguments"): parameters and nu in weight_dtype, mu in mu_dtype, which follows weight_dtype unless
+set (maxtext base.yml). One copy is written: slices that hold the
 same weights (data parallelism across slices) do not write twice, so the writers are one slice's hosts, or every
 host of the fewest slices when FSDP spans slices.
 
@@ -79,7 +80,8 @@ class SaveEstimate:
 
 
 def checkpoint_bytes(plan: Plan) -> int:
-    return 3 * plan.model.param_count * DTYPE_BYTES[plan.weight_dtype]
+    weights = DTYPE_BYTES[plan.weight_dtype]
+    return plan.model.param_count * (2 * weights + DTYPE_BYTES[plan.mu_dtype or plan.weight_dtype])
 
 
 def writer_hosts(plan: Plan) -> int:

@@ -87,8 +87,10 @@ PRESETS: Mapping[str, ModelPreset] = {
             name="llama3-70b", maxtext_model_name="llama3-70b",
             emb_dim=8192, num_query_heads=64, num_kv_heads=8, head_dim=128, mlp_dim=28672, num_layers=80,
             vocab_size=128256,
-            # bf16 weights halve params+grads+Adam state (MaxText's mu/nu inherit weight_dtype): that is
-            # what lets 70B train on 32 v6e chips at all (see tests/test_trainer_planner.py).
+            # bf16 weights halve params, gradients and AdamW's moments (nu follows weight_dtype, mu follows it
+            # unless mu_dtype is set): that is what lets 70B train on 32 v6e chips at all, near the limit
+            # (tests/core/test_planner.py test_llama3_70b_fp32_weights_do_not_fit_on_32_chips; XLA fits the
+            # recipe's batch 2 and batch 3 on one v6e-32, core/xla_calibration.json).
             per_device_batch_size=2, remat_policy="custom", remat_offload=_LLAMA3_70B_OFFLOAD,
             weight_dtype="bfloat16",
             source="tpu-recipes trillium Llama3.1-70B-MaxText v6e-32 (core/recipes.py)",

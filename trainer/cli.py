@@ -61,8 +61,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, A
     g.add_argument("--attention", default=_env("attention", None))
     g.add_argument("--no-memory-check", dest="memory_check", action="store_false",
                    default=_env("memory_check", "true").lower() != "false",
-                   help="keep a plan whose HBM estimate is over the limit (the estimate is not XLA's verdict: "
-                        "compile it first, python -m preview.compile)")
+                   help="keep a plan whose HBM estimate is over XLA's limit: only after a compile of this exact "
+                        "step fits (python -m preview.compile ...; the planner refuses it otherwise)")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:

@@ -5,7 +5,8 @@
 
 Settings are validated and planned (core.planner) before Ray is touched; bad input exits 2 with one line.
 Exit codes (core/exit_codes.py): 2 settings, 3 software (MaxText missing or too old, an import error, a model
-MaxText builds differently), 4 data, 1 anything a retry may fix once Ray Train's own retries are spent.
+MaxText builds differently), 4 data, 6 XLA out of HBM (with the nearest batch that fits), 1 anything a retry may
+fix once Ray Train's own retries are spent.
 `--local-cpu` is the same program on fake TPU hosts (trainer.local starts them): the scaling config is
 unchanged (use_tpu=True, TPU resources per host), only the workers' JAX runs on CPU devices.
 """
@@ -162,7 +163,7 @@ def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
 def run_callbacks(plan_: Plan, run: RunSettings) -> list:
     """Fail at once on a worker error no retry can fix (trainer.failures); elastic runs save before the group
     grows (trainer.resize)."""
-    callbacks = [failures.fail_fast_callback()]
+    callbacks = [failures.fail_fast_callback(lambda: advice.out_of_hbm(plan_))]
     if plan_.elastic:
         from trainer.resize import save_before_resize_callback
 
@@ -212,17 +213,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = fit(args, plan_, run)
     except Exception as err:  # Ray raises TrainingFailedError subclasses; report and fail the job
-        return _failed(err)
+        return _failed(err, plan_)
     if getattr(result, "error", None):
-        return _failed(result.error)
+        return _failed(result.error, plan_)
     # MaxText's train loop only returns once it has run `steps` steps (resumed runs included).
     print(f"trainer: finished {run.steps} steps of {run.run_name}", flush=True)
     return 0
 
 
-def _failed(err: BaseException) -> int:
+def _failed(err: BaseException, plan_: Plan) -> int:
     code = failures.exit_code_of(err)
     print(f"trainer: training failed ({exit_codes.describe(code)}): {type(err).__name__}: {err}", file=sys.stderr)
+    if code == exit_codes.OUT_OF_HBM and "nearest" not in str(err):   # FailFast adds it when it saw the worker's
+        print(f"trainer: {advice.out_of_hbm(plan_)}", file=sys.stderr)
     return code
 
 

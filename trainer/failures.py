@@ -15,6 +15,8 @@ ends at once with the worker's reason.
 """
 from __future__ import annotations
 
+import re
+
 from core import exit_codes
 from core.errors import PlanError
 
@@ -41,6 +43,29 @@ class DataError(NotRetryable):
     exit_code = exit_codes.DATA_ERROR
 
 
+class OutOfHbmError(NotRetryable):
+    exit_code = exit_codes.OUT_OF_HBM
+
+
+# XLA's out-of-HBM, as jax raises it (jax.errors.JaxRuntimeError, jaxlib's XlaRuntimeError before): the status
+# RESOURCE_EXHAUSTED and the device's memory named in the message. The forms:
+# - compiling (libtpu 0.0.50.1, the workers'; what `python -m preview.compile` reports, core/xla_calibration.json):
+#   "RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory on HBM, the total memory required for HLO
+#   temporaries (32.51G) exceeds available HBM (31.24G)";
+# - compiling (older libtpu): "RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of memory in memory
+#   space hbm. Used 21.95G of 15.48G hbm." (LargeWorldModel/LWM#60);
+# - running: "RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 196.00M. That was not
+#   possible. There are 134.44M free.; (1x0x0_HBM0)" (pytorch/xla#8020, huggingface/diffusers#8358), or loading
+#   the program: "Attempting to reserve 6.14G at the bottom of memory" (AI-Hypercomputer/tpu-recipes#151).
+# A RESOURCE_EXHAUSTED about anything else (host memory, a quota, gRPC) stays a runtime failure.
+_OUT_OF_HBM = re.compile(r"RESOURCE_EXHAUSTED[^\n]*?(hbm|device buffer|at the bottom of memory)", re.I)
+
+
+def is_out_of_hbm(exc: BaseException) -> bool:
+    """XLA ran out of the TPU's HBM, here or in anything `exc` wraps."""
+    return any(_OUT_OF_HBM.search(str(item)) for item in _causes(exc))
+
+
 def _causes(exc: BaseException):
     """The exception, what Ray wrapped inside it, and its cause/context chain (each visited once)."""
     seen: set[int] = set()
@@ -55,6 +80,9 @@ def _causes(exc: BaseException):
         # ray.train.v2.api.exceptions: ControllerError.controller_failure, WorkerGroupError.worker_failures;
         # ray.exceptions.RayTaskError keeps the original as .cause.
         stack.append(getattr(current, "controller_failure", None))
+        # ray.train.v2._internal.exceptions.UserExceptionWithTraceback (what a worker's error reaches the
+        # controller and UserCallback.after_exception as) keeps the worker's exception as ._base_exc.
+        stack.append(getattr(current, "_base_exc", None))
         failures = getattr(current, "worker_failures", None)
         if isinstance(failures, dict):
             stack += list(failures.values())
@@ -66,7 +94,8 @@ def _causes(exc: BaseException):
 def exit_code_of(exc: BaseException) -> int:
     """The exit code for `exc`: the most specific not-retryable reason found anywhere in it, else a runtime
     failure. Import errors count as the environment's fault (a module missing from the image or the lock), as do
-    trainer.maxtext_runtime's MaxText version and model checks (EnvironmentImportError subclasses)."""
+    trainer.maxtext_runtime's MaxText version and model checks (EnvironmentImportError subclasses); XLA's
+    out-of-HBM (RESOURCE_EXHAUSTED on the TPU's memory, at compile or run time) is OUT_OF_HBM."""
     codes = []
     for item in _causes(exc):
         code = getattr(item, "exit_code", None)
@@ -76,11 +105,15 @@ def exit_code_of(exc: BaseException) -> int:
             codes.append(exit_codes.IMPORT_ERROR)
         elif isinstance(item, PlanError):
             codes.append(exit_codes.CONFIG_ERROR)
+        elif _OUT_OF_HBM.search(str(item)):
+            codes.append(exit_codes.OUT_OF_HBM)
     return min(codes) if codes else exit_codes.RUNTIME_FAILURE
 
 
-def fail_fast_callback():
-    """A Ray Train UserCallback that ends the run on the first not-retryable worker error (module docstring)."""
+def fail_fast_callback(out_of_hbm_advice=None):
+    """A Ray Train UserCallback that ends the run on the first not-retryable worker error (module docstring).
+    `out_of_hbm_advice`: a callable giving the line that names the nearest configuration that fits (core/advice.py
+    out_of_hbm), added to the reason when XLA ran out of HBM."""
     from ray.train import UserCallback
 
     class FailFast(UserCallback):
@@ -88,13 +121,28 @@ def fail_fast_callback():
             for rank, error in sorted(worker_exceptions.items()):
                 code = exit_code_of(error)
                 if code in exit_codes.NOT_RETRYABLE:
-                    raise _fatal(code, f"worker {rank}: {type(error).__name__}: {error}")
+                    reason = f"worker {rank}: {type(error).__name__}: {_first_line(error, code)}"
+                    if code == exit_codes.OUT_OF_HBM and out_of_hbm_advice is not None:
+                        reason += f"; {out_of_hbm_advice()}"
+                    raise _fatal(code, reason)
 
     return FailFast()
 
 
+def _first_line(error: BaseException, code: int) -> str:
+    """The worker's error; for an out-of-HBM, XLA's own line (the worker's traceback and XLA's memory report
+    around it run to hundreds of lines)."""
+    text = str(error)
+    if code == exit_codes.OUT_OF_HBM:
+        for item in _causes(error):
+            match = _OUT_OF_HBM.search(str(item))
+            if match:
+                return str(item)[match.start():].splitlines()[0]
+    return text
+
+
 def _fatal(code: int, message: str) -> NotRetryable:
-    for cls in (ConfigurationError, EnvironmentImportError, DataError):
+    for cls in (ConfigurationError, EnvironmentImportError, DataError, OutOfHbmError):
         if cls.exit_code == code:
             return cls(message)
     raise ValueError(f"exit code {code} is not a not-retryable one")

@@ -6,11 +6,13 @@ MaxText's `train.main` on its own exits 0 when it stops at a preemption notice (
 returns): the pod would count as a completed index and the JobSet would finish "successfully" mid-run. And every
 error exits 1, so a failure policy cannot tell a bad setting from a lost host. Here the same run ends with
 core/exit_codes.py: PREEMPTED after saving at the notice (JAX's preemption sync point on the kubelet's SIGTERM,
-MaxText's enable_autocheckpoint; trainer/notice.py), CONFIG_ERROR / IMPORT_ERROR / DATA_ERROR for what a restart
-cannot fix (trainer/failures.py), RUNTIME_FAILURE for the rest.
+MaxText's enable_autocheckpoint; trainer/notice.py), CONFIG_ERROR / IMPORT_ERROR / DATA_ERROR / OUT_OF_HBM for
+what a restart cannot fix (trainer/failures.py; out of HBM with the nearest batch that fits), RUNTIME_FAILURE for
+the rest.
 """
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
@@ -49,12 +51,28 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         print(f"trainer.jobset_run: {exit_codes.describe(code)}: {type(err).__name__}: {err}", file=sys.stderr,
               flush=True)
+        if code == exit_codes.OUT_OF_HBM:
+            print(f"trainer.jobset_run: {out_of_hbm_advice(overrides)}", file=sys.stderr, flush=True)
         return code
     if watch.stopped:
         print(f"trainer.jobset_run: saved at step {watch.notice_step} on notice; exiting "
               f"{exit_codes.PREEMPTED} so the pod is restarted, not counted as done", flush=True)
         return exit_codes.PREEMPTED
     return exit_codes.OK
+
+
+def out_of_hbm_advice(overrides: list[str], env=os.environ) -> str:
+    """The nearest configuration that fits, from the plan this argv runs on this pod's slice (GKE's TPU
+    environment names it: TPU_ACCELERATOR_TYPE, e.g. v6e-16, and TPU_TOPOLOGY)."""
+    from core import advice
+
+    keys = dict(item.partition("=")[::2] for item in overrides)
+    chosen = advice.plan_of_maxtext_keys(keys, env.get("TPU_ACCELERATOR_TYPE", "").rpartition("-")[0],
+                                         env.get("TPU_TOPOLOGY", ""))
+    if chosen is None:
+        return ("XLA ran out of HBM: lower perDeviceBatchSize (now "
+                f"{keys.get('per_device_batch_size', '?')}); python -m preview --stack NAME --compile checks it")
+    return advice.out_of_hbm(chosen)
 
 
 if __name__ == "__main__":

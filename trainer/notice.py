@@ -22,9 +22,11 @@ After the save a Ray worker must not return: "a run that returns cleanly always 
 docstring) — the run would end as if done. It waits instead; the controller, in its preempting state, restarts
 the group after the drain deadline and counts it as a preemption (FailureConfig.max_preemption_failures).
 
-On the Pathways proxy Orbax reports no preemption at all (orbax/checkpoint/_src/multihost/multihost.py
-`reached_preemption`: False when `is_proxy_pathways_backend()`): a Pathways run loses the steps since its last
-periodic checkpoint.
+On the Pathways proxy Orbax reports no preemption at all (orbax-checkpoint 0.12.8, the workers' lock:
+orbax/checkpoint/_src/multihost/multihost.py `reached_preemption` returns False when `is_proxy_pathways_backend()`,
+"disable checkpoint saving when preemption", b/403305420): a Pathways run loses the steps since its last periodic
+checkpoint. The Pathways trainer runs the MaxText image's own Orbax, which this project does not pin: that it
+behaves the same is assumed, not read.
 """
 from __future__ import annotations
 

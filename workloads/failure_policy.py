@@ -16,7 +16,7 @@ Rule 0, DisruptionTarget: the kubelet's graceful node shutdown (a Spot notice, m
 scheduler's preemption and the pod garbage collector (node gone) mark the pod so. The JobSet restarts every slice
 together (a multislice JAX program cannot lose a host) and the restart does not count: the run resumes from the
 checkpoint saved at the notice. Rule 1, an exit code in core.exit_codes.NOT_RETRYABLE (configuration, import or
-data error, failed smoke test): the JobSet fails at once, nothing is retried. Rule 2, exit code PREEMPTED (143)
+data error, failed smoke test, XLA out of HBM): the JobSet fails at once, nothing is retried. Rule 2, exit code PREEMPTED (143)
 without DisruptionTarget: at a notice JAX's preemption sync makes every host of every slice save at the same step
 and leave (trainer/jobset_run.py exits 143), so the slice that was NOT preempted fails too, with no condition on its
 pods; without this rule its Job ends BackoffLimitExceeded, no JobSet rule matches and the default RestartJobSet
@@ -101,3 +101,9 @@ ASSUMPTION = ("JobSet failure policy: its rules tell a preempted pod (restart, n
               "N\" (Kubernetes pkg/controller/job/pod_failure_policy.go; JobSet v0.12 onJobFailureMessagePatterns "
               "exists for this), which is text, not an API field; after a failure `kubectl get jobs -n NAMESPACE -o "
               "jsonpath='{..conditions}'` shows the message")
+# What the plan cannot verify about telling an out-of-HBM failure apart (Ray and JobSet run the project's trainer).
+OUT_OF_HBM_ASSUMPTION = (
+    "out of HBM: the trainer tells XLA running out of the TPU's memory (exit 6, not retried) by its message, "
+    "RESOURCE_EXHAUSTED naming HBM or a device buffer (trainer/failures.py); the compile-time form is the workers' "
+    "libtpu 0.0.50.1's own (python -m preview.compile), the run-time form is read from public reports, not seen "
+    "here; an unrecognised one exits 1 and is retried")

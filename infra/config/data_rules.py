@@ -96,8 +96,8 @@ def check_data(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | 
     if v["workloadBackend"] == "pathways" and v["runName"] is not None and "pathwaysJobName" not in raw \
             and len(v["runName"]) > naming.PATHWAYS_NAME_MAX:
         problems.append(problem("runName", v["runName"], f"at most {naming.PATHWAYS_NAME_MAX} characters with "
-                                "workloadBackend=pathways, where it names the Pathways JobSet (MaxText's "
-                                "elastic-training guide's limit); or set pathwaysJobName"))
+                                "workloadBackend=pathways, where it names the Pathways JobSet (whose coordinator "
+                                "address JobSet's webhook limits to 63 characters); or set pathwaysJobName"))
     if kind == "grain" and path:
         _check_backend_runs_grain(v, raw, workload_plan, problems)
 

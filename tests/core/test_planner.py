@@ -51,7 +51,8 @@ def test_seed_run_llama3_70b_as_written_is_refused_and_says_why():
     assert "\n" not in message
     assert "does not fit on 2 x v6e-16" in message and "weights float32" in message
     assert "params 8.2 + optimizer 16.4 + gradients 8.2" in message
-    assert "(estimated); does not fit: even" in message and "over the 31.25 GiB XLA compiles against on v6e" in message
+    assert "(estimated); does not fit: the estimate is over the 31.25 GiB XLA compiles against on v6e" in message
+    assert "only a compile of this exact step that fits accepts it" in message
     # The refusal names the command that asks XLA instead, for exactly this plan.
     assert ("python -m preview.compile --model llama3-70b --generation v6e --topology 4x4 --slices 2 --dcn-data 1 "
             "--dcn-fsdp 2 --ici-tensor 1 --per-device-batch-size 1 --max-target-length 4096 --remat-policy full "
@@ -230,15 +231,17 @@ def test_memory_estimate_terms():
     assert _estimate("qwen3-0.6b").loss == (4096 * qwen.vocab_size * 2 + qwen.vocab_size * qwen.emb_dim * 6
                                             + 4096 * qwen.emb_dim * 6)
     # The limit is what XLA compiles against (31.25 GiB on v6e); the verdict applies the estimate's error once.
-    assert full.hbm == int(31.25 * GIB) and full.usable == int(full.hbm * (1 + ESTIMATE_ERROR))
+    assert full.hbm == int(31.25 * GIB) and full.usable == full.hbm
     assert _estimate(generation="v5e", hbm_gib_per_device=16).hbm == int(15.75 * GIB)
     assert saved_tensors("minimal", ()) > saved_tensors("save_qkv_proj", ()) > saved_tensors("full", ())
 
 
 def test_verdict_bands_use_the_one_margin():
-    """fits: even the estimate's highest need is within XLA's 95 % recompute point; fits by recomputing: it may
-    cross it, but the lowest need is within the limit; does not fit: even the lowest need is over the limit."""
-    from core.memory import DOES_NOT_FIT, FITS, RECOMPUTES
+    """fits: even the estimate's highest need is within XLA's 95 % recompute point; near the limit: it may cross
+    it, and the estimate is within XLA's limit (accepted, with a warning naming the compile); does not fit: the
+    estimate is over XLA's limit, whatever the error (XLA refused steps from 103 % of its limit and recovered at
+    most 0.9 GiB by recomputing on a refused row, core/xla_calibration.json)."""
+    from core.memory import DOES_NOT_FIT, FITS, NEAR_LIMIT
     base = _estimate()
     limit = base.hbm
 
@@ -247,11 +250,11 @@ def test_verdict_bands_use_the_one_margin():
         return dataclasses.replace(base, reserved=base.reserved + extra).verdict
 
     assert at(0.95 * (1 - ESTIMATE_ERROR) - 0.001) == FITS
-    assert at(0.95 * (1 - ESTIMATE_ERROR) + 0.001) == RECOMPUTES
-    assert at(1 + ESTIMATE_ERROR - 0.001) == RECOMPUTES
-    assert at(1 + ESTIMATE_ERROR + 0.001) == DOES_NOT_FIT
-    warning = dataclasses.replace(base, reserved=base.reserved + int(0.99 * limit) - base.total).recompute_warning()
-    assert "recompute" in warning and "python -m preview.compile" in warning
+    assert at(0.95 * (1 - ESTIMATE_ERROR) + 0.001) == NEAR_LIMIT
+    assert at(1 - 0.0001) == NEAR_LIMIT
+    assert at(1 + 0.0001) == DOES_NOT_FIT
+    warning = dataclasses.replace(base, reserved=base.reserved + int(0.99 * limit) - base.total).near_limit_warning()
+    assert "near the limit" in warning and "--compile" in warning and "python -m preview.compile" in warning
 
 
 def test_tpu7x_mesh_spans_two_devices_per_chip():

@@ -8,7 +8,7 @@ from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S, PODS_READY_TIMEOUT_S, RE
 from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.common import MEMORY_BOUND_ASSUMPTION
-from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION
+from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION, OUT_OF_HBM_ASSUMPTION
 from workloads.jobset import spec as jobset_spec
 from workloads.jobset.component import JobSetWorkload
 from workloads.jobset.exports import jobset_exports
@@ -49,7 +49,7 @@ class JobSetBackend:
 
     def assumptions(self, config: StackConfig) -> list[str]:
         return [
-            FAILURE_POLICY_ASSUMPTION, MEMORY_BOUND_ASSUMPTION,
+            FAILURE_POLICY_ASSUMPTION, OUT_OF_HBM_ASSUMPTION, MEMORY_BOUND_ASSUMPTION,
             f"late slice: Kueue's waitForPodsReady (timeout {PODS_READY_TIMEOUT_S // 60} min, from the assumed "
             f"{SLICE_START_S // 60} min slice start-up) is assumed to suspend and requeue the JobSet without failing "
             f"a Job (Kueue v0.19.2), and a slice's pods to reach jax.distributed.initialize within "

@@ -7,6 +7,7 @@ from typing import Any
 from core.maxtext_args import maxtext_overrides
 from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
+from workloads.failure_policy import OUT_OF_HBM_ASSUMPTION
 from workloads.ray import spec as ray_spec
 from workloads.ray.component import RayWorkload
 from workloads.ray.deadline import pre_running_deadline_seconds
@@ -83,6 +84,7 @@ class RayBackend:
             "Ray autoscaler is used. Check after a job: `kubectl get rayjob -n NAMESPACE` shows JOB STATUS "
             "SUCCEEDED/FAILED with DEPLOYMENT STATUS Complete/Failed, `kubectl get raycluster` lists none, and "
             "`kubectl get nodes -l cloud.google.com/gke-tpu-topology` empties within ~10 min",
+            OUT_OF_HBM_ASSUMPTION,
             "RayJob submitter: the add-on's KubeRay is assumed to keep the submitter pod's own command (python -m "
             "trainer.submitter: submit once, poll the job's status until it ends, the log a side stream) and pass "
             "it the head address, job id and Ray token (KubeRay v1.7.0 configureSubmitterContainer); check: "
