@@ -39,7 +39,7 @@ bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=serv
                           adopt=preflight.adopt_bucket, protect=config.cluster.deletion_protection)
 cluster = GkeCluster("gke", config, network, node_account.email, depends_on=services.ready)
 pools = None if config.cluster.autopilot else TpuSlicePools(
-    "tpu-slices", config, cluster, network, node_account.email)
+    "tpu-slices", config, cluster, network, node_account.email, depends_on=services.ready)
 
 bundle = load_bundle()
 worker_image = None if config.worker_image is None else WorkerImage(
@@ -51,8 +51,7 @@ worker_image = None if config.worker_image is None else WorkerImage(
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
                             opts=pulumi.ResourceOptions(deleted_with=cluster.cluster))
 identity = WorkloadIdentity("workload-identity", config, preflight.project_number, bucket.bucket, cluster.cluster,
-                            k8s_provider,
-                            node_account.email)
+                            k8s_provider, node_account.email, node_account.unique_id, services=services.ready)
 workload_exports = deploy_workload(config, WorkloadContext(
     bundle=bundle, namespace=identity.namespace, service_account=identity.service_account,
     cluster=cluster.cluster, cluster_location=cluster.location, k8s_provider=k8s_provider,

@@ -76,7 +76,8 @@ class TpuSlicePools(pulumi.ComponentResource):
     parallel (it serialises conflicting operations itself and the provider retries them)."""
 
     def __init__(self, name: str, config: StackConfig, cluster: GkeCluster, network: ClusterNetwork,
-                 node_service_account: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None):
+                 node_service_account: pulumi.Input[str], depends_on: list[pulumi.Resource] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "TpuSlicePools"), name, None, opts)
         shape, names = config.tpu.shape, config.names
         node_kwargs = capacity_settings(config)
@@ -84,11 +85,12 @@ class TpuSlicePools(pulumi.ComponentResource):
         if shape.generation.uses_workload_policy:
             # TPU7x multi-host slices are shaped by a workload policy instead of tpu_topology.
             self.workload_policy = gcp.compute.ResourcePolicy(
-                "slice-policy", name=f"{config.cluster.name}-{shape.topology}", project=config.gcp.project,
+                "slice-policy", name=names.workload_policy(shape.topology), project=config.gcp.project,
                 region=config.gcp.region,
                 workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
                     type="HIGH_THROUGHPUT", accelerator_topology=shape.topology),
-                opts=child_options(self))
+                # Needs compute.googleapis.com: after the stack's API resources, like everything that calls an API.
+                opts=child_options(self, depends_on=list(depends_on or [])))
             placement = gcp.container.NodePoolPlacementPolicyArgs(
                 type="COMPACT", policy_name=self.workload_policy.name)
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import runpy
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ class GcpMocks(pulumi.runtime.Mocks):
             state["url"] = f"gs://{name}"
         elif token == "gcp:serviceaccount/account:Account":
             state["email"] = f"{state['accountId']}@{state['project']}.iam.gserviceaccount.com"
+            state["uniqueId"] = account_unique_id(state["project"], state["accountId"])
         elif token.startswith("gcp:compute/"):
             state["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{state.get('project')}/{name}"
         if token == CRD_TOKEN and args.resource_id:       # CustomResourceDefinition.get: the served CRD
@@ -87,6 +89,16 @@ class GcpMocks(pulumi.runtime.Mocks):
         raise UnexpectedInvoke(f"unmocked invoke {args.token} {args.args}")
 
 
+def account_unique_id(project: str, account_id: str) -> str:
+    """A service account's uniqueId under mocks: 21 digits, the same on every run, a different one for each
+    ACCOUNT_CREATION (IAM gives a re-created account of the same name a new uniqueId; tests bump it to play a
+    `pulumi destroy` followed by `pulumi up`)."""
+    seed = f"{project}/{account_id}/{ACCOUNT_CREATION['n']}".encode()
+    return str(int(hashlib.sha256(seed).hexdigest(), 16) % 10 ** 21).rjust(21, "1")
+
+
+# Which creation of the stack's service accounts the mocks play (0: the first `pulumi up`).
+ACCOUNT_CREATION = {"n": 0}
 ENGINE_VERSIONS_TOKEN = "gcp:container/getEngineVersions:getEngineVersions"
 GET_BUCKET_TOKEN = "gcp:storage/getBucket:getBucket"
 GET_CLUSTER_TOKEN = "gcp:container/getCluster:getCluster"

@@ -328,7 +328,9 @@ def check_storage(v: dict[str, Any], raw: Mapping[str, Any], region: str | None,
     bucket = v["bucketName"]
     # Derived only from a project and cluster name that passed step 1 (a refused one is already reported).
     if bucket is None and "bucketName" not in raw and v["project"] is not None and v["clusterName"] is not None:
-        bucket = f"{v['project']}-{v['clusterName']}-ckpt"
+        # A 30-character project and a 40-character cluster name exceed the bucket name limit (63): shortened with a
+        # stable hash, so every name config accepts derives a valid bucket (names that fit are unchanged).
+        bucket = naming.fit(f"{v['project']}-{v['clusterName']}", naming.BUCKET_MAX - len("-ckpt")) + "-ckpt"
         reason = naming.bucket_problem(bucket)
         if reason:
             problems.append(f"{NAMESPACE}:bucketName is unset and the derived name {bucket!r} is not valid ({reason}); "
