@@ -79,7 +79,8 @@ class GcpMocks(pulumi.runtime.Mocks):
         # first `pulumi up` sees; tests put names in EXISTING to play a later one.
         if args.token == GET_BUCKET_TOKEN:
             if args.args.get("name") in EXISTING["buckets"]:
-                return {"name": args.args["name"], "url": f"gs://{args.args['name']}"}
+                return {"name": args.args["name"], "url": f"gs://{args.args['name']}",
+                        **KEPT_BUCKETS.get(args.args["name"], {})}
             return {}, [("name", "googleapi: Error 404: The specified bucket does not exist., notFound")]
         if args.token == GET_CLUSTER_TOKEN:
             if args.args.get("name") in EXISTING["clusters"]:
@@ -104,6 +105,9 @@ GET_BUCKET_TOKEN = "gcp:storage/getBucket:getBucket"
 GET_CLUSTER_TOKEN = "gcp:container/getCluster:getCluster"
 # Names the existence look-ups find (empty: a first `pulumi up`).
 EXISTING: dict[str, set[str]] = {"buckets": set(), "clusters": set()}
+# What the bucket look-up reads of an existing bucket (name -> get_bucket result, wire keys: location,
+# hierarchicalNamespaces, softDeletePolicies, lifecycleRules, labels); tests fill it to play a kept bucket.
+KEPT_BUCKETS: dict[str, dict] = {}
 CRD_TOKEN = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 # CRDs the cluster serves when the program reads them (name -> CRD spec, wire keys). Unset names answer with the
 # shared schema bundle's CRD (KubeRay v1.7.0 for rayjobs.ray.io); tests put an older schema here to play an
