@@ -12,9 +12,9 @@ from infra.preflight import run as run_preflight
 from infra.services import ProjectServices, required_apis
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
-from infra.worker_image import WorkerImage, WorkerImageSpec, content_tag
+from infra.worker_image import WorkerImage, WorkerImageSpec, image_tag
 from workloads.backends import WorkloadContext, deploy_workload, run_name
-from workloads.bundle import image_inputs, load_bundle
+from workloads.bundle import load_bundle
 from workloads.next_steps import next_steps, watch_command
 
 try:
@@ -45,7 +45,7 @@ bundle = load_bundle()
 worker_image = None if config.worker_image is None else WorkerImage(
     "worker-image", WorkerImageSpec(project=config.gcp.project, region=config.gcp.region,
                                     repository_id=config.worker_image.repository_id,
-                                    tag=content_tag(image_inputs(bundle))),
+                                    tag=image_tag()),
     node_account.email, depends_on=services.ready)
 
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
