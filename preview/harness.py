@@ -203,6 +203,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self.registrations: list[Registration] = []
         self.stack_outputs: dict[str, Any] = {}
         self.secret_stack_outputs: set[str] = set()
+        self.reads: dict[str, list[str]] = {}   # URN of a read resource -> URNs it waited for
 
     def RegisterResourceOutputs(self, request):  # noqa: N802 (gRPC method name)
         # Only the root stack's outputs are the program's exports.
@@ -214,6 +215,12 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 if secret:
                     self.secret_stack_outputs.add(key)
         return super().RegisterResourceOutputs(request)
+
+    def ReadResource(self, request):  # noqa: N802 (gRPC method name)
+        # A resource the program reads (`Resource.get`): kept apart, with what the read waits for.
+        response = super().ReadResource(request)
+        self.reads[response.urn] = list(request.dependencies)
+        return response
 
     def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)

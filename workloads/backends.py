@@ -45,7 +45,7 @@ class WorkloadContext:
 def _rayjob(config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
     workload = RayWorkload("ray", config, context.bundle, context.namespace, context.service_account,
                            context.cluster, opts=context.provider_options, worker_image=context.worker_image,
-                           worker_image_ready=context.worker_image_ready)
+                           worker_image_ready=context.worker_image_ready, nodes_ready=context.nodes_ready)
     exports = ray_exports(config, context.cluster_location, workload.job_name)
     if workload.smoke_job_name:
         exports.update(ray_smoke_exports(config.kubernetes.namespace, workload.smoke_job_name))
