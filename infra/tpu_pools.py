@@ -52,8 +52,9 @@ def size_settings(config: StackConfig, index: int) -> dict:
     node pools scale atomically), so a pool that may scale holds 0 or all of its hosts and costs nothing while no
     pod asks for it. The bounds are per zone (`min/max_node_count`): GKE checks a multi-host slice against the
     per-zone maximum, and with only the total bounds that maximum is 0 and GKE refuses the pool ("Maximum node
-    count 0 is not a valid size of TPU pod slice", vllm-project/ci-infra#545; cluster-toolkit gke-node-pool
-    main.tf uses per-zone limits for TPU pools). location_policy ANY: take capacity wherever the pool's zone has
+    count 0 is not a valid size of TPU pod slice", vllm-project/ci-infra#545; Ray's "Start Google Cloud GKE
+    Cluster with TPUs for KubeRay" guide creates its TPU pools with gcloud's per-zone --min-nodes 0 / --max-nodes,
+    https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/gcp-gke-tpu-cluster.html). location_policy ANY: take capacity wherever the pool's zone has
     it (the flex-start and Spot recommendation; the pool has one zone). No queued provisioning: nothing here
     creates ProvisioningRequests, and without them a queued pool never gets a node (xpk never uses it for TPUs).
     A warm pool (config warmSlices; flex-start never) keeps its hosts: a fixed node count, as before autoscaling.
