@@ -15,7 +15,7 @@ from infra.tpu_pools import TpuSlicePools
 from infra.worker_image import WorkerImage, WorkerImageSpec, image_tag
 from workloads.backends import WorkloadContext, deploy_workload, run_name
 from workloads.bundle import load_bundle
-from workloads.next_steps import next_steps, watch_command
+from workloads.next_steps import follow_commands, next_steps, watch_command
 
 try:
     config = build(raw_from_pulumi())
@@ -80,6 +80,8 @@ pulumi.export("totalHosts", config.tpu.total_hosts)
 pulumi.export("totalChips", config.tpu.total_chips)
 pulumi.export("plan", config.workload.plan.describe())
 pulumi.export("dashboardUrl", dashboard.url)
+# The driver's log, why pods are Pending, and on Ray the token its dashboard and CLI need.
+workload_exports.update(follow_commands(config.workload.backend, config.kubernetes.namespace, workload_exports))
 for key, value in workload_exports.items():
     pulumi.export(key, value)
 # What to run next (`pulumi stack output nextSteps`), and one command that follows the job.
