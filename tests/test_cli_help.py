@@ -1,0 +1,31 @@
+"""What a new user reads first: every command-line tool's --help fits 100 columns and says its description once."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+CLIS = ("trainer.local", "preview", "preview.deployer_roles", "trainer.entrypoint", "trainer.smoke")
+
+
+@pytest.mark.parametrize("module", CLIS)
+def test_help_fits_100_columns_and_says_its_description_once(module):
+    result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    too_wide = [line for line in lines if len(line) > 100]
+    assert not too_wide, too_wide
+    description = lines[lines.index("") + 1]           # the first line after the usage block
+    first_words = " ".join(description.split()[:6])
+    assert first_words and result.stdout.count(first_words) == 1, first_words
+
+
+def test_local_run_help_is_short():
+    result = subprocess.run([sys.executable, "-m", "trainer.local", "--help"], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert len(result.stdout.splitlines()) <= 100     # 135 before, with the description twice
+    assert result.stdout.startswith("usage: python -m trainer.local [options]\n")
