@@ -36,3 +36,10 @@ def refuse(prog: str, message: str) -> int:
     """Print a refusal the program found after parsing, as one line like the parser's; returns the exit code."""
     print(f"{prog}: {' '.join(str(message).split())}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def missing_dependency(prog: str, error: ModuleNotFoundError) -> int:
+    """One line instead of a traceback when a tool runs outside the project's virtual environment (a package
+    requirements.txt installs is missing); returns the exit code."""
+    print(f"{prog}: no {error.name} here; run bash scripts/setup.sh, then .venv/bin/{prog}", file=sys.stderr)
+    return EXIT_USAGE

@@ -29,3 +29,13 @@ def test_local_run_help_is_short():
                             text=True, timeout=120)
     assert len(result.stdout.splitlines()) <= 100     # 135 before, with the description twice
     assert result.stdout.startswith("usage: python -m trainer.local [options]\n")
+
+
+@pytest.mark.parametrize("module", ["preview"])
+def test_run_outside_the_venv_says_how_to_set_up_in_one_line(module):
+    """`python -S` has no site-packages: what a Python without the project's requirements sees."""
+    result = subprocess.run([sys.executable, "-S", "-m", module, "--stack", "dev"], cwd=REPO, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert "bash scripts/setup.sh" in line and f".venv/bin/python -m {module}" in line and len(line) <= 100
