@@ -7,6 +7,7 @@ import functools
 import ipaddress
 import math
 import re
+import textwrap
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -460,10 +461,33 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
         value = shape.topology if blamed == "tpuTopology" else v[blamed]
         nearest = nearest_config(request, on_ray=v["workloadBackend"] == "rayjob")
-        advice = f"nearest that fits: {nearest}; " if nearest else ""
-        problems.append(f"{_setting(blamed, value, raw)} is refused by the planner for {keys}: {advice}"
-                        f"why: {error}")
+        where = f"{model} on {slices} x {shape.pod_type}" + (
+            f", elasticMinSlices={min_slices}" if min_slices is not None else "")
+        problems.append(hbm_refusal(_setting(blamed, value, raw), where, nearest, str(error)))
         return None
+
+
+# Continuation lines of a multi-line refusal: indented under the first, wrapped so each fits 100 columns.
+_INDENT = "    "
+
+
+def hbm_refusal(setting: str, where: str, nearest: str, why: str) -> str:
+    """A refusal over HBM laid out for a terminal: the first line says what is wrong, the second the nearest
+    configuration that fits, then the planner's reasoning wrapped on the lines after."""
+    lines = [f"{setting} is over HBM: {where}"]
+    if nearest:
+        lines += textwrap.wrap(f"nearest that fits: {nearest}", 100, initial_indent=_INDENT,
+                               subsequent_indent=_INDENT + "  ", break_on_hyphens=False)
+    # A command to copy stays whole, on a line of its own.
+    why, marker, command = why.partition(_COMPILE_COMMAND)
+    lines += textwrap.wrap(f"why: {why.strip()}", 100, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ",
+                           break_on_hyphens=False, break_long_words=False)
+    if marker:
+        lines.append(_INDENT + "  " + marker + command)
+    return "\n".join(lines)
+
+
+_COMPILE_COMMAND = "python -m preview.compile"
 
 
 # The planner's changes a stack's config can express, and the key that expresses each (core/planner.py
