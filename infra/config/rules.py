@@ -129,6 +129,12 @@ def check_tpu(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) ->
                                 f"{_setting('tpuTopology', v['tpuTopology'], raw)}: it serves {allowed}; set "
                                 f"tpuTopology to one of those, or unset tpuMachineType (multi-host slices of "
                                 f"{v['tpuGeneration']} use {multi})")
+            elif error.key == "tpuTopology" and machine_set:
+                # Both set: the pair is what is refused, so the line names both keys the user chose.
+                # (what the machine serves on a second line, so each fits 100 columns)
+                problems.append(f"{NAMESPACE}:tpuTopology={v['tpuTopology']!r} not on "
+                                f"tpuMachineType={v['tpuMachineType']!r}\n    {v['tpuGeneration']} "
+                                f"{v['tpuMachineType']} serves {allowed}; or unset tpuMachineType")
             else:
                 problems.append(f"{NAMESPACE}:{error.key}={error.value!r} is not valid for "
                                 f"tpuGeneration={v['tpuGeneration']!r}; allowed: {allowed}")
