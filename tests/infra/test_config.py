@@ -141,3 +141,29 @@ def test_rules_of_gke_capacity_and_dranet(overrides, words):
 def test_flex_start_needs_its_gke_floor():
     assert dict(build({**MINIMAL, "capacity": "flex-start"}).cluster.version_floors)["capacity=flex-start"] == \
         "1.33.0-gke.1712000"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "jobset", "pathways"])
+@pytest.mark.parametrize("backend", ["rayjob", "jobset", "pathways"])
+def test_a_backend_switch_is_told_everything_in_one_run(stack, backend):
+    """Switching a stack's workloadBackend: one run names every key the new backend refuses, and doing what those
+    lines say (`unset KEY`, `set KEY=VALUE`) builds; never a second round of refusals, one key per `pulumi up`."""
+    import re
+
+    from preview.stack_files import load_stack_config
+    from tests.conftest import REPO
+
+    raw = {**load_stack_config(stack, REPO), "workloadBackend": backend}
+    try:
+        build(raw)
+        return
+    except ConfigError as first:
+        problems = first.problems
+    for line in problems:
+        fix = re.search(r"(?:unset (\w+)|set (\w+)=(\w+))$", line)
+        assert fix, f"the refusal does not say what to do: {line}"
+        if fix.group(1):
+            raw.pop(fix.group(1), None)
+        else:
+            raw[fix.group(2)] = fix.group(3)
+    build(raw)          # raises with the second round if the first did not say everything
