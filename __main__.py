@@ -14,11 +14,11 @@ from infra.preflight import run as run_preflight
 from infra.services import ProjectServices, required_apis
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
-from infra.worker_image import WorkerImage, WorkerImageSpec, content_tag
+from infra.worker_image import WorkerImage, WorkerImageSpec, image_tag
 from workloads.backend import WorkloadContext
-from workloads.backends import deploy_workload, run_name
-from workloads.bundle import image_inputs, load_bundle
-from workloads.next_steps import next_steps, watch_command
+from workloads.backends import backend_for, deploy_workload, run_name
+from workloads.bundle import load_bundle
+from workloads.next_steps import next_steps, watch_command, why_pending_command
 from workloads.run_summary import run_summary
 
 try:
@@ -50,20 +50,19 @@ bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=serv
                           adopt=preflight.adopt_bucket, protect=config.cluster.deletion_protection)
 cluster = GkeCluster("gke", config, network, node_account.email, depends_on=services.ready)
 pools = None if config.cluster.autopilot else TpuSlicePools(
-    "tpu-slices", config, cluster, network, node_account.email)
+    "tpu-slices", config, cluster, network, node_account.email, depends_on=services.ready)
 
 bundle = load_bundle()
 worker_image = None if config.worker_image is None else WorkerImage(
     "worker-image", WorkerImageSpec(project=config.gcp.project, region=config.gcp.region,
                                     repository_id=config.worker_image.repository_id,
-                                    tag=content_tag(image_inputs(bundle))),
+                                    tag=image_tag()),
     node_account.email, depends_on=services.ready)
 
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
                             opts=pulumi.ResourceOptions(deleted_with=cluster.cluster))
 identity = WorkloadIdentity("workload-identity", config, preflight.project_number, bucket.bucket, cluster.cluster,
-                            k8s_provider,
-                            node_account.email)
+                            k8s_provider, node_account.email, node_account.unique_id, services=services.ready)
 workload_exports = deploy_workload(config, WorkloadContext(
     bundle=bundle, namespace=identity.namespace, service_account=identity.service_account,
     cluster=cluster.cluster, cluster_location=cluster.location, k8s_provider=k8s_provider,
@@ -94,9 +93,11 @@ pulumi.export("plan", config.workload.plan.describe())
 # What this up trains: the run's name, whether its job starts, resumes or finds the run finished, and its data.
 pulumi.export("run", run_summary(config, run_facts))
 pulumi.export("dashboardUrl", dashboard.url)
+# Why pods are Pending (quota, capacity); each backend exports its driver's log (and on Ray the token).
+workload_exports["whyPendingCommand"] = why_pending_command(config.kubernetes.namespace)
 for key, value in workload_exports.items():
     pulumi.export(key, value)
 # What to run next (`pulumi stack output nextSteps`), and one command that follows the job.
 pulumi.export("nextSteps", pulumi.Output.all(get_credentials, dashboard.url).apply(
-    lambda values: next_steps(config.workload.backend, values[0], workload_exports, values[1])))
-pulumi.export("watchCommand", watch_command(config.workload.backend, workload_exports))
+    lambda values: next_steps(backend_for(config).next_steps, values[0], workload_exports, values[1])))
+pulumi.export("watchCommand", watch_command(workload_exports))

@@ -1,6 +1,9 @@
 """Identities: the nodes' own least-privilege service account, and the training pods' Workload Identity."""
 from __future__ import annotations
 
+import hashlib
+import re
+
 import pulumi
 import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
@@ -43,15 +46,32 @@ TELEMETRY_ROLES = ("roles/monitoring.metricWriter", "roles/logging.logWriter")
 # sink, log bucket, view, metric, exclusion and log-based alert of the project
 # (https://cloud.google.com/iam/docs/roles-permissions/logging), so the stack grants a custom role with that one
 # permission instead. It still lets the pod read every non-private entry of the project's _Default bucket: the API
-# has no narrower permission for a project-scope read. The Google provider undeletes a soft-deleted custom role of
-# the same id on create (terraform-provider-google resource_google_project_iam_custom_role.go), so destroy + up
-# works; creating it needs iam.roles.create where `pulumi up` runs (roles/iam.roleAdmin, or Owner).
+# has no narrower permission for a project-scope read. Creating it needs iam.roles.create where `pulumi up` runs
+# (roles/iam.roleAdmin, or Owner).
 GOODPUT_LOG_PERMISSIONS = ("logging.logEntries.list",)
 
+# A custom role's id is held by IAM after the role is deleted: the provider can undelete it for 7 days, and from day
+# 7 to day 37 no role of that id can be created or changed (terraform-provider-google
+# website/docs/r/google_project_iam_custom_role.html.markdown, "soft-delete"; create fails "You can't create a
+# role_id ... which has been marked for deletion", resource_google_project_iam_custom_role.go). So the id is new per
+# creation of the stack: its suffix is read from the node service account's uniqueId, which IAM assigns anew every
+# time the account is created, even under the same name (https://cloud.google.com/iam/docs/service-accounts-
+# delete-undelete: a new account with a deleted one's name is a different identity with a different unique ID), and
+# Pulumi keeps it in state. An `up` of a living stack reads the same uniqueId and leaves the role alone; a
+# `destroy` deletes both, and the next `up` gets a new account, so a new role id.
+# IAM role ids: ^[a-zA-Z0-9_.]{3,64}$ (terraform-provider-google google/verify/validation.go, validateIAMCustomRoleID).
+ROLE_ID = re.compile(r"^[a-zA-Z0-9_.]{3,64}$")
+ROLE_ID_MAX = 64
+_ROLE_PREFIX = "tpuGoodput_"
+_ROLE_SUFFIX = 10   # hex characters of the account's uniqueId hash
 
-def goodput_role_id(cluster_name: str) -> str:
-    """Project-unique custom role id ([a-zA-Z0-9_.]{3,64}; cluster names are at most 40 characters)."""
-    return "tpuMultisliceGoodputReader_" + cluster_name.replace("-", "_")
+
+def goodput_role_id(cluster_name: str, account_unique_id: str) -> str:
+    """Project-unique custom role id, new for every creation of the node account (see above); fits 64 characters
+    for every cluster name config accepts (at most 40 characters)."""
+    suffix = hashlib.sha256(account_unique_id.encode()).hexdigest()[:_ROLE_SUFFIX]
+    name = naming.fit(cluster_name, ROLE_ID_MAX - len(_ROLE_PREFIX) - 1 - _ROLE_SUFFIX)
+    return f"{_ROLE_PREFIX}{name.replace('-', '_')}_{suffix}"
 
 
 def workload_identity_principal(project_number: pulumi.Input[str], project: str, namespace: str,
@@ -81,6 +101,8 @@ class NodeServiceAccount(pulumi.ComponentResource):
             for role in NODE_ROLES
         ]
         self.email = self.account.email
+        # Assigned by IAM at each creation: the goodput role's id is derived from it (goodput_role_id).
+        self.unique_id = self.account.unique_id
         self.register_outputs({"email": self.email})
 
 
@@ -94,6 +116,7 @@ class WorkloadIdentity(pulumi.ComponentResource):
 
     def __init__(self, name: str, config: StackConfig, project_number: str, bucket: gcp.storage.Bucket,
                  cluster: pulumi.Resource, k8s_provider: k8s.Provider, node_service_account: pulumi.Input[str],
+                 node_account_unique_id: pulumi.Input[str], services: list[pulumi.Resource] | None = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "WorkloadIdentity"), name, None, opts)
         ns, ksa, project = config.kubernetes.namespace, config.kubernetes.service_account, config.gcp.project
@@ -111,12 +134,14 @@ class WorkloadIdentity(pulumi.ComponentResource):
                                         opts=child_options(self, depends_on=[cluster]))
             for logical_name, role in BUCKET_ROLES
         ]
-        role_id = goodput_role_id(config.cluster.name)
+        role_id = pulumi.Output.from_input(node_account_unique_id).apply(
+            lambda unique_id: goodput_role_id(config.cluster.name, unique_id))
+        # The role and the project grants need iam.googleapis.com / cloudresourcemanager: after the stack's APIs.
         self.goodput_reader_role = gcp.projects.IAMCustomRole(
             "goodput-log-reader", project=project, role_id=role_id, title="tpu-multislice goodput log reader",
             description=f"Reads the goodput log entries of the training runs on {config.cluster.name}",
-            permissions=list(GOODPUT_LOG_PERMISSIONS), opts=child_options(self))
-        reader = f"projects/{project}/roles/{role_id}"
+            permissions=list(GOODPUT_LOG_PERMISSIONS), opts=child_options(self, depends_on=list(services or [])))
+        reader = pulumi.Output.concat("projects/", project, "/roles/", role_id)
         telemetry = [(f"goodput-{role.split('/')[-1]}", role, []) for role in TELEMETRY_ROLES]
         telemetry.append(("goodput-log-reader", reader, [self.goodput_reader_role]))
         self.telemetry_bindings = [

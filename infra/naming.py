@@ -41,6 +41,7 @@ CPU_MACHINE_TYPE = re.compile(
     r"|(?:[a-z][a-z0-9]*-)?custom-\d+-\d+(?:-ext)?)$")
 # Bucket names without dots (dotted names need domain verification): 3-63 characters.
 BUCKET = re.compile(r"^[a-z0-9](?:[-_a-z0-9]{1,61})[a-z0-9]$")
+BUCKET_MAX = 63
 # Kubernetes DNS-1123 label (namespaces) and subdomain (service accounts).
 DNS1123_LABEL = re.compile(r"^[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*$")
@@ -116,6 +117,9 @@ class Names:
 
     def dcn_firewall(self, index: int) -> str:
         return fit(f"{self.cluster}-dcn-{index}-allow-internal", COMPUTE_NAME_MAX)
+
+    def workload_policy(self, topology: str) -> str:
+        return fit(f"{self.cluster}-{topology}", COMPUTE_NAME_MAX)
 
     @property
     def system_pool(self) -> str:

@@ -71,14 +71,18 @@ def _lookup(project: str, call: Callable[[], T]) -> T:
 
 def _exists(project: str, what: str, call: Callable[[], object]) -> bool:
     """True when the look-up finds it, False when it reports it absent; anything else is refused in one line."""
+    return _find(project, what, call) is not None
+
+
+def _find(project: str, what: str, call: Callable[[], T]) -> T | None:
+    """What the look-up finds, None when it reports it absent; anything else is refused in one line."""
     try:
-        _lookup(project, call)
-        return True
+        return _lookup(project, call)
     except PreflightError:
         raise
     except Exception as error:  # noqa: BLE001
         if _NOT_FOUND.search(str(error)):
-            return False
+            return None
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise PreflightError(f"{NAMESPACE}: could not look up {what}: {first}") from None
 
@@ -88,6 +92,82 @@ class Preflight:
     project_number: str
     adopt_bucket: bool = False     # a kept checkpoint bucket of this name exists: import it instead of creating it
     warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class KeptBucket:
+    """What the look-up read of a bucket kept by an earlier `pulumi destroy`, in the stack's terms."""
+    location: str                          # as Cloud Storage reports it: upper case (US-EAST5, NAM4, US)
+    hierarchical_namespace: bool
+    soft_delete_days: float | None         # None: no soft-delete policy
+    expiring_prefixes: dict[str, int]      # Delete rules as prefix -> age in days; other rules as "other: ..." keys
+    labels: dict[str, str]
+
+    @classmethod
+    def from_lookup(cls, found: object) -> "KeptBucket":
+        def first(items: object) -> object:
+            return items[0] if items else None
+
+        policy = first(getattr(found, "soft_delete_policies", None))
+        seconds = getattr(policy, "retention_duration_seconds", None) if policy is not None else None
+        rules: dict[str, int] = {}
+        for rule in getattr(found, "lifecycle_rules", None) or []:
+            action, condition = first(rule.actions), first(rule.conditions)
+            prefixes = list(getattr(condition, "matches_prefixes", None) or [])
+            if getattr(action, "type", None) == "Delete" and len(prefixes) == 1 and condition.age:
+                rules[prefixes[0]] = int(condition.age)
+            else:
+                rules[f"other: {getattr(action, 'type', '?')} rule"] = 0
+        namespace = first(getattr(found, "hierarchical_namespaces", None))
+        return cls(location=str(getattr(found, "location", "") or ""),
+                   hierarchical_namespace=bool(getattr(namespace, "enabled", False)),
+                   soft_delete_days=None if seconds is None else seconds / _DAY_SECONDS,
+                   expiring_prefixes=rules, labels=dict(getattr(found, "labels", None) or {}))
+
+
+_DAY_SECONDS = 24 * 3600
+
+
+def kept_bucket_problems(config: StackConfig, found: KeptBucket) -> list[str]:
+    """What makes a kept bucket impossible to adopt: a bucket's location and hierarchical namespace are fixed at
+    creation (https://cloud.google.com/storage/docs/moving-buckets; https://cloud.google.com/storage/docs/
+    hns-overview: enabled only when the bucket is created), so either difference turns the import into a replace,
+    which `protect` refuses or which fails with 409 on the name. One line each, naming both values."""
+    storage, problems = config.storage, []
+    name = storage.bucket_name
+    if found.location and found.location.upper() != storage.location.upper():
+        problems.append(f"{NAMESPACE}:bucketLocation={storage.location!r} but the kept bucket {name!r} is in "
+                        f"{found.location}; a bucket cannot move: set bucketLocation: {found.location.lower()} "
+                        "(or bucketName to a new bucket)")
+    if not found.hierarchical_namespace:
+        problems.append(f"{NAMESPACE}:bucketName={name!r} is a kept bucket without hierarchical namespace, and the "
+                        "stack's checkpoint bucket needs it (it can only be set at creation); set bucketName to a "
+                        "new bucket")
+    return problems
+
+
+def adoption_changes(config: StackConfig, found: KeptBucket) -> list[str]:
+    """The settings `pulumi up` will change on the kept bucket when it adopts it (Pulumi imports a resource whose
+    inputs differ and then updates it, since 3.174: pulumi/pulumi CHANGELOG): a heading line, then one line per
+    setting, current -> new; nothing when the bucket already matches."""
+    from infra.storage import BUCKET_LABELS, EXPIRING_PREFIXES
+
+    name, changes = config.storage.bucket_name, []
+    wanted_days = config.storage.soft_delete_days
+    if found.soft_delete_days != wanted_days:
+        current = "none" if found.soft_delete_days is None else f"{found.soft_delete_days:g} days"
+        changes.append(f"soft delete {current} -> {wanted_days} days")
+    if found.expiring_prefixes != EXPIRING_PREFIXES:
+        # As a difference (what goes, what comes): both lists in full would not fit a line.
+        def rule(prefix: str, days: int) -> str:
+            return prefix if prefix.startswith("other:") else f"{prefix} {days}d"
+        gone = [rule(p, d) for p, d in sorted(found.expiring_prefixes.items()) if EXPIRING_PREFIXES.get(p) != d]
+        new = [rule(p, d) for p, d in sorted(EXPIRING_PREFIXES.items()) if found.expiring_prefixes.get(p) != d]
+        changes.append("lifecycle rules: " + ", ".join([f"- {r}" for r in gone] + [f"+ {r}" for r in new]))
+    if found.labels != BUCKET_LABELS:
+        changes.append(f"labels {found.labels or '{}'} -> {BUCKET_LABELS}")
+    # The bucket's name (up to 63 characters) on a line of its own, so each change fits 100 columns.
+    return [f"adopting kept bucket {name}, which changes:", *(f"  {change}" for change in changes)] if changes else []
 
 
 def run(config: StackConfig, location: str) -> Preflight:
@@ -113,6 +193,13 @@ def run(config: StackConfig, location: str) -> Preflight:
     if config.storage.keep_on_destroy:
         # A bucket kept by an earlier `pulumi destroy` is still there under the same name; the provider does not
         # adopt existing buckets, so creating it again fails with 409 (pulumi/pulumi#3388: no "adopt if exists").
-        adopt = _exists(project, f"bucket {config.storage.bucket_name!r}",
-                        lambda: gcp.storage.get_bucket(name=config.storage.bucket_name))
+        found = _find(project, f"bucket {config.storage.bucket_name!r}",
+                      lambda: gcp.storage.get_bucket(name=config.storage.bucket_name))
+        if found is not None:
+            kept = KeptBucket.from_lookup(found)
+            problems = kept_bucket_problems(config, kept)
+            if problems:
+                raise ConfigError(problems)
+            adopt = True
+            warnings += tuple(adoption_changes(config, kept))
     return Preflight(project_number=str(project_number), adopt_bucket=adopt, warnings=warnings)

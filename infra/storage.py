@@ -15,6 +15,7 @@ _DAY_SECONDS = 24 * 3600
 #   checkpoints, never from it.
 # - pathways/: the Pathways servers' scratch (gcs_scratch_location, workloads/pathways/spec.py).
 EXPIRING_PREFIXES: dict[str, int] = {"maxtext/jax_cache/": 30, "ray-results/": 30, "pathways/": 7}
+BUCKET_LABELS = {"app": "tpu-multislice"}
 
 
 def lifecycle_rules() -> list[gcp.storage.BucketLifecycleRuleArgs]:
@@ -41,9 +42,11 @@ class CheckpointBucket(pulumi.ComponentResource):
         super().__init__(component_type("infra", "CheckpointBucket"), name, None, opts)
         # adopt: a bucket kept by an earlier `pulumi destroy` exists under this name (infra/preflight.py looked it
         # up), so it is imported instead of created (creating it would fail with 409). Pulumi ignores `import_` once
-        # the bucket is in the stack's state; an import succeeds only if the inputs below match the existing bucket
-        # (change bucket keys only while the stack holds it). protect: `pulumi destroy` and replacements refuse to
-        # touch the bucket until deletionProtection is turned off.
+        # the bucket is in the stack's state. Since Pulumi 3.174 an import whose inputs differ imports and then
+        # updates the bucket to the inputs below: the look-up refuses a kept bucket in another location or without
+        # hierarchical namespace (fixed at creation: the update would be a replace) before anything registers, and
+        # warns, one line per setting, what the adoption changes (soft delete, lifecycle rules, labels).
+        # protect: `pulumi destroy` and replacements refuse to touch the bucket until deletionProtection is off.
         self.bucket = gcp.storage.Bucket(
             "checkpoints",
             name=settings.bucket_name,
@@ -56,7 +59,7 @@ class CheckpointBucket(pulumi.ComponentResource):
                 retention_duration_seconds=settings.soft_delete_days * _DAY_SECONDS),
             force_destroy=not settings.keep_on_destroy,
             lifecycle_rules=lifecycle_rules(),
-            labels={"app": "tpu-multislice"},
+            labels=dict(BUCKET_LABELS),
             opts=child_options(self, depends_on=depends_on, retain_on_delete=settings.keep_on_destroy,
                                import_=settings.bucket_name if adopt else None, protect=protect),
         )

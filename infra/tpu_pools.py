@@ -52,8 +52,9 @@ def size_settings(config: StackConfig, index: int) -> dict:
     node pools scale atomically), so a pool that may scale holds 0 or all of its hosts and costs nothing while no
     pod asks for it. The bounds are per zone (`min/max_node_count`): GKE checks a multi-host slice against the
     per-zone maximum, and with only the total bounds that maximum is 0 and GKE refuses the pool ("Maximum node
-    count 0 is not a valid size of TPU pod slice", vllm-project/ci-infra#545; cluster-toolkit gke-node-pool
-    main.tf uses per-zone limits for TPU pools). location_policy ANY: take capacity wherever the pool's zone has
+    count 0 is not a valid size of TPU pod slice", vllm-project/ci-infra#545; Ray's "Start Google Cloud GKE
+    Cluster with TPUs for KubeRay" guide creates its TPU pools with gcloud's per-zone --min-nodes 0 / --max-nodes,
+    https://docs.ray.io/en/latest/cluster/kubernetes/user-guides/gcp-gke-tpu-cluster.html). location_policy ANY: take capacity wherever the pool's zone has
     it (the flex-start and Spot recommendation; the pool has one zone). No queued provisioning: nothing here
     creates ProvisioningRequests, and without them a queued pool never gets a node (xpk never uses it for TPUs).
     A warm pool (config warmSlices; flex-start never) keeps its hosts: a fixed node count, as before autoscaling.
@@ -76,7 +77,8 @@ class TpuSlicePools(pulumi.ComponentResource):
     parallel (it serialises conflicting operations itself and the provider retries them)."""
 
     def __init__(self, name: str, config: StackConfig, cluster: GkeCluster, network: ClusterNetwork,
-                 node_service_account: pulumi.Input[str], opts: pulumi.ResourceOptions | None = None):
+                 node_service_account: pulumi.Input[str], depends_on: list[pulumi.Resource] | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "TpuSlicePools"), name, None, opts)
         shape, names = config.tpu.shape, config.names
         node_kwargs = capacity_settings(config)
@@ -84,11 +86,12 @@ class TpuSlicePools(pulumi.ComponentResource):
         if shape.generation.uses_workload_policy:
             # TPU7x multi-host slices are shaped by a workload policy instead of tpu_topology.
             self.workload_policy = gcp.compute.ResourcePolicy(
-                "slice-policy", name=f"{config.cluster.name}-{shape.topology}", project=config.gcp.project,
+                "slice-policy", name=names.workload_policy(shape.topology), project=config.gcp.project,
                 region=config.gcp.region,
                 workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
                     type="HIGH_THROUGHPUT", accelerator_topology=shape.topology),
-                opts=child_options(self))
+                # Needs compute.googleapis.com: after the stack's API resources, like everything that calls an API.
+                opts=child_options(self, depends_on=list(depends_on or [])))
             placement = gcp.container.NodePoolPlacementPolicyArgs(
                 type="COMPACT", policy_name=self.workload_policy.name)
         else:

@@ -1,8 +1,8 @@
 """The workers' image, built from worker_env/Dockerfile and pushed to an Artifact Registry repository the stack
 owns (config workerEnvironment=image).
 
-The tag is the content hash of what goes into the image (Dockerfile, lock, shipped code), and the repository
-keeps tags immutable: a tag names exactly one image, so pods can use it as a plain string (the manifests stay
+The tag is the content hash of exactly the build context (the Dockerfile and every file its .dockerignore admits:
+infra/build_context.py), and the repository keeps tags immutable: a tag names exactly one image, so pods can use it as a plain string (the manifests stay
 pure and their names hash it) while an unchanged tree never rebuilds. Pods wait for the push through
 dependencies. The node account may only read this repository (roles/artifactregistry.reader on it).
 Docker build: pulumi-docker-build `Image` (BuildKit; https://www.pulumi.com/registry/packages/docker-build/),
@@ -11,17 +11,19 @@ pushing with a short-lived OAuth token of the deploying identity as Artifact Reg
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 import pulumi_docker_build as docker_build
 import pulumi_gcp as gcp
 
+from infra.build_context import context_tag
 from infra.component import child_options, component_type
 
 # Relative to the project directory, where Pulumi runs the program: state then holds no machine's paths.
 CONTEXT = "."
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = "worker_env/Dockerfile"
 IMAGE_NAME = "worker"
 READER_ROLE = "roles/artifactregistry.reader"
@@ -62,12 +64,10 @@ class WorkerImageSpec:
         return f"{self.registry}/{self.project}/{self.repository_id}/{IMAGE_NAME}:{self.tag}"
 
 
-def content_tag(files: dict[str, str]) -> str:
-    """16 hex characters of the image's inputs (path → text), so a change gives a new, immutable tag."""
-    hasher = hashlib.sha256()
-    for path in sorted(files):
-        hasher.update(path.encode() + b"\0" + files[path].encode() + b"\0")
-    return hasher.hexdigest()[:16]
+def image_tag(root: Path | None = None) -> str:
+    """16 hex characters of the build context the provider hashes: any change it would rebuild for gives a new,
+    immutable tag (a rebuild pushed under an existing tag is refused by the repository)."""
+    return context_tag(root or PROJECT_ROOT, DOCKERFILE)
 
 
 class WorkerImage(pulumi.ComponentResource):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from infra.config import StackConfig
 from infra.gke_versions import NO_CHANNEL
+from infra.storage import EXPIRING_PREFIXES
 from preview.harness import OFFERED_GKE_VERSIONS
 from workloads import install_cache
 from workloads.backends import backend_for
@@ -50,8 +51,11 @@ def _first_run(config: StackConfig) -> list[str]:
              "describe CLUSTER --format='value(maintenancePolicy)'`"]
     if config.storage.keep_on_destroy:
         lines.append(f"checkpoint bucket: the offline plan assumes {config.storage.bucket_name} does not exist yet; "
-                     "`pulumi up` looks it up and imports a bucket kept by an earlier destroy, which succeeds only "
-                     "if its settings still match the stack's bucket inputs")
+                     "`pulumi up` looks it up and imports a bucket kept by an earlier destroy: one in another "
+                     "location than " + config.storage.location + " or without hierarchical namespace is refused "
+                     f"before anything is created; adoption sets soft delete to {config.storage.soft_delete_days} "
+                     "days, the lifecycle rules (" + ", ".join(f"{p} {d}d" for p, d in EXPIRING_PREFIXES.items())
+                     + ") and labels, and warns each setting it changes")
     return lines
 
 

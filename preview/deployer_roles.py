@@ -8,9 +8,12 @@ more than a deployment needs.
 """
 from __future__ import annotations
 
+import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
-from core.cli_errors import OneLineParser
+from core.cli_errors import EXIT_USAGE, OneLineParser, refuse
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class DeployerRole:
     verified: bool = True  # False: the role is the likely one, but no source read here names the permission
 
 
+ROOT = Path(__file__).resolve().parent.parent
 _IAM_COMPUTE = "https://cloud.google.com/compute/docs/access/iam"
 ROLES: tuple[DeployerRole, ...] = (
     DeployerRole("roles/serviceusage.serviceUsageAdmin", "enable the APIs the stack needs (ProjectServices)",
@@ -111,13 +115,87 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-def gcloud_grants(project: str = "PROJECT", member: str = "user:YOU@EXAMPLE.COM") -> str:
-    """The grant commands for the roles every stack needs (the `when` column adds the others)."""
-    return "\n".join(f"gcloud projects add-iam-policy-binding {project} --member={member} --role={role.role}"
-                     for role in ROLES if role.when == "always")
+# IAM members as `gcloud projects add-iam-policy-binding --member` takes them
+# (https://cloud.google.com/sdk/gcloud/reference/projects/add-iam-policy-binding).
+_MEMBER = re.compile(r"^(user|serviceAccount|group|domain|principal|principalSet):\S+$")
+
+
+def member_of(value: str) -> str | None:
+    """`value` as an IAM member: a bare e-mail becomes user:… (serviceAccount:… for a service account);
+    None when it is neither a member nor an e-mail."""
+    if _MEMBER.match(value):
+        return value
+    if re.match(r"^[^@\s:]+@[^@\s:]+\.[^@\s:]+$", value):
+        kind = "serviceAccount" if value.endswith(".gserviceaccount.com") else "user"
+        return f"{kind}:{value}"
+    return None
+
+
+def gcloud_grants(project: str, member: str, roles: list[DeployerRole] | None = None) -> str:
+    """One grant command per role, ready to paste; `roles` defaults to those every stack needs."""
+    chosen = roles if roles is not None else [role for role in ROLES if role.when == "always"]
+    # Three lines per command (shell continuations), so each fits 100 columns for any usual member.
+    return "\n".join(f"gcloud projects add-iam-policy-binding {project} --condition=None \\\n"
+                     f"  --member={member} \\\n  --role={role.role}" for role in chosen)
+
+
+def stack_roles(stack: str, root: Path) -> tuple[dict, list[DeployerRole]]:
+    """The stack's config and the roles what it registers needs (the program run offline, under mocks)."""
+    from preview.harness import run_program
+    from preview.stack_files import load_stack_config
+    raw = load_stack_config(stack, root)
+    run = run_program(raw, stack=stack)
+    return raw, roles_for({r.type for r in run.resources if r.custom})
+
+
+def main(argv: list[str] | None = None) -> int:
+    prog = "python -m preview.deployer_roles"
+    parser = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
+    parser.add_argument("--grants", action="store_true",
+                        help="print the gcloud commands that grant the roles (needs --member; --project or --stack)")
+    parser.add_argument("--member", help="who deploys: user:EMAIL, serviceAccount:EMAIL, group:EMAIL, or an e-mail")
+    parser.add_argument("--project", help="the project to grant on (default: the stack's project)")
+    parser.add_argument("--stack", help="grant what this stack needs (Pulumi.STACK.yaml, run offline); without it: "
+                                        "the roles every stack needs")
+    args = parser.parse_args(argv)
+    if not args.grants:
+        if args.member or args.project or args.stack:
+            return refuse(prog, "--member, --project and --stack go with --grants")
+        print(markdown_table())
+        return 0
+    problems = []
+    member = member_of(args.member) if args.member else None
+    if args.member is None:
+        problems.append("--grants needs --member (e.g. --member user:you@example.com)")
+    elif member is None:
+        problems.append(f"--member={args.member!r} is not an e-mail or an IAM member such as user:EMAIL")
+    roles = None
+    project = args.project
+    if args.stack:
+        from infra.config import ConfigError
+        from preview.stack_files import StackFileError
+        try:
+            raw, roles = stack_roles(args.stack, ROOT)
+        except StackFileError:
+            known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
+            return refuse(prog, f"--stack={args.stack!r}: no such stack; stacks: {', '.join(known)}")
+        except ConfigError as error:
+            return refuse(prog, str(error).splitlines()[-1])
+        project = project or raw.get("project")
+    if project is None:
+        problems.append("--grants needs --project PROJECT, or --stack NAME (its project)")
+    if problems:
+        for problem in problems:
+            refuse(prog, problem)
+        return EXIT_USAGE
+    print(gcloud_grants(project, member, roles))
+    if roles is None:
+        print("# Not included; a stack whose config asks for one needs it too (--stack NAME picks them):")
+        for role in ROLES:
+            if role.when != "always":
+                print(f"#   {role.role} ({role.when})")
+    return 0
 
 
 if __name__ == "__main__":
-    parser = OneLineParser(prog="python -m preview.deployer_roles", description=__doc__.splitlines()[0])
-    parser.add_argument("--grants", action="store_true", help="print the gcloud commands that grant the roles")
-    print(gcloud_grants() if parser.parse_args().grants else markdown_table())
+    sys.exit(main())

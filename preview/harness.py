@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import json
 import re
 import runpy
@@ -55,6 +56,7 @@ class GcpMocks(pulumi.runtime.Mocks):
             state["url"] = f"gs://{name}"
         elif token == "gcp:serviceaccount/account:Account":
             state["email"] = f"{state['accountId']}@{state['project']}.iam.gserviceaccount.com"
+            state["uniqueId"] = account_unique_id(state["project"], state["accountId"])
         elif token.startswith("gcp:compute/"):
             state["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{state.get('project')}/{name}"
         if token == CRD_TOKEN and args.resource_id:       # CustomResourceDefinition.get: the served CRD
@@ -78,7 +80,8 @@ class GcpMocks(pulumi.runtime.Mocks):
         # first `pulumi up` sees; tests put names in EXISTING to play a later one.
         if args.token == GET_BUCKET_TOKEN:
             if args.args.get("name") in EXISTING["buckets"]:
-                return {"name": args.args["name"], "url": f"gs://{args.args['name']}"}
+                return {"name": args.args["name"], "url": f"gs://{args.args['name']}",
+                        **KEPT_BUCKETS.get(args.args["name"], {})}
             return {}, [("name", "googleapi: Error 404: The specified bucket does not exist., notFound")]
         if args.token == GET_CLUSTER_TOKEN:
             if args.args.get("name") in EXISTING["clusters"]:
@@ -103,6 +106,16 @@ class GcpMocks(pulumi.runtime.Mocks):
         raise UnexpectedInvoke(f"unmocked invoke {args.token} {args.args}")
 
 
+def account_unique_id(project: str, account_id: str) -> str:
+    """A service account's uniqueId under mocks: 21 digits, the same on every run, a different one for each
+    ACCOUNT_CREATION (IAM gives a re-created account of the same name a new uniqueId; tests bump it to play a
+    `pulumi destroy` followed by `pulumi up`)."""
+    seed = f"{project}/{account_id}/{ACCOUNT_CREATION['n']}".encode()
+    return str(int(hashlib.sha256(seed).hexdigest(), 16) % 10 ** 21).rjust(21, "1")
+
+
+# Which creation of the stack's service accounts the mocks play (0: the first `pulumi up`).
+ACCOUNT_CREATION = {"n": 0}
 ENGINE_VERSIONS_TOKEN = "gcp:container/getEngineVersions:getEngineVersions"
 GET_BUCKET_TOKEN = "gcp:storage/getBucket:getBucket"
 GET_CLUSTER_TOKEN = "gcp:container/getCluster:getCluster"
@@ -125,6 +138,9 @@ def gcs_glob(pattern: str) -> re.Pattern:
     return re.compile("".join(table.get(part, re.escape(part)) for part in parts))
 
 
+# What the bucket look-up reads of an existing bucket (name -> get_bucket result, wire keys: location,
+# hierarchicalNamespaces, softDeletePolicies, lifecycleRules, labels); tests fill it to play a kept bucket.
+KEPT_BUCKETS: dict[str, dict] = {}
 CRD_TOKEN = "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition"
 # CRDs the cluster serves when the program reads them (name -> CRD spec, wire keys). Unset names answer with the
 # shared schema bundle's CRD (KubeRay v1.7.0 for rayjobs.ray.io); tests put an older schema here to play an
@@ -220,6 +236,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self.registrations: list[Registration] = []
         self.stack_outputs: dict[str, Any] = {}
         self.secret_stack_outputs: set[str] = set()
+        self.reads: dict[str, list[str]] = {}   # URN of a read resource -> URNs it waited for
 
     def RegisterResourceOutputs(self, request):  # noqa: N802 (gRPC method name)
         # Only the root stack's outputs are the program's exports.
@@ -231,6 +248,12 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 if secret:
                     self.secret_stack_outputs.add(key)
         return super().RegisterResourceOutputs(request)
+
+    def ReadResource(self, request):  # noqa: N802 (gRPC method name)
+        # A resource the program reads (`Resource.get`): kept apart, with what the read waits for.
+        response = super().ReadResource(request)
+        self.reads[response.urn] = list(request.dependencies)
+        return response
 
     def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)

@@ -54,7 +54,8 @@ def add_plan_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, A
         g.add_argument(f"--{flag}", type=int, default=_env(flag, None), help=f"{flag.replace('-', '_')}_parallelism")
     g.add_argument("--per-device-batch-size", type=float, default=_env("per_device_batch_size", None))
     g.add_argument("--max-target-length", type=int, default=_env("max_target_length", None), help="sequence length")
-    g.add_argument("--remat-policy", default=_env("remat_policy", None), choices=REMAT_POLICIES)
+    g.add_argument("--remat-policy", default=_env("remat_policy", None), choices=REMAT_POLICIES, metavar="POLICY",
+                   help="MaxText remat_policy: " + ", ".join(REMAT_POLICIES))
     g.add_argument("--remat-offload", default=_env("remat_offload", None), metavar="T1,T2",
                    help="tensors the custom remat policy offloads to host memory")
     g.add_argument("--weight-dtype", default=_env("weight_dtype", None), choices=("float32", "bfloat16"))

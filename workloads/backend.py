@@ -50,6 +50,9 @@ class Backend(Protocol):
     # otherwise they run images of their own whose software the stack does not choose.
     runs_worker_environment: bool
     slices_released: str            # when a run's TPU pods go away, so the slices can scale to zero
+    # What to run after `pulumi up`, after the credentials: (export key, what it shows), in order
+    # (workloads/next_steps.py); the exports include logsFollowCommand, the driver's log.
+    next_steps: tuple[tuple[str, str], ...]
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         """Register the backend's component under the cluster's provider; return the stack exports it adds."""

@@ -14,8 +14,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # on a developer's machine and is not shipped.
 # The workers' lock travels with the code: pods that install their environment at start install exactly it.
 SHIPPED = ("core/*.py", "trainer/*.py", "worker_env/requirements.lock")
-# What the worker image is built from besides the shipped files (worker_env/Dockerfile copies those).
-IMAGE_FILES = ("worker_env/Dockerfile", "worker_env/Dockerfile.dockerignore")
 
 
 def short_digest(*parts: str) -> str:
@@ -37,11 +35,6 @@ class TrainerBundle:
     @property
     def short_digest(self) -> str:
         return self.digest[:8]
-
-
-def image_inputs(bundle: TrainerBundle, root: Path = REPO_ROOT) -> dict[str, str]:
-    """Everything the worker image is made of: its tag hashes this."""
-    return {**bundle.files, **{path: (root / path).read_text() for path in IMAGE_FILES}}
 
 
 def load_bundle(root: Path = REPO_ROOT) -> TrainerBundle:

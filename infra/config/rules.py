@@ -7,6 +7,7 @@ import functools
 import ipaddress
 import math
 import re
+import textwrap
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -128,6 +129,12 @@ def check_tpu(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) ->
                                 f"{_setting('tpuTopology', v['tpuTopology'], raw)}: it serves {allowed}; set "
                                 f"tpuTopology to one of those, or unset tpuMachineType (multi-host slices of "
                                 f"{v['tpuGeneration']} use {multi})")
+            elif error.key == "tpuTopology" and machine_set:
+                # Both set: the pair is what is refused, so the line names both keys the user chose.
+                # (what the machine serves on a second line, so each fits 100 columns)
+                problems.append(f"{NAMESPACE}:tpuTopology={v['tpuTopology']!r} not on "
+                                f"tpuMachineType={v['tpuMachineType']!r}\n    {v['tpuGeneration']} "
+                                f"{v['tpuMachineType']} serves {allowed}; or unset tpuMachineType")
             else:
                 problems.append(f"{NAMESPACE}:{error.key}={error.value!r} is not valid for "
                                 f"tpuGeneration={v['tpuGeneration']!r}; allowed: {allowed}")
@@ -328,7 +335,9 @@ def check_storage(v: dict[str, Any], raw: Mapping[str, Any], region: str | None,
     bucket = v["bucketName"]
     # Derived only from a project and cluster name that passed step 1 (a refused one is already reported).
     if bucket is None and "bucketName" not in raw and v["project"] is not None and v["clusterName"] is not None:
-        bucket = f"{v['project']}-{v['clusterName']}-ckpt"
+        # A 30-character project and a 40-character cluster name exceed the bucket name limit (63): shortened with a
+        # stable hash, so every name config accepts derives a valid bucket (names that fit are unchanged).
+        bucket = naming.fit(f"{v['project']}-{v['clusterName']}", naming.BUCKET_MAX - len("-ckpt")) + "-ckpt"
         reason = naming.bucket_problem(bucket)
         if reason:
             problems.append(f"{NAMESPACE}:bucketName is unset and the derived name {bucket!r} is not valid ({reason}); "
@@ -465,10 +474,33 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
         value = shape.topology if blamed == "tpuTopology" else v[blamed]
         nearest = nearest_config(request, on_ray=v["workloadBackend"] == "rayjob")
-        advice = f"nearest that fits: {nearest}; " if nearest else ""
-        problems.append(f"{_setting(blamed, value, raw)} is refused by the planner for {keys}: {advice}"
-                        f"why: {error}")
+        where = f"{model} on {slices} x {shape.pod_type}" + (
+            f", elasticMinSlices={min_slices}" if min_slices is not None else "")
+        problems.append(hbm_refusal(_setting(blamed, value, raw), where, nearest, str(error)))
         return None
+
+
+# Continuation lines of a multi-line refusal: indented under the first, wrapped so each fits 100 columns.
+_INDENT = "    "
+
+
+def hbm_refusal(setting: str, where: str, nearest: str, why: str) -> str:
+    """A refusal over HBM laid out for a terminal: the first line says what is wrong, the second the nearest
+    configuration that fits, then the planner's reasoning wrapped on the lines after."""
+    lines = [f"{setting} is over HBM: {where}"]
+    if nearest:
+        lines += textwrap.wrap(f"nearest that fits: {nearest}", 100, initial_indent=_INDENT,
+                               subsequent_indent=_INDENT + "  ", break_on_hyphens=False)
+    # A command to copy stays whole, on a line of its own.
+    why, marker, command = why.partition(_COMPILE_COMMAND)
+    lines += textwrap.wrap(f"why: {why.strip()}", 100, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ",
+                           break_on_hyphens=False, break_long_words=False)
+    if marker:
+        lines.append(_INDENT + "  " + marker + command)
+    return "\n".join(lines)
+
+
+_COMPILE_COMMAND = "python -m preview.compile"
 
 
 # The planner's changes a stack's config can express, and the key that expresses each (core/planner.py

@@ -158,8 +158,9 @@ KEYS: tuple[Key, ...] = (
         check=check.bucket_location),
     Key("keepCheckpointsOnDestroy", "boolean", "Keep the checkpoint bucket when the stack is destroyed "
         "(false lets destroy delete it with its objects). A kept bucket is adopted (imported) by the next pulumi up "
-        "of a stack with the same bucketName; the import needs the bucket keys (bucketLocation, softDeleteDays) "
-        "unchanged.", True),
+        "of a stack with the same bucketName: one in another location, or without hierarchical namespace, is "
+        "refused before anything is created; its soft delete, lifecycle rules and labels become the stack's, "
+        "each change printed as a warning first.", True),
     Key("softDeleteDays", "integer", "Days deleted checkpoint objects stay recoverable (0 or 7-90).", 7,
         check=check.soft_delete_days),
     # --- Kubernetes ---

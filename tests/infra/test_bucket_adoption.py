@@ -24,17 +24,96 @@ def _bucket(run):
     return bucket
 
 
-def test_up_destroy_up_adopts_the_kept_bucket(monkeypatch):
+def kept_bucket(inputs: dict, **changes) -> dict:
+    """What `get_bucket` reads of a bucket the stack created with `inputs` (wire keys), with `changes`; Cloud
+    Storage reports the location in upper case."""
+    found = {
+        "location": inputs["location"].upper(),
+        "hierarchicalNamespaces": [{"enabled": inputs["hierarchicalNamespace"]["enabled"]}],
+        "softDeletePolicies": [{"retentionDurationSeconds": inputs["softDeletePolicy"]["retentionDurationSeconds"],
+                                "effectiveTime": "2026-01-01T00:00:00Z"}],
+        "lifecycleRules": [{"actions": [{"type": rule["action"]["type"], "storageClass": ""}],
+                            "conditions": [dict(rule["condition"])]} for rule in inputs["lifecycleRules"]],
+        "labels": dict(inputs["labels"]),
+    }
+    return {**found, **changes}
+
+
+def _play_kept(monkeypatch, inputs: dict, **changes) -> None:
+    monkeypatch.setitem(harness.EXISTING, "buckets", {PROD_BUCKET})
+    monkeypatch.setitem(harness.KEPT_BUCKETS, PROD_BUCKET, kept_bucket(inputs, **changes))
+
+
+def _adoption_warnings(caplog) -> list[str]:
+    lines = [r.getMessage() for r in caplog.records]
+    start = next((i for i, line in enumerate(lines) if line.startswith("adopting kept bucket")), len(lines))
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("  ")), len(lines))
+    return lines[start:end]
+
+
+def test_up_destroy_up_adopts_the_kept_bucket(monkeypatch, caplog):
     prod = load_stack_config("prod", REPO)
     # First up: nothing exists, the bucket is created.
     first = _bucket(run_program(prod, stack="prod"))
     assert first.import_id == "" and first.retain_on_delete     # destroy keeps it (keepCheckpointsOnDestroy)
-    # `pulumi destroy` retained the bucket: it still exists, the stack no longer holds it.
-    monkeypatch.setitem(harness.EXISTING, "buckets", {PROD_BUCKET})
+    # `pulumi destroy` retained the bucket: it still exists as the first up made it, the stack no longer holds it.
+    _play_kept(monkeypatch, first.inputs)
     second = _bucket(run_program(prod, stack="prod"))
     assert second.import_id == PROD_BUCKET
-    # Same inputs as the first up, or the import would fail on a diff.
+    # Same inputs as the first up: the import changes nothing, and nothing is announced.
     assert second.inputs == first.inputs
+    assert _adoption_warnings(caplog) == []
+
+
+@pytest.mark.parametrize("stack_location,kept_location", [("us-east5", "US-CENTRAL1"), ("US", "EU")])
+def test_a_kept_bucket_in_another_location_is_refused_in_one_line_before_anything_registers(
+        monkeypatch, stack_location, kept_location):
+    """A bucket cannot move (https://cloud.google.com/storage/docs/moving-buckets): adopting one in another location
+    would be a replace, which `protect` refuses, or a 409 on its name. Refused by the look-up at start."""
+    prod = {**load_stack_config("prod", REPO), "bucketLocation": stack_location}
+    first = _bucket(run_program(prod, stack="prod"))
+    _play_kept(monkeypatch, first.inputs, location=kept_location)
+    monitor = harness.RecordingMonitor(harness.GcpMocks())
+    with pytest.raises(Exception) as error:
+        run_program(prod, stack="prod", monitor=monitor)
+    [line] = [line for line in str(error.value).splitlines() if "bucketLocation" in line]
+    assert f"bucketLocation={stack_location!r}" in line and kept_location in line and PROD_BUCKET in line
+    assert "Traceback" not in str(error.value)
+    assert [r for r in monitor.registrations if r.custom] == []
+
+
+def test_a_kept_bucket_without_hierarchical_namespace_is_refused(monkeypatch):
+    """Hierarchical namespace is set only when a bucket is created (https://cloud.google.com/storage/docs/
+    hns-overview), so adopting a flat bucket would replace it."""
+    prod = load_stack_config("prod", REPO)
+    first = _bucket(run_program(prod, stack="prod"))
+    _play_kept(monkeypatch, first.inputs, hierarchicalNamespaces=[{"enabled": False}])
+    monitor = harness.RecordingMonitor(harness.GcpMocks())
+    with pytest.raises(Exception) as error:
+        run_program(prod, stack="prod", monitor=monitor)
+    assert "hierarchical namespace" in str(error.value) and f"bucketName={PROD_BUCKET!r}" in str(error.value)
+    assert [r for r in monitor.registrations if r.custom] == []
+
+
+def test_adoption_names_every_setting_it_changes(monkeypatch, caplog):
+    """Pulumi >= 3.174 imports a resource whose inputs differ and then updates it (pulumi/pulumi CHANGELOG): the
+    kept bucket's soft delete, lifecycle rules and labels become the stack's. `pulumi up` warns each, before it
+    registers anything, and still adopts the bucket."""
+    prod = load_stack_config("prod", REPO)
+    first = _bucket(run_program(prod, stack="prod"))
+    one_rule = {**first.inputs, "lifecycleRules": first.inputs["lifecycleRules"][:1]}
+    _play_kept(monkeypatch, one_rule, softDeletePolicies=[{"retentionDurationSeconds": 30 * 86400,
+                                                           "effectiveTime": "2026-01-01T00:00:00Z"}],
+               labels={"team": "ml"})
+    caplog.clear()
+    assert _bucket(run_program(prod, stack="prod")).import_id == PROD_BUCKET
+    changes = _adoption_warnings(caplog)
+    assert changes[0] == f"adopting kept bucket {PROD_BUCKET}, which changes:"
+    assert changes[1:] == [
+        "  soft delete 30 days -> 7 days",
+        "  lifecycle rules: + pathways/ 7d, + ray-results/ 30d",
+        "  labels {'team': 'ml'} -> {'app': 'tpu-multislice'}"]
+    assert all(len(line) <= 100 for line in changes)
 
 
 def test_a_bucket_that_destroy_deletes_is_never_looked_up_or_imported(monkeypatch):

@@ -48,8 +48,9 @@ BAD_CONFIGS = [
     ("service account bad name", {"serviceAccount": "trainer_sa"}, ["serviceAccount='trainer_sa'", "DNS-1123"]),
     ("bucket name with google", {"bucketName": "google-ckpt"}, ["bucketName='google-ckpt'", "google"]),
     ("bucket name too long", {"bucketName": "b" * 64}, ["bucketName='" + "b" * 64, "3-63"]),
-    ("derived bucket name too long", {"project": "p" * 30, "clusterName": "c" * 40}, ["bucketName is unset",
-                                                                                       "set bucketName"]),
+    # (a derived name that is too long is shortened with a hash: tests/infra/test_reup_and_names.py)
+    ("derived bucket name with google", {"project": "my-google-project"}, ["bucketName is unset",
+                                                                          "set bucketName"]),
     ("project id invalid", {"project": "My Project"}, ["project='My Project'", "6-30"]),
     ("soft delete out of range", {"softDeleteDays": 3}, ["softDeleteDays=3", "7-90"]),
     ("autopilot with dcn", {"clusterMode": "autopilot", "dcn": True}, ["dcn=true", "clusterMode='autopilot'"]),
@@ -140,3 +141,29 @@ def test_rules_of_gke_capacity_and_dranet(overrides, words):
 def test_flex_start_needs_its_gke_floor():
     assert dict(build({**MINIMAL, "capacity": "flex-start"}).cluster.version_floors)["capacity=flex-start"] == \
         "1.33.0-gke.1712000"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "jobset", "pathways"])
+@pytest.mark.parametrize("backend", ["rayjob", "jobset", "pathways"])
+def test_a_backend_switch_is_told_everything_in_one_run(stack, backend):
+    """Switching a stack's workloadBackend: one run names every key the new backend refuses, and doing what those
+    lines say (`unset KEY`, `set KEY=VALUE`) builds; never a second round of refusals, one key per `pulumi up`."""
+    import re
+
+    from preview.stack_files import load_stack_config
+    from tests.conftest import REPO
+
+    raw = {**load_stack_config(stack, REPO), "workloadBackend": backend}
+    try:
+        build(raw)
+        return
+    except ConfigError as first:
+        problems = first.problems
+    for line in problems:
+        fix = re.search(r"(?:unset (\w+)|set (\w+)=(\w+))$", line)
+        assert fix, f"the refusal does not say what to do: {line}"
+        if fix.group(1):
+            raw.pop(fix.group(1), None)
+        else:
+            raw[fix.group(2)] = fix.group(3)
+    build(raw)          # raises with the second round if the first did not say everything

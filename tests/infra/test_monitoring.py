@@ -9,7 +9,7 @@ import pytest
 
 from infra.dashboard import ACCELERATOR_FIELD, NODE_POOL_FIELD, chart_filters
 from infra.identity import TELEMETRY_ROLES, goodput_role_id
-from preview.harness import FAKE_DASHBOARD_ID, FAKE_PROJECT_NUMBER, ProgramRun, run_program
+from preview.harness import FAKE_DASHBOARD_ID, FAKE_PROJECT_NUMBER, ProgramRun, account_unique_id, run_program
 from preview.k8s.manifests import is_kubernetes_type
 from tests.conftest import COMMITTED_STACKS, MINIMAL, committed_stack_run
 
@@ -98,7 +98,9 @@ def test_goodput_roles_go_to_the_identity_the_training_pods_use(stack):
                  f"workloadIdentityPools/{node_account['project']}.svc.id.goog/subject/ns/tpu-training/sa/tpu-trainer")
     goodput = [b for b in run.of_type(PROJECT_IAM) if b.name.startswith("goodput-")]
     granted = {(b.inputs["member"], b.inputs["role"]) for b in goodput}
-    reader = f"projects/{node_account['project']}/roles/{goodput_role_id(run.outputs['clusterName'])}"
+    role_id = goodput_role_id(run.outputs["clusterName"],
+                              account_unique_id(node_account["project"], node_account["accountId"]))
+    reader = f"projects/{node_account['project']}/roles/{role_id}"
     roles = {*TELEMETRY_ROLES, reader}
     expected = {(principal, role) for role in roles}
     if host_network:

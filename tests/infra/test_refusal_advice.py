@@ -10,7 +10,7 @@ from infra.config import ConfigError, build
 from preview.stack_files import load_stack_config
 from tests.conftest import REPO
 
-SUGGESTION = re.compile(r"nearest that fits: (.*?); why: ")
+SUGGESTION = re.compile(r"nearest that fits: (.*?)\n\s+why: ", re.DOTALL)
 KEY_VALUE = re.compile(r"tpu-multislice:(\w+)=(\S+)")
 
 
@@ -18,7 +18,7 @@ def _refusal(stack: str, **overrides: str) -> tuple[dict, str]:
     raw = {**load_stack_config(stack, REPO), **overrides}
     with pytest.raises(ConfigError) as refused:
         build(raw)
-    [line] = [p for p in refused.value.problems if "refused by the planner" in p]
+    [line] = [p for p in refused.value.problems if " is over HBM: " in p.split("\n")[0]]
     return raw, line
 
 
@@ -33,7 +33,7 @@ def test_every_suggestion_is_config_that_builds(stack, overrides):
     raw, line = _refusal(stack, **overrides)
     found = SUGGESTION.search(line)
     assert found, line
-    options = found.group(1).split(", or ")
+    options = " ".join(found.group(1).split()).split(", or ")
     assert options
     for option in options:
         keys = dict(KEY_VALUE.findall(option))
@@ -41,11 +41,18 @@ def test_every_suggestion_is_config_that_builds(stack, overrides):
         build({**raw, **keys})          # raises if the suggestion does not fit after all
 
 
-def test_what_to_do_comes_before_why_and_stays_one_line():
-    _, line = _refusal("prod", perDeviceBatchSize="16")
-    assert "\n" not in line
-    assert line.index("nearest that fits") < line.index("why: llama3-8b does not fit")
-    assert re.search(r"nearest that fits: tpu-multislice:perDeviceBatchSize=\d", line), line
+def test_the_first_line_is_short_and_the_why_follows():
+    """What is wrong on the first line, the nearest fit on the next, then the planner's why wrapped; every line
+    within 100 columns (behind `python -m preview: `) except the compile command, which is copied whole."""
+    _, text = _refusal("prod", perDeviceBatchSize="16")
+    lines = text.split("\n")
+    assert lines[0] == "tpu-multislice:perDeviceBatchSize='16' is over HBM: llama3-8b on 2 x v6e-16"
+    assert re.fullmatch(r" {4}nearest that fits: tpu-multislice:perDeviceBatchSize=\d+", lines[1]), lines[1]
+    assert lines[2].startswith("    why: llama3-8b does not fit")
+    [command] = [line for line in lines if "python -m preview.compile" in line]
+    assert command.strip().startswith("python -m preview.compile --model llama3-8b")
+    assert len("python -m preview: ") + len(lines[0]) <= 100      # the only line the prefix goes in front of
+    assert all(len(line) <= 100 for line in lines if line != command)
 
 
 def test_elastic_minimum_is_only_suggested_where_the_key_applies():

@@ -21,3 +21,18 @@ def test_the_image_path_enables_artifact_registry_before_creating_its_repository
 def test_the_runtime_path_enables_no_registry_it_does_not_use():
     run = run_program(MINIMAL, stack="runtime")
     assert "artifactregistry.googleapis.com" not in {s.inputs["service"] for s in run.of_type(SERVICE)}
+
+
+def test_every_google_cloud_resource_waits_for_the_stacks_apis():
+    """On a new project the APIs the stack enables are off until their gcp.projects.Service exists; anything that calls
+    one before (the custom role: iam.googleapis.com; project IAM bindings; the tpu7x workload policy:
+    compute.googleapis.com) fails its first `pulumi up`. Every Google Cloud resource waits for them, directly or
+    through what it depends on."""
+    for variant in (MINIMAL, {**MINIMAL, "zone": "us-central1-c", "tpuGeneration": "tpu7x", "tpuTopology": "2x2x2",
+                              "model": "qwen3-0.6b", "workloadBackend": "jobset"}):
+        run = run_program(variant, stack="apis")
+        services = run.of_type(SERVICE)
+        assert services
+        for resource in run.resources:
+            if resource.custom and resource.type.startswith("gcp:") and resource.type != SERVICE:
+                assert any(depends_on(run, resource, api) for api in services), resource.type + " " + resource.name

@@ -270,7 +270,7 @@ def test_dashboard_is_not_exposed_by_default(prod):
     assert out["rayDashboardPortForward"] == "kubectl port-forward -n tpu-training svc/maxtext-head-svc 8265:8265"
     assert out["rayDashboardInClusterUrl"] == "http://maxtext-head-svc.tpu-training.svc.cluster.local:8265"
     assert out["rayDashboardLocalUrl"] == "http://localhost:8265"
-    assert out["rayJobSubmit"].startswith("ray job submit --address http://localhost:8265 ")
+    assert "ray job submit --address http://localhost:8265 " in out["rayJobSubmit"]   # with the token in front
     assert out["tensorboardLogDir"].startswith("gs://my-tpu-project-tpu-multislice-prod-ckpt/")
     assert out["tensorboardCommand"] == f"tensorboard --logdir {out['tensorboardLogDir']}"
     assert "project=my-tpu-project" in out["consoleWorkloadsUrl"] and "project=my-tpu-project" in out["consoleLogsUrl"]

@@ -90,3 +90,15 @@ def test_up_creates_the_ray_job_after_reading_the_served_crd():
     run = run_program(MINIMAL)
     [job] = [r for r in run.resources if r.type == RAY_JOB]
     assert job.inputs["spec"]["rayClusterSpec"]["authOptions"] == {"mode": "token"}
+
+
+def test_the_served_crd_is_read_after_the_system_pool_is_up():
+    """Nothing public says the GKE Ray add-on's CRDs are installed when cluster creation returns, and a `get` is not
+    retried: the read waits for the system pool (created after the cluster) as well as the cluster."""
+    monitor = RecordingMonitor(GcpMocks())
+    run = run_program(MINIMAL, monitor=monitor)
+    [crd_read] = [urn for urn in monitor.reads if "CustomResourceDefinition" in urn]
+    pool = run.one("gcp:container/nodePool:NodePool", "system")
+    cluster = run.one("gcp:container/cluster:Cluster")
+    assert {pool.urn, cluster.urn} <= set(monitor.reads[crd_read])
+    assert cluster.urn in pool.dependencies or cluster.urn in sum(pool.property_dependencies.values(), [])

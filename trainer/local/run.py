@@ -61,8 +61,13 @@ GKE_POD_GRACE_S = 15.0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m trainer.local", description=__doc__.split("\n\n")[0],
-                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    # Help within 100 columns (OneLineParser caps the width; the raw description is wrapped here): a short usage
+    # line (the options follow anyway), the description once, and only the
+    # docstring's examples as the epilog (the failure flags it describes are in the option list).
+    parser = OneLineParser(prog="python -m trainer.local", usage="%(prog)s [options]",
+                           description=textwrap.fill(__doc__.split("\n\n")[0], 99), epilog="examples:\n" + textwrap.dedent(
+                               __doc__.split("\n\n")[1]).replace("python -m trainer.local", "  python -m trainer.local"),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_plan_arguments(parser, LOCAL_DEFAULTS)
     cli.add_run_arguments(parser, {**LOCAL_DEFAULTS, "run_name": "local"})
     g = parser.add_argument_group("local run")

@@ -16,6 +16,10 @@ def jobset_exports(config: StackConfig, jobset_name: str, smoke_jobset_name: str
         "jobsetName": jobset_name,
         "jobsetStatusCommand": f"kubectl get jobset -n {ns} {jobset_name}",
         "jobsetLogsCommand": f"kubectl logs -n {ns} -l {JOBSET_NAME_LABEL}={jobset_name} --tail=100 --prefix",
+        # Slice 0, host 0: pods carry the JobSet's name and job index (jobset pkg/controllers/jobset_controller.go
+        # labelAndAnnotateObject) and the Job's completion index.
+        "logsFollowCommand": (f"kubectl logs -n {ns} -f -l {JOBSET_NAME_LABEL}={jobset_name},"
+                              "jobset.sigs.k8s.io/job-index=0,batch.kubernetes.io/job-completion-index=0"),
         # Kueue's view: whether each JobSet is admitted, and why not.
         "kueueWorkloadsCommand": f"kubectl get workloads.kueue.x-k8s.io -n {ns}",
         "kueueQueueCommand": f"kubectl describe clusterqueue {jobset_inputs.CLUSTER_QUEUE}",

@@ -8,6 +8,7 @@ from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.common import MEMORY_BOUND_ASSUMPTION
 from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION
+from workloads.next_steps import FOLLOW_LOG, WHY_PENDING
 from workloads.pathways import spec as pathways_spec
 from workloads.pathways.component import PathwaysWorkload
 from workloads.pathways.exports import pathways_exports
@@ -16,6 +17,11 @@ class PathwaysBackend:
     name = "pathways"
     runs_worker_environment = False
     slices_released = "when the Pathways head's MaxText finishes (JobSet deletes the workers)"
+    next_steps = (
+        ("pathwaysStatusCommand", "the JobSet's state (add --watch to follow it)"),
+        (FOLLOW_LOG, "follow MaxText's log on the Pathways head, elastic recoveries included"),
+        WHY_PENDING,
+    )
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         workload = PathwaysWorkload("pathways", config, context.namespace, context.service_account, context.cluster,

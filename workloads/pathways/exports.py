@@ -13,14 +13,16 @@ def pathways_exports(config: StackConfig, cluster_location: str, jobset_name: st
         config, f'resource.labels.container_name="{TRAINER_CONTAINER}"',
         f'labels."k8s-pod/jobset_sigs_k8s_io/jobset-name"="{jobset_name}"')
     run_dir = common.run_directory(config, pathways_inputs.run_name(config))
+    # The MaxText container of the head pod: elastic recovery shows up in this one log stream.
+    logs = (f"kubectl logs -n {ns} -f -l {jobset_selector},"
+            f"jobset.sigs.k8s.io/replicatedjob-name={HEAD_JOB} -c {TRAINER_CONTAINER}")
     return {
         "pathwaysJobSet": jobset_name,
         "pathwaysHeadAddress": head_address(jobset_name),
         "pathwaysStatusCommand": f"kubectl get jobset -n {ns} {jobset_name}",
         "pathwaysPodsCommand": f"kubectl get pods -n {ns} -l {jobset_selector} -o wide",
-        # The MaxText container of the head pod: elastic recovery shows up in this one log stream.
-        "pathwaysLogsCommand": (f"kubectl logs -n {ns} -f -l {jobset_selector},"
-                                f"jobset.sigs.k8s.io/replicatedjob-name={HEAD_JOB} -c {TRAINER_CONTAINER}"),
+        "pathwaysLogsCommand": logs,
+        "logsFollowCommand": logs,
         "pathwaysWorkerPodsCommand": (f"kubectl get pods -n {ns} -l {jobset_selector},"
                                       f"jobset.sigs.k8s.io/replicatedjob-name={WORKER_JOB}"),
         "checkpointDir": f"{run_dir}/checkpoints",

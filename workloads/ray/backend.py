@@ -8,6 +8,7 @@ from core.maxtext_args import maxtext_overrides
 from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.failure_policy import OUT_OF_HBM_ASSUMPTION
+from workloads.next_steps import FOLLOW_LOG, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
 from workloads.ray import spec as ray_spec
 from workloads.ray.component import RayWorkload
 from workloads.ray.deadline import pre_running_deadline_seconds
@@ -21,11 +22,19 @@ class RayBackend:
     name = "rayjob"
     runs_worker_environment = True
     slices_released = "when the RayJob ends (shutdownAfterJobFinishes deletes its RayCluster)"
+    next_steps = (
+        ("rayJobStatusCommand", "the job's state (add --watch to follow it)"),
+        (FOLLOW_LOG, "follow the training driver's log (the submitter streams it)"),
+        WHY_PENDING, SMOKE_RESULT,
+        ("rayAuthTokenCommand", "the Ray token: the dashboard asks for it, `ray job` reads it"),
+        ("rayDashboardPortForward", "then open http://localhost:8265 (Ray dashboard, TPU charts per node)"),
+        TENSORBOARD,
+    )
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         workload = RayWorkload("ray", config, context.bundle, context.namespace, context.service_account,
                                context.cluster, opts=context.provider_options, worker_image=context.worker_image,
-                               worker_image_ready=context.worker_image_ready)
+                               worker_image_ready=context.worker_image_ready, nodes_ready=context.nodes_ready)
         exports = ray_exports(config, context.cluster_location, workload.job_name)
         if workload.smoke_job_name:
             exports.update(ray_smoke_exports(config.kubernetes.namespace, workload.smoke_job_name))

@@ -55,7 +55,8 @@ class RayWorkload(pulumi.ComponentResource):
     def __init__(self, name: str, config: StackConfig, bundle: TrainerBundle, namespace: pulumi.Resource,
                  service_account: pulumi.Resource, cluster: pulumi.Resource,
                  opts: pulumi.ResourceOptions | None = None, worker_image: str | None = None,
-                 worker_image_ready: list[pulumi.Resource] | None = None):
+                 worker_image_ready: list[pulumi.Resource] | None = None,
+                 nodes_ready: list[pulumi.Resource] | None = None):
         super().__init__(component_type("workloads", "RayWorkload"), name, None, opts)
         objects = ray_objects(config, bundle, worker_image)
         # Everything lives in the namespace and runs as the Workload Identity service account; all of it goes
@@ -63,11 +64,14 @@ class RayWorkload(pulumi.ComponentResource):
         # Pods wait for their image's push (workerEnvironment=image).
         base = dict(depends_on=[namespace, service_account, *(worker_image_ready or [])], deleted_with=cluster)
         self.resources: dict[str, pulumi.CustomResource] = {}
-        # The RayJob CRD the cluster's Ray add-on serves, read once the cluster exists: the RayJob is created only
-        # if that schema declares every field it sets (workloads/ray/served_schema.py), since the API server
-        # would drop an unknown authOptions without an error.
+        # The RayJob CRD the cluster's Ray add-on serves: the RayJob is created only if that schema declares every
+        # field it sets (workloads/ray/served_schema.py), since the API server would drop an unknown authOptions
+        # without an error. Read after the system pool is up, not as soon as the cluster exists: nothing public
+        # says the add-on's CRDs are installed when cluster creation returns, and a read is not retried
+        # (a failed `get` fails the update). The pool takes minutes after the cluster (docs/assumptions.md).
         served = k8s.apiextensions.v1.CustomResourceDefinition.get(
-            f"{name}-rayjob-crd", RAYJOB_CRD, opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster]))
+            f"{name}-rayjob-crd", RAYJOB_CRD,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[cluster, *(nodes_ready or [])]))
         for logical_name, obj in objects.items():
             extra = {}
             if logical_name == "ray-job":
