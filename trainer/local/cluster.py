@@ -30,10 +30,35 @@ LOOPBACK = "127.0.0.1"
 OBJECT_STORE_BYTES = 256 * 1024**2
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+# Ports every `ray start` takes for itself unless told otherwise (ray/scripts/scripts.py defaults): the workers'
+# range --min-worker-port..--max-worker-port and the dashboard agent's --dashboard-agent-listen-port
+# (ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT). Ray refuses to start a node whose ports overlap
+# (ray/_private/parameter.py `RayParams.update_pre_selected_port`: "... is trying to use a port number N that is
+# used by other components").
+RAY_WORKER_PORTS = range(10002, 19999 + 1)
+RAY_DASHBOARD_AGENT_PORT = 52365
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports, none that Ray takes for itself. Every socket stays bound until all are
+    picked: a port is free again the moment its socket closes, so picking one at a time (bind port 0, close,
+    bind again) can hand out the same port twice."""
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            sock = socket.socket()
+            held.append(sock)
+            sock.bind((LOOPBACK, 0))
+            port = sock.getsockname()[1]
+            if port not in RAY_WORKER_PORTS and port != RAY_DASHBOARD_AGENT_PORT:
+                ports.append(port)
+            if len(held) > count + 64:
+                raise RuntimeError(f"could not find {count} free ports outside Ray's own on {LOOPBACK}")
+    finally:
+        for sock in held:
+            sock.close()
+    return ports
 
 
 def session_members(sid: int) -> list[int]:
@@ -125,13 +150,13 @@ class LocalTpuCluster:
         raise RuntimeError(f"ray node {node.name} did not start in {timeout_s:.0f}s; see {node.log}")
 
     def start(self, timeout_s: float = 120.0) -> str:
-        port = _free_port()
-        self.address = f"{LOOPBACK}:{port}"
         # The head holds the driver and the Ray Train controller: one CPU, no TPU, no training workers.
-        # Fixed default ports of a head (client server 10001, dashboard 8265) would clash with any other
-        # local cluster on this machine: take free ones.
+        # Fixed default ports of a head (GCS 6379, client server 10001, dashboard 8265) would clash with any other
+        # local cluster on this machine: take free ones, all three picked together (free_ports).
+        port, client_port, dashboard_port = free_ports(3)
+        self.address = f"{LOOPBACK}:{port}"
         head = self._ray_start("head", ["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
-                                        f"--ray-client-server-port={_free_port()}", f"--dashboard-port={_free_port()}"],
+                                        f"--ray-client-server-port={client_port}", f"--dashboard-port={dashboard_port}"],
                                self.node_env(), None)
         self._wait_started(head, head.log_offset, timeout_s)
         for index in range(self.slices):
