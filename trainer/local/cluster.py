@@ -28,6 +28,8 @@ LOOPBACK = "127.0.0.1"
 # Training data is synthetic and checkpoints go to disk: the object store only carries small control
 # messages. Ray's default (30% of RAM per node) would reserve /dev/shm five times over.
 OBJECT_STORE_BYTES = 256 * 1024**2
+# Starts of one node when `ray start` gives up on a slow machine (LocalTpuCluster._wait_started).
+START_ATTEMPTS = 3
 
 
 # Ports every `ray start` takes for itself unless told otherwise (ray/scripts/scripts.py defaults): the workers'
@@ -83,6 +85,7 @@ class Node:
     slice_index: int | None = None   # None for the head
     log: Path | None = None
     log_offset: int = 0
+    relaunch: object = None          # starts this node again (same name, arguments and environment)
 
     @property
     def alive(self) -> bool:
@@ -121,6 +124,11 @@ class LocalTpuCluster:
         return {**self.node_env(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
     def _ray_start(self, name: str, args: list[str], env: dict[str, str], slice_index: int | None) -> Node:
+        node = self._launch(name, args, env, slice_index)
+        self.nodes.append(node)
+        return node
+
+    def _launch(self, name: str, args: list[str], env: dict[str, str], slice_index: int | None) -> Node:
         log = self.workdir / "nodes" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log_offset = log.stat().st_size if log.exists() else 0
@@ -133,19 +141,30 @@ class LocalTpuCluster:
                 start_new_session=True, cwd=REPO_ROOT)
         node = Node(name, process, slice_index, log)
         node.log_offset = log_offset
-        self.nodes.append(node)
+        node.relaunch = lambda: self._launch(name, args, env, slice_index)
         return node
 
-    @staticmethod
-    def _wait_started(node: Node, log_offset: int, timeout_s: float = 120.0) -> None:
+    def _wait_started(self, node: Node, log_offset: int, timeout_s: float = 120.0) -> None:
+        """Wait for `ray start` to report its node up. On a loaded machine `ray start` can give up by itself: it
+        allows a raylet a fixed 30 s to register with the GCS (ray/_private/node.py `Node.__init__`, "The current
+        node timed out during startup"). Such a node is stopped and started again, up to START_ATTEMPTS times."""
         deadline = time.monotonic() + timeout_s
+        attempts = 1
         while time.monotonic() < deadline:
-            if not node.alive:
-                raise RuntimeError(f"ray node {node.name} exited during start; see {node.log}")
             with open(node.log, "rb") as handle:
                 handle.seek(log_offset)
-                if b"Ray runtime started" in handle.read():
-                    return
+                text = handle.read()
+            if b"Ray runtime started" in text:
+                return
+            if not node.alive:
+                if b"timed out during startup" not in text or attempts >= START_ATTEMPTS:
+                    raise RuntimeError(f"ray node {node.name} exited during start; see {node.log}")
+                node.kill(signal.SIGKILL)        # whatever the failed start left behind in its session
+                fresh = node.relaunch()
+                node.process, node.log_offset, log_offset = fresh.process, fresh.log_offset, fresh.log_offset
+                attempts += 1
+                print(f"local: ray node {node.name} timed out registering with the GCS; starting it again "
+                      f"(attempt {attempts} of {START_ATTEMPTS})", flush=True)
             time.sleep(0.2)
         raise RuntimeError(f"ray node {node.name} did not start in {timeout_s:.0f}s; see {node.log}")
 

@@ -87,3 +87,48 @@ def test_free_ports_are_really_free_and_distinct():
     for port in ports:        # each can be bound again now that free_ports let go of it
         with socket.socket() as sock:
             sock.bind((cluster_mod.LOOPBACK, port))
+
+
+def test_a_node_whose_start_timed_out_is_started_again(tmp_path):
+    """`ray start` gives a raylet a fixed 30 s to register with the GCS (ray/_private/node.py `Node.__init__`:
+    "The current node timed out during startup"); on a loaded machine a node can miss it. That node is started
+    again instead of failing the whole local run."""
+    import subprocess
+    import sys
+
+    local = cluster_mod.LocalTpuCluster(slice_shape("v6e", "2x4"), 0, tmp_path, tmp_path)
+    outputs = iter(["Exception: The current node timed out during startup.", "Ray runtime started."])
+    launches = []
+
+    def launch(name, args, env, slice_index):
+        log = tmp_path / f"{name}.log"
+        offset = log.stat().st_size if log.exists() else 0
+        with open(log, "ab") as out:
+            process = subprocess.Popen([sys.executable, "-c", f"print({next(outputs)!r}); import time; "
+                                        + ("time.sleep(30)" if launches else "")],
+                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        launches.append(process)
+        node = cluster_mod.Node(name, process, None, log, offset)
+        node.relaunch = lambda: launch(name, args, env, slice_index)
+        return node
+
+    local._launch = launch
+    node = local._ray_start("slice0-host0", [], {}, 0)
+    local._wait_started(node, node.log_offset, timeout_s=60)
+    assert len(launches) == 2 and node.process is launches[1]
+    local.stop()
+    assert launches[1].poll() is not None
+
+
+def test_a_node_that_fails_otherwise_is_not_started_again(tmp_path):
+    import subprocess
+    import sys
+
+    local = cluster_mod.LocalTpuCluster(slice_shape("v6e", "2x4"), 0, tmp_path, tmp_path)
+    log = tmp_path / "n.log"
+    with open(log, "ab") as out:
+        process = subprocess.Popen([sys.executable, "-c", "print('ValueError: bad --resources')"], stdout=out)
+    node = cluster_mod.Node("n", process, None, log, 0)
+    node.relaunch = lambda: pytest.fail("started again")
+    with pytest.raises(RuntimeError, match="exited during start"):
+        local._wait_started(node, 0, timeout_s=30)
