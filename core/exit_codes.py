@@ -60,3 +60,12 @@ NAMES = {
 def describe(code: int) -> str:
     """A short name for an exit code, for logs and the local report."""
     return NAMES.get(code, f"exit {code}")
+
+
+# The run stopped making progress (trainer/watchdog.py): no training step within the start-up allowance after a
+# (re)start, or none for the stall limit while training, both sized from the plan. A hung collective, a stalled
+# install, a group that never starts or restarts that never train again: slices held without training. Restarting
+# the same run onto the same nodes repeats it; the run ends and says why.
+NO_PROGRESS = 7
+NOT_RETRYABLE = NOT_RETRYABLE | {NO_PROGRESS}
+NAMES[NO_PROGRESS] = "no progress (watchdog)"

@@ -15,8 +15,17 @@ ends at once with the worker's reason.
 """
 from __future__ import annotations
 
+import math
+
 from core import exit_codes
 from core.errors import PlanError
+from core.interruptions import RESTART_START_S
+from core.planner import Plan
+from core.preemption import save_estimate
+from core.run_time import EXPECTED_MFU, step_seconds
+
+# Preemptions every run may recover from, however short: a Spot slice can be reclaimed more than once in an hour.
+MIN_PREEMPTIONS = 3
 
 
 class NotRetryable(RuntimeError):
@@ -39,6 +48,18 @@ class EnvironmentImportError(NotRetryable):
 
 class DataError(NotRetryable):
     exit_code = exit_codes.DATA_ERROR
+
+
+class NoProgressError(NotRetryable):
+    """The run holds its slices without training (trainer/watchdog.py)."""
+    exit_code = exit_codes.NO_PROGRESS
+
+
+def _is_runtime_env_failure(exc: BaseException) -> bool:
+    # Ray raises RuntimeEnvSetupError (ray.exceptions) when a worker's runtime environment (the locked packages
+    # the RayJob installs) cannot be set up; Ray Train 2.60 ends the run on it at once (a ControllerError outside
+    # RETRYABLE_CONTROLLER_ERRORS). The environment is at fault, as for an import error.
+    return type(exc).__name__ == "RuntimeEnvSetupError" and type(exc).__module__ == "ray.exceptions"
 
 
 def _causes(exc: BaseException):
@@ -65,14 +86,15 @@ def _causes(exc: BaseException):
 
 def exit_code_of(exc: BaseException) -> int:
     """The exit code for `exc`: the most specific not-retryable reason found anywhere in it, else a runtime
-    failure. Import errors count as the environment's fault (a module missing from the image or the lock), as do
+    failure. Import errors and a worker runtime environment that cannot be set up count as the environment's fault
+    (a module missing from the image or the lock, an install that fails), as do
     trainer.maxtext_runtime's MaxText version and model checks (EnvironmentImportError subclasses)."""
     codes = []
     for item in _causes(exc):
         code = getattr(item, "exit_code", None)
         if isinstance(item, NotRetryable) and code in exit_codes.NOT_RETRYABLE:
             codes.append(code)
-        elif isinstance(item, ImportError):
+        elif isinstance(item, ImportError) or _is_runtime_env_failure(item):
             codes.append(exit_codes.IMPORT_ERROR)
         elif isinstance(item, PlanError):
             codes.append(exit_codes.CONFIG_ERROR)
@@ -94,7 +116,24 @@ def fail_fast_callback():
 
 
 def _fatal(code: int, message: str) -> NotRetryable:
-    for cls in (ConfigurationError, EnvironmentImportError, DataError):
+    for cls in (ConfigurationError, EnvironmentImportError, DataError, NoProgressError):
         if cls.exit_code == code:
             return cls(message)
     raise ValueError(f"exit code {code} is not a not-retryable one")
+
+
+def preemption_budget(plan: Plan, steps: int) -> int:
+    """Preemptions Ray Train recovers from (FailureConfig.max_preemption_failures) before the run fails.
+
+    Ray counts preemptions apart from other failures and, by default, without limit. But the kubelet marks a
+    memory-pressure eviction like a preemption (Kubernetes docs, "Pod disruption conditions": DisruptionTarget)
+    and Ray's `ray start` drains its node on any SIGTERM, so a host-memory overrun that comes back on every
+    attempt would be retried forever. The bound: as many preemptions as could together cost what the whole run
+    costs training. Each costs a save at the notice (core/preemption.save_estimate) and a restart
+    (core/interruptions.RESTART_START_S); the run trains `steps` steps at core/run_time.EXPECTED_MFU. Past that
+    the run has spent more chip time restarting than training, whatever the cause, and a human should look;
+    never fewer than MIN_PREEMPTIONS. (Restarts that do not train again at all end sooner, at the watchdog's
+    start-up allowance: trainer/watchdog.py.)"""
+    training_s = steps * step_seconds(plan, EXPECTED_MFU)
+    per_preemption_s = save_estimate(plan).seconds + RESTART_START_S
+    return max(MIN_PREEMPTIONS, math.ceil(training_s / per_preemption_s))

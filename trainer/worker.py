@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 
-from trainer import maxtext_runtime, notice, progress
+from trainer import maxtext_runtime, notice, progress, watchdog
 from core.maxtext_args import RunSettings, pre_train_argv
 from core.planner import Plan, PlanRequest, plan
 
@@ -68,9 +68,13 @@ def train_loop_per_worker(config: dict) -> None:
                                            "slices": current.slices, "maxtext_version": version,
                                            "plan": current.describe()})
     last = {}
+    # Rank 0 tells the driver's watchdog of every step (trainer/watchdog.py); never waits, never raises.
+    beat = watchdog.StepBeat(config["run_name"]) if rank == 0 and config.get("run_name") else None
 
     def on_step(step: int, loss: float, step_time: float) -> None:
         last.update(step=step, loss=loss)
+        if beat is not None:
+            beat(step)
         if progress_dir and rank == 0:
             progress.append(progress_dir, {"event": "step", "attempt": attempt, "step": step, "loss": loss,
                                            "step_time_s": step_time, "workers": world})
