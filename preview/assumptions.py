@@ -105,6 +105,7 @@ def assumptions(config: StackConfig) -> list[str]:
                      "slices; no Ray autoscaler is used. Check after a job: `kubectl get rayjob -n NAMESPACE` shows "
                      "JOB STATUS SUCCEEDED/FAILED with DEPLOYMENT STATUS Complete/Failed, `kubectl get raycluster` "
                      "lists none, and `kubectl get nodes -l cloud.google.com/gke-tpu-topology` empties within ~10 min")
+        lines.append(_ray_run_bounds(config))
     if config.network.dcn:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")
@@ -131,6 +132,20 @@ def assumptions(config: StackConfig) -> list[str]:
                  "(core/node_sizing.py); check `kubectl describe node` allocatable against the pods' requests")
     lines.append(_hbm_estimate(config))
     return lines
+
+
+def _ray_run_bounds(config: StackConfig) -> str:
+    """The trainer's own bounds on a Ray run (trainer/watchdog.py, trainer/failures.py), from the plan's step time,
+    which is an estimate (core/run_time.py)."""
+    from trainer.failures import preemption_budget
+    from trainer.watchdog import limits_for
+
+    limits = limits_for(config.workload.plan)
+    budget = preemption_budget(config.workload.plan, config.workload.train_steps)
+    return (f"Ray run bounds: the trainer ends a run with no step within {limits.startup_s:.0f} s of a (re)start "
+            f"or for {limits.stall_s:.0f} s while training (exit 7, trainer/watchdog.py) and after {budget} "
+            "preemptions (a memory eviction looks like one); both rest on the plan's estimated step time: compare "
+            "the first steps' times in the job log with the plan")
 
 
 def _hbm_estimate(config: StackConfig) -> str:
