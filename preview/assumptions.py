@@ -137,8 +137,7 @@ def assumptions(config: StackConfig) -> list[str]:
 def _ray_run_bounds(config: StackConfig) -> str:
     """The trainer's own bounds on a Ray run (trainer/watchdog.py, trainer/failures.py), from the plan's step time,
     which is an estimate (core/run_time.py)."""
-    from trainer.failures import preemption_budget
-    from trainer.watchdog import limits_for
+    from core.run_bounds import limits_for, preemption_budget
 
     limits = limits_for(config.workload.plan)
     budget = preemption_budget(config.workload.plan, config.workload.train_steps)

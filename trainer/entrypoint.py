@@ -45,7 +45,7 @@ def failure_config_kwargs(max_failures: int, max_preemptions: int) -> dict[str, 
     """FailureConfig arguments (ray.train.v2.api.config.FailureConfig, Ray 2.60): preemptions — a drained or
     preempted node, which is what a spot reclaim or a slice's maintenance event looks like — are counted apart
     from `max_failures` in `max_preemption_failures`. Ray's default there is unlimited; the trainer passes the
-    plan's bound (trainer.failures.preemption_budget), because a host-memory eviction looks like a preemption."""
+    plan's bound (core.run_bounds.preemption_budget), because a host-memory eviction looks like a preemption."""
     return {"max_failures": max_failures, "max_preemption_failures": max_preemptions}
 
 
@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "preemptions are always recovered from")
     g.add_argument("--max-preemptions", type=_max_failures, default=cli._env("max_preemptions", None),
                    help="preemptions Ray Train recovers from (-1: unlimited; default: from the plan, "
-                        "trainer/failures.py preemption_budget)")
+                        "core/run_bounds.py preemption_budget)")
     g.add_argument("--startup-timeout", type=float, default=cli._env("startup_timeout", None),
                    help="seconds a (re)started worker group may take to its first step before the run ends "
                         "(default: from the plan, trainer/watchdog.py)")

@@ -15,17 +15,9 @@ ends at once with the worker's reason.
 """
 from __future__ import annotations
 
-import math
-
 from core import exit_codes
 from core.errors import PlanError
-from core.interruptions import RESTART_START_S
-from core.planner import Plan
-from core.preemption import save_estimate
-from core.run_time import EXPECTED_MFU, step_seconds
-
-# Preemptions every run may recover from, however short: a Spot slice can be reclaimed more than once in an hour.
-MIN_PREEMPTIONS = 3
+from core.run_bounds import MIN_PREEMPTIONS, preemption_budget  # noqa: F401 - the trainer's bound, from the plan
 
 
 class NotRetryable(RuntimeError):
@@ -120,20 +112,3 @@ def _fatal(code: int, message: str) -> NotRetryable:
         if cls.exit_code == code:
             return cls(message)
     raise ValueError(f"exit code {code} is not a not-retryable one")
-
-
-def preemption_budget(plan: Plan, steps: int) -> int:
-    """Preemptions Ray Train recovers from (FailureConfig.max_preemption_failures) before the run fails.
-
-    Ray counts preemptions apart from other failures and, by default, without limit. But the kubelet marks a
-    memory-pressure eviction like a preemption (Kubernetes docs, "Pod disruption conditions": DisruptionTarget)
-    and Ray's `ray start` drains its node on any SIGTERM, so a host-memory overrun that comes back on every
-    attempt would be retried forever. The bound: as many preemptions as could together cost what the whole run
-    costs training. Each costs a save at the notice (core/preemption.save_estimate) and a restart
-    (core/interruptions.RESTART_START_S); the run trains `steps` steps at core/run_time.EXPECTED_MFU. Past that
-    the run has spent more chip time restarting than training, whatever the cause, and a human should look;
-    never fewer than MIN_PREEMPTIONS. (Restarts that do not train again at all end sooner, at the watchdog's
-    start-up allowance: trainer/watchdog.py.)"""
-    training_s = steps * step_seconds(plan, EXPECTED_MFU)
-    per_preemption_s = save_estimate(plan).seconds + RESTART_START_S
-    return max(MIN_PREEMPTIONS, math.ceil(training_s / per_preemption_s))

@@ -8,7 +8,7 @@ ray/train/v2/_internal/execution/failure_handling/default.py), a worker whose pr
 the controller in its scheduling state with no error (seen on Ray 2.60: `ray.get` of the workers' metadata
 waits), and a hung collective is a step that never ends. Each keeps every slice billing.
 
-Two limits, both from the plan (`limits_for`):
+Two limits, both from the plan (core/run_bounds.py `limits_for`):
 - start-up: from a (re)start of the worker group to its first step: core/run_time.STARTUP_ALLOWANCE_S, the
   allowance the on-demand RayJob deadline gives a run to come up (pools from zero, image and lock, smoke test,
   compile, restore). The clock runs from the last step, not from each retry: restarts that never train again
@@ -27,39 +27,17 @@ shutdownAfterJobFinishes deletes the cluster, freeing the slices.
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
 import time
-from dataclasses import dataclass
 
 from core import exit_codes
-from core.planner import Plan
-from core.preemption import save_estimate
-from core.run_time import MIN_MFU, STARTUP_ALLOWANCE_S, step_seconds
+from core.run_bounds import STALL_FLOOR_S, STALL_STEPS, Limits, limits_for  # noqa: F401 - limits_for re-exported
+from core.run_time import MIN_MFU
 
-STALL_STEPS = 10
-# Ten minutes without a step is a hang on every preset: no healthy step or save of this project's models takes
-# that long (core/preemption.py puts the largest save at minutes), while a stuck collective never returns.
-STALL_FLOOR_S = 600.0
 POLL_S = 10.0
 NAMESPACE = "tpu-multislice-trainer"
-
-
-@dataclass(frozen=True)
-class Limits:
-    startup_s: float     # a (re)started group's first step, counted from the last step (or the driver's start)
-    stall_s: float       # between two steps of a running group
-
-    def describe(self) -> str:
-        return (f"watchdog: first step within {self.startup_s:.0f} s of a (re)start, then a step at least every "
-                f"{self.stall_s:.0f} s")
-
-
-def limits_for(plan: Plan) -> Limits:
-    stall = STALL_STEPS * step_seconds(plan, MIN_MFU) + save_estimate(plan).seconds
-    return Limits(startup_s=float(STARTUP_ALLOWANCE_S), stall_s=float(max(STALL_FLOOR_S, math.ceil(stall))))
 
 
 def verdict(status: dict, limits: Limits) -> str | None:
@@ -73,8 +51,9 @@ def verdict(status: dict, limits: Limits) -> str | None:
                     f"within the start-up allowance of {limits.startup_s:.0f} s")
         return None
     if age > limits.stall_s:
-        return (f"no training step for {age:.0f} s after step {last}: the group is stalled (limit {limits.stall_s:.0f} s"
-                f" = {STALL_STEPS} steps at {MIN_MFU:.0%} MFU plus a checkpoint save, at least {STALL_FLOOR_S:.0f} s)")
+        return (f"no training step for {age:.0f} s after step {last}: the group is stalled (limit "
+                f"{limits.stall_s:.0f} s = {STALL_STEPS} steps at {MIN_MFU:.0%} MFU plus a checkpoint save, at least "
+                f"{STALL_FLOOR_S:.0f} s)")
     return None
 
 
