@@ -137,10 +137,10 @@ class Watchdog(threading.Thread):
         super().__init__(name="progress-watchdog", daemon=True)
         self.status, self.limits, self.poll_s, self._exit = status, limits, poll_s, exit
         self.fired: str | None = None
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(self.poll_s):
+        while not self._stopping.wait(self.poll_s):
             try:
                 status = self.status()
             except Exception as err:     # an unreadable actor is no evidence of a hang
@@ -156,7 +156,7 @@ class Watchdog(threading.Thread):
                 return
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
 
 
 def start(run_name: str, limits: Limits, poll_s: float = POLL_S) -> Watchdog:

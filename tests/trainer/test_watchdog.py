@@ -88,6 +88,8 @@ def test_watchdog_thread_exits_with_no_progress_and_keeps_going_on_unreadable_st
     dog.start()
     assert exited.wait(10)
     assert codes == [exit_codes.NO_PROGRESS] and "stalled" in dog.fired
+    dog.join(10)                           # a Thread subclass must stay joinable (Thread keeps its own _stop)
+    assert not dog.is_alive()
     assert "ending the run (no progress (watchdog))" in capsys.readouterr().err
 
 
