@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-failures", type=_max_failures,
                    default=_max_failures(cli._env("max_failures", str(DEFAULT_MAX_FAILURES))),
                    help="worker failures other than preemptions Ray Train recovers from (-1: unlimited); "
-                        "preemptions are always recovered from")
+                        "preemptions are counted apart (--max-preemptions)")
     g.add_argument("--max-preemptions", type=_max_failures, default=cli._env("max_preemptions", None),
                    help="preemptions Ray Train recovers from (-1: unlimited; default: from the plan, "
                         "core/run_bounds.py preemption_budget)")
