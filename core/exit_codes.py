@@ -43,6 +43,12 @@ SMOKE_FAILED = 5
 # names the nearest configuration the planner accepts (core/advice.py out_of_hbm).
 OUT_OF_HBM = 6
 
+# The run stopped making progress (trainer/watchdog.py): no training step within the start-up allowance after a
+# (re)start, or none for the stall limit while training, both sized from the plan. A hung collective, a stalled
+# install, a group that never starts or restarts that never train again: slices held without training. Restarting
+# the same run onto the same nodes repeats it; the run ends and says why.
+NO_PROGRESS = 7
+
 # The VM is going away (GKE's Spot/maintenance notice is SIGTERM to every container): the trainer saved a
 # checkpoint at the step every host agreed on and left. Must not be 0 (a pod exiting 0 counts as a completed
 # index: the Job, then the JobSet, would finish "successfully" mid-run). 128 + SIGTERM(15), the code the shell
@@ -54,13 +60,13 @@ PREEMPTED = 143
 # failure as far as retries go.
 KILLED = 137
 
-NOT_RETRYABLE = frozenset({CONFIG_ERROR, IMPORT_ERROR, DATA_ERROR, SMOKE_FAILED, OUT_OF_HBM})
+NOT_RETRYABLE = frozenset({CONFIG_ERROR, IMPORT_ERROR, DATA_ERROR, SMOKE_FAILED, OUT_OF_HBM, NO_PROGRESS})
 RETRYABLE = frozenset({RUNTIME_FAILURE, PREEMPTED, KILLED})
 
 NAMES = {
     OK: "ok", RUNTIME_FAILURE: "runtime failure", CONFIG_ERROR: "configuration error",
     IMPORT_ERROR: "import/environment error", DATA_ERROR: "data error", SMOKE_FAILED: "smoke test failed",
-    OUT_OF_HBM: "out of TPU HBM (XLA RESOURCE_EXHAUSTED)",
+    OUT_OF_HBM: "out of TPU HBM (XLA RESOURCE_EXHAUSTED)", NO_PROGRESS: "no progress (watchdog)",
     PREEMPTED: "preempted (checkpoint saved at the notice)", KILLED: "killed (SIGKILL)",
 }
 
@@ -68,3 +74,4 @@ NAMES = {
 def describe(code: int) -> str:
     """A short name for an exit code, for logs and the local report."""
     return NAMES.get(code, f"exit {code}")
+

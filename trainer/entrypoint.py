@@ -5,7 +5,8 @@
 
 Settings are validated and planned (core.planner) before Ray is touched; bad input exits 2 with one line.
 Exit codes (core/exit_codes.py): 2 settings, 3 software (MaxText missing or too old, an import error, a model
-MaxText builds differently), 4 data, 6 XLA out of HBM (with the nearest batch that fits), 1 anything a retry may
+MaxText builds differently, a worker runtime environment that cannot be set up), 4 data, 6 XLA out of HBM
+(with the nearest batch that fits), 7 no progress (the watchdog, trainer/watchdog.py), 1 anything a retry may
 fix once Ray Train's own retries are spent.
 `--local-cpu` is the same program on fake TPU hosts (trainer.local starts them): the scaling config is
 unchanged (use_tpu=True, TPU resources per host), only the workers' JAX runs on CPU devices.
@@ -20,7 +21,7 @@ from typing import Any
 
 from core import advice, exit_codes
 from core.maxtext_facts import PINNED_MAXTEXT
-from trainer import cli, failures, grow, maxtext_runtime
+from trainer import cli, failures, grow, maxtext_runtime, watchdog
 from core.data import check_dataset
 from core.errors import PlanError
 from core.cli_errors import OneLineParser
@@ -41,12 +42,12 @@ DEFAULT_MAX_FAILURES = 3
 UNLIMITED = -1
 
 
-def failure_config_kwargs(max_failures: int) -> dict[str, int]:
+def failure_config_kwargs(max_failures: int, max_preemptions: int) -> dict[str, int]:
     """FailureConfig arguments (ray.train.v2.api.config.FailureConfig, Ray 2.60): preemptions — a drained or
     preempted node, which is what a spot reclaim or a slice's maintenance event looks like — are counted apart
-    from `max_failures` in `max_preemption_failures`, and recovering from them is always worth it (the run
-    resumes from its last checkpoint), so they stay unlimited whatever `max_failures` says."""
-    return {"max_failures": max_failures, "max_preemption_failures": UNLIMITED}
+    from `max_failures` in `max_preemption_failures`. Ray's default there is unlimited; the trainer passes the
+    plan's bound (core.run_bounds.preemption_budget), because a host-memory eviction looks like a preemption."""
+    return {"max_failures": max_failures, "max_preemption_failures": max_preemptions}
 
 
 def _max_failures(text: str) -> int:
@@ -102,7 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-failures", type=_max_failures,
                    default=_max_failures(cli._env("max_failures", str(DEFAULT_MAX_FAILURES))),
                    help="worker failures other than preemptions Ray Train recovers from (-1: unlimited); "
-                        "preemptions are always recovered from")
+                        "preemptions are counted apart (--max-preemptions)")
+    g.add_argument("--max-preemptions", type=_max_failures, default=cli._env("max_preemptions", None),
+                   help="preemptions Ray Train recovers from (-1: unlimited; default: from the plan, "
+                        "core/run_bounds.py preemption_budget)")
+    g.add_argument("--startup-timeout", type=float, default=cli._env("startup_timeout", None),
+                   help="seconds a (re)started worker group may take to its first step before the run ends "
+                        "(default: from the plan, trainer/watchdog.py)")
+    g.add_argument("--stall-timeout", type=float, default=cli._env("stall_timeout", None),
+                   help="seconds without a step in a running group before the run ends (default: from the plan)")
     g.add_argument("--resize-interval", type=float, default=float(cli._env("resize_interval", 60)),
                    help="elastic runs: seconds between checks for more slices")
     g.add_argument("--maxtext-version", default=cli._env("maxtext_version", PINNED_MAXTEXT),
@@ -148,22 +157,41 @@ def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
     if "://" not in storage:
         Path(storage).mkdir(parents=True, exist_ok=True)
     runtime_env: dict[str, Any] = {"env_vars": worker_env(plan_, args.local_cpu, args.maxtext_version)}
+    preemptions = max_preemptions(args, plan_, run)
+    print(f"trainer: recovers from {args.max_failures} failure(s) and {preemptions} preemption(s)", flush=True)
+    limits = watchdog_limits(args, plan_)
+    print(f"trainer: {limits.describe()}", flush=True)
     trainer = JaxTrainer(
         train_loop_per_worker=train_loop_per_worker,
         train_loop_config=_train_loop_config(args, plan_, run),
         scaling_config=ScalingConfig(**scaling_kwargs(plan_, args.resize_interval)),
         run_config=RunConfig(name=run.run_name, storage_path=storage,
-                             failure_config=FailureConfig(**failure_config_kwargs(args.max_failures)),
+                             failure_config=FailureConfig(**failure_config_kwargs(args.max_failures, preemptions)),
                              callbacks=run_callbacks(plan_, run),
                              worker_runtime_env=runtime_env),
     )
-    return trainer.fit()
+    dog = watchdog.start(run.run_name, limits)
+    try:
+        return trainer.fit()
+    finally:
+        dog.stop()
+
+
+def max_preemptions(args: argparse.Namespace, plan_: Plan, run: RunSettings) -> int:
+    return args.max_preemptions if args.max_preemptions is not None else failures.preemption_budget(plan_, run.steps)
+
+
+def watchdog_limits(args: argparse.Namespace, plan_: Plan) -> watchdog.Limits:
+    derived = watchdog.limits_for(plan_)
+    return watchdog.Limits(startup_s=args.startup_timeout if args.startup_timeout is not None else derived.startup_s,
+                           stall_s=args.stall_timeout if args.stall_timeout is not None else derived.stall_s)
 
 
 def run_callbacks(plan_: Plan, run: RunSettings) -> list:
-    """Fail at once on a worker error no retry can fix (trainer.failures); elastic runs save before the group
-    grows (trainer.resize)."""
-    callbacks = [failures.fail_fast_callback(lambda: advice.out_of_hbm(plan_))]
+    """Fail at once on a worker error no retry can fix (trainer.failures); tell the watchdog when the group
+    leaves its running state (trainer.watchdog); elastic runs save before the group grows (trainer.resize)."""
+    callbacks = [failures.fail_fast_callback(lambda: advice.out_of_hbm(plan_)),
+                 watchdog.controller_callback(run.run_name)]
     if plan_.elastic:
         from trainer.resize import save_before_resize_callback
 

@@ -19,6 +19,7 @@ import re
 
 from core import exit_codes
 from core.errors import PlanError
+from core.run_bounds import MIN_PREEMPTIONS, preemption_budget  # noqa: F401 - the trainer's bound, from the plan
 
 
 class NotRetryable(RuntimeError):
@@ -64,6 +65,16 @@ _OUT_OF_HBM = re.compile(r"RESOURCE_EXHAUSTED[^\n]*?(hbm|device buffer|at the bo
 def is_out_of_hbm(exc: BaseException) -> bool:
     """XLA ran out of the TPU's HBM, here or in anything `exc` wraps."""
     return any(_OUT_OF_HBM.search(str(item)) for item in _causes(exc))
+class NoProgressError(NotRetryable):
+    """The run holds its slices without training (trainer/watchdog.py)."""
+    exit_code = exit_codes.NO_PROGRESS
+
+
+def _is_runtime_env_failure(exc: BaseException) -> bool:
+    # Ray raises RuntimeEnvSetupError (ray.exceptions) when a worker's runtime environment (the locked packages
+    # the RayJob installs) cannot be set up; Ray Train 2.60 ends the run on it at once (a ControllerError outside
+    # RETRYABLE_CONTROLLER_ERRORS). The environment is at fault, as for an import error.
+    return type(exc).__name__ == "RuntimeEnvSetupError" and type(exc).__module__ == "ray.exceptions"
 
 
 def _causes(exc: BaseException):
@@ -93,7 +104,8 @@ def _causes(exc: BaseException):
 
 def exit_code_of(exc: BaseException) -> int:
     """The exit code for `exc`: the most specific not-retryable reason found anywhere in it, else a runtime
-    failure. Import errors count as the environment's fault (a module missing from the image or the lock), as do
+    failure. Import errors and a worker runtime environment that cannot be set up count as the environment's fault
+    (a module missing from the image or the lock, an install that fails), as do
     trainer.maxtext_runtime's MaxText version and model checks (EnvironmentImportError subclasses); XLA's
     out-of-HBM (RESOURCE_EXHAUSTED on the TPU's memory, at compile or run time) is OUT_OF_HBM."""
     codes = []
@@ -101,7 +113,7 @@ def exit_code_of(exc: BaseException) -> int:
         code = getattr(item, "exit_code", None)
         if isinstance(item, NotRetryable) and code in exit_codes.NOT_RETRYABLE:
             codes.append(code)
-        elif isinstance(item, ImportError):
+        elif isinstance(item, ImportError) or _is_runtime_env_failure(item):
             codes.append(exit_codes.IMPORT_ERROR)
         elif isinstance(item, PlanError):
             codes.append(exit_codes.CONFIG_ERROR)
@@ -142,7 +154,7 @@ def _first_line(error: BaseException, code: int) -> str:
 
 
 def _fatal(code: int, message: str) -> NotRetryable:
-    for cls in (ConfigurationError, EnvironmentImportError, DataError, OutOfHbmError):
+    for cls in (ConfigurationError, EnvironmentImportError, DataError, OutOfHbmError, NoProgressError):
         if cls.exit_code == code:
             return cls(message)
     raise ValueError(f"exit code {code} is not a not-retryable one")

@@ -9,12 +9,26 @@ kills the group the controller calls its callbacks' `before_controller_execute_r
 ControllerCallback gets it, controller.py `_controller_callbacks`). `SaveBeforeResize` uses that hook: it raises a
 flag in a small named actor and waits until rank 0 says the group has saved; the workers read the flag once per
 step (trainer.notice: rank 0 reads, a broadcast makes every worker stop at the same step), save there and stop.
+
+The actor lives on the controller's node, never on a TPU host: Ray places an actor that asks for no resources on
+any node it likes, and an actor on a slice's host dies with that slice ("The actor died because its node has
+died") exactly when elasticity should carry the run. Ray Train pins its own controller to the driver's node
+(ray/train/v2/api/data_parallel_trainer.py `_initialize_and_run_controller`), which on KubeRay is the head pod;
+`notice_actor` pins the notice actor to the node of whoever creates it, the controller's callback, and Ray
+restarts it there if its process dies (max_restarts=-1; the flag it held is lost, which only costs a save). A lost
+or unreachable actor still never fails a step: the workers' poll (`ScaleUpPoll`) reads "no scale-up" and looks the
+actor up again next step, and the controller resizes without the save if it cannot reach it. (A dead named actor
+keeps its name while its creator lives — seen on Ray 2.60 — so it cannot be recreated under the same name; pinned
+to the controller's node it only dies for good with that node, and the run with it.)
 """
 from __future__ import annotations
 
 import time
 
 NAMESPACE = "tpu-multislice-trainer"
+# Longest a worker's per-step poll waits for the actor's answer (a same-node call takes milliseconds): past it the
+# step goes on as "no scale-up", so a dead or unreachable actor costs a step at most this, never the run.
+POLL_TIMEOUT_S = 10.0
 # How long the controller waits for the save before re-forming anyway (the steps since the last periodic
 # checkpoint are then trained again, as without this). A step plus a save of the largest preset fits well within.
 DEFAULT_SAVE_TIMEOUT_S = 600.0
@@ -48,12 +62,57 @@ class ScaleUpNotice:
 
 
 def notice_actor(run_name: str, create: bool = False):
+    """The run's notice actor. `create`: make it (or take the live one) on this process's node, hard-pinned
+    (module docstring); restarted in place if its process dies. Otherwise look it up (ValueError if absent)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if create:
-        return ray.remote(num_cpus=0)(ScaleUpNotice).options(
-            name=notice_actor_name(run_name), namespace=NAMESPACE, get_if_exists=True).remote()
+        here = ray.get_runtime_context().get_node_id()
+        return ray.remote(num_cpus=0, max_restarts=-1)(ScaleUpNotice).options(
+            name=notice_actor_name(run_name), namespace=NAMESPACE, get_if_exists=True,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote()
     return ray.get_actor(notice_actor_name(run_name), namespace=NAMESPACE)
+
+
+class ScaleUpPoll:
+    """Rank 0's per-step question "is a scale-up pending?" (trainer.notice.ray_poll). Any failure to reach the
+    actor — not created yet, dead with its node, restarting, slow — answers False and drops the handle, so the next
+    step looks the actor up again by name: the run trains on at its size instead of failing."""
+
+    def __init__(self, run_name: str, timeout_s: float = POLL_TIMEOUT_S) -> None:
+        self.run_name, self.timeout_s = run_name, timeout_s
+        self._actor = None
+        self.misses = 0
+
+    def __call__(self) -> bool:
+        import ray
+        from ray.exceptions import RayError
+
+        try:
+            if self._actor is None:
+                self._actor = notice_actor(self.run_name)
+            return bool(ray.get(self._actor.is_requested.remote(), timeout=self.timeout_s))
+        except (ValueError, RayError) as err:      # get_actor: ValueError when absent; RayActorError, timeouts
+            self._actor = None
+            self.misses += 1
+            if self.misses == 1:
+                print(f"trainer: scale-up notice actor unreachable ({type(err).__name__}); training on at this "
+                      "size, asking again next step", flush=True)
+            return False
+
+
+def mark_saved(run_name: str, step: int) -> None:
+    """Rank 0 tells the controller the group saved at `step`. If the actor is unreachable the controller waits
+    out its timeout and resizes anyway (the checkpoint is on disk either way): nothing to fail for."""
+    import ray
+    from ray.exceptions import RayError
+
+    try:
+        ray.get(notice_actor(run_name).mark_saved.remote(step), timeout=POLL_TIMEOUT_S)
+    except (ValueError, RayError) as err:
+        print(f"trainer: could not tell the controller about the save at step {step} ({type(err).__name__})",
+              flush=True)
 
 
 def save_before_resize_callback(run_name: str, timeout_s: float = DEFAULT_SAVE_TIMEOUT_S):
@@ -78,21 +137,33 @@ def save_before_resize_callback(run_name: str, timeout_s: float = DEFAULT_SAVE_T
 
         def before_controller_execute_resize_decision(self, resize_decision) -> None:
             import ray
+            from ray.exceptions import RayError
 
             if not self._running_group_resizes or self._actor is None:
                 return
             self._running_group_resizes = False
-            ray.get(self._actor.request.remote())
-            started = time.monotonic()
-            step = None
-            while time.monotonic() - started < timeout_s:
-                step = ray.get(self._actor.saved.remote())
-                if step is not None:
-                    break
-                time.sleep(0.5)
-            ray.get(self._actor.clear.remote())
+            try:
+                ray.get(self._actor.request.remote(), timeout=POLL_TIMEOUT_S)
+                step = self._wait_for_save()
+                ray.get(self._actor.clear.remote(), timeout=POLL_TIMEOUT_S)
+            except RayError as err:
+                # Resizing without the save costs the steps since the last checkpoint; failing would cost the run.
+                print(f"trainer: resize to {resize_decision.num_workers} workers without a save at the notice: "
+                      f"the notice actor is unreachable ({type(err).__name__})", flush=True)
+                return
             print(f"trainer: resize to {resize_decision.num_workers} workers after "
                   + (f"a checkpoint at step {step}" if step is not None else
                      f"waiting {timeout_s:.0f}s for a checkpoint that did not come"), flush=True)
+
+        def _wait_for_save(self) -> int | None:
+            import ray
+
+            started = time.monotonic()
+            while time.monotonic() - started < timeout_s:
+                step = ray.get(self._actor.saved.remote(), timeout=POLL_TIMEOUT_S)
+                if step is not None:
+                    return step
+                time.sleep(0.5)
+            return None
 
     return SaveBeforeResize()

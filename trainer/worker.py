@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 
-from trainer import maxtext_runtime, notice, progress
+from trainer import maxtext_runtime, notice, progress, watchdog
 from core.maxtext_args import RunSettings, pre_train_argv
 from core.planner import Plan, PlanRequest, plan
 
@@ -48,7 +48,6 @@ def worker_plan_and_argv(config: dict, world: int, base_config: str) -> tuple[Pl
 
 
 def train_loop_per_worker(config: dict) -> None:
-    import ray
     import ray.train
 
     context = ray.train.get_context()
@@ -69,9 +68,13 @@ def train_loop_per_worker(config: dict) -> None:
                                            "slices": current.slices, "maxtext_version": version,
                                            "plan": current.describe()})
     last = {}
+    # Rank 0 tells the driver's watchdog of every step (trainer/watchdog.py); never waits, never raises.
+    beat = watchdog.StepBeat(config["run_name"]) if rank == 0 and config.get("run_name") else None
 
     def on_step(step: int, loss: float, step_time: float) -> None:
         last.update(step=step, loss=loss)
+        if beat is not None:
+            beat(step)
         if progress_dir and rank == 0:
             progress.append(progress_dir, {"event": "step", "attempt": attempt, "step": step, "loss": loss,
                                            "step_time_s": step_time, "workers": world})
@@ -85,13 +88,13 @@ def train_loop_per_worker(config: dict) -> None:
         if progress_dir and rank == 0:
             progress.append(progress_dir, {"event": "notice", "attempt": attempt, "step": step, "reason": reason})
 
-    # An elastic group hears a coming scale-up through the controller's notice actor (trainer/resize.py).
-    resize_actor = None
+    # An elastic group hears a coming scale-up through the controller's notice actor (trainer/resize.py); only rank
+    # 0 asks, and a lost actor reads as "no scale-up" (resize.ScaleUpPoll), never as a failed step.
+    scale_up_requested = None
     if config.get("elastic") and config.get("run_name"):
         from trainer import resize
 
-        resize_actor = resize.notice_actor(config["run_name"])
-    scale_up_requested = (lambda: ray.get(resize_actor.is_requested.remote())) if resize_actor else None
+        scale_up_requested = resize.ScaleUpPoll(config["run_name"])
     watch = notice.NoticeWatch(notice.ray_poll(scale_up_requested), on_notice)
     notice.require_autocheckpoint(argv)
     notice.install(watch)
@@ -105,8 +108,8 @@ def train_loop_per_worker(config: dict) -> None:
             if progress_dir:
                 progress.append(progress_dir, {"event": "saved-at-notice", "attempt": attempt,
                                                "step": watch.notice_step})
-            if resize_actor:
-                ray.get(resize_actor.mark_saved.remote(watch.notice_step))
+            if scale_up_requested is not None:
+                resize.mark_saved(config["run_name"], watch.notice_step)
         wait_to_be_replaced()
     if rank == 0:
         print(f"trainer: worker group of {world} finished at step {last.get('step')} loss {last.get('loss')}")

@@ -1,4 +1,4 @@
-"""Retries: preemptions unlimited, real failures finite (Ray 2.60 FailureConfig).
+"""Retries: preemptions and real failures both finite (Ray 2.60 FailureConfig).
 
 Source: ray/train/v2/api/config.py (ray 2.60.0), FailureConfig: `max_failures` ("Defaults to 0"; -1 infinite) and
 `max_preemption_failures` ("node-preemption interruptions ... counted separately from max_failures (which is
@@ -6,13 +6,21 @@ reserved for real failures) ... Setting to -1 leads to infinite preemption retri
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 from ray.train.v2.api.config import FailureConfig
+
+from core.interruptions import RESTART_START_S
+from core.planner import PlanRequest, plan
+from core.preemption import save_estimate
+from core.run_time import EXPECTED_MFU, step_seconds
 
 from infra.config import build
 from preview.stack_files import load_stack_config
 from tests.conftest import REPO
-from trainer.entrypoint import DEFAULT_MAX_FAILURES, build_parser, failure_config_kwargs
+from trainer.entrypoint import DEFAULT_MAX_FAILURES, build_parser, failure_config_kwargs, max_preemptions
+from trainer.failures import MIN_PREEMPTIONS, preemption_budget
 from workloads.ray import spec as ray_inputs
 
 
@@ -21,27 +29,98 @@ def entrypoint_args(command: list[str]):
     return build_parser().parse_args(command[3:])
 
 
-def test_spot_elastic_run_retries_preemptions_forever_and_other_failures_finitely():
-    """The dev stack is spot and elastic. Whatever --max-failures the stack passes, preemptions stay unlimited;
-    without the flag, other failures are retried DEFAULT_MAX_FAILURES (3) times, not forever."""
-    command = ray_inputs.entrypoint(build(load_stack_config("dev", REPO)))
+def test_spot_elastic_run_bounds_preemptions_by_the_plan_and_other_failures_finitely():
+    """The dev stack is spot and elastic. Preemptions are bounded by the plan's budget (not Ray's unlimited
+    default); without --max-failures, other failures are retried DEFAULT_MAX_FAILURES (3) times, not forever."""
+    config = build(load_stack_config("dev", REPO))
+    command = ray_inputs.entrypoint(config)
     assert "--elastic" in command
     without_flag = [c for i, c in enumerate(command)
                     if c != "--max-failures" and (i == 0 or command[i - 1] != "--max-failures")]
-    config = FailureConfig(**failure_config_kwargs(entrypoint_args(without_flag).max_failures))
-    assert config.max_preemption_failures == -1
-    assert config.max_failures == DEFAULT_MAX_FAILURES == 3
-    passed = FailureConfig(**failure_config_kwargs(entrypoint_args(command).max_failures))
-    assert passed.max_preemption_failures == -1
+    args = entrypoint_args(without_flag)
+    _, plan_, run = prepare_quietly(without_flag[3:])
+    budget = preemption_budget(plan_, run.steps)
+    assert max_preemptions(args, plan_, run) == budget
+    failure_config = FailureConfig(**failure_config_kwargs(args.max_failures, budget))
+    assert failure_config.max_preemption_failures == budget >= MIN_PREEMPTIONS
+    assert failure_config.max_failures == DEFAULT_MAX_FAILURES == 3
+
+
+def prepare_quietly(argv):
+    from trainer.entrypoint import prepare
+
+    return prepare(argv)
 
 
 @pytest.mark.parametrize("given, expected", [("0", 0), ("5", 5), ("-1", -1)])
 def test_max_failures_flag_is_taken_as_given_including_unlimited(given, expected):
-    args = build_parser().parse_args(["--max-failures", given])
-    assert failure_config_kwargs(args.max_failures) == {"max_failures": expected, "max_preemption_failures": -1}
+    args = build_parser().parse_args(["--max-failures", given, "--max-preemptions", given])
+    assert failure_config_kwargs(args.max_failures, args.max_preemptions) == {
+        "max_failures": expected, "max_preemption_failures": expected}
 
 
 def test_max_failures_below_minus_one_is_refused(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--max-failures", "-2"])
     assert "-1 for unlimited" in capsys.readouterr().err
+
+
+def test_preemption_budget_is_the_run_s_training_time_over_a_preemption_s_cost():
+    """Restarting may cost at most what training costs: steps x step time at EXPECTED_MFU over (save at the
+    notice + restart), never below MIN_PREEMPTIONS; more steps allow more preemptions."""
+    big = plan(PlanRequest("llama3-70b", "v6e", "8x8", slices=2))
+    steps = 5000
+    expected = math.ceil(steps * step_seconds(big, EXPECTED_MFU) / (save_estimate(big).seconds + RESTART_START_S))
+    assert preemption_budget(big, steps) == expected > MIN_PREEMPTIONS
+    assert preemption_budget(big, 2 * steps) > expected
+    assert preemption_budget(plan(PlanRequest("tiny", "v6e", "2x4", slices=2)), 30) == MIN_PREEMPTIONS
+
+
+def _policy(**kwargs):
+    from ray.train.v2._internal.execution.failure_handling.default import DefaultFailurePolicy
+
+    return DefaultFailurePolicy(FailureConfig(**kwargs))
+
+
+def test_ray_stops_retrying_preemptions_at_the_budget():
+    """ray/train/v2/_internal/execution/failure_handling/default.py DefaultFailurePolicy.make_decision: a
+    PreemptionError is charged to max_preemption_failures; "error_count > retry_limit" raises. With Ray's default
+    (-1) it never does: a host-memory eviction that looks like a preemption would restart forever."""
+    from ray.train.v2._internal.execution.failure_handling.failure_policy import FailureDecision
+    from ray.train.v2.api.exceptions import PreemptionError
+    from ray.train.v2.api.preemption import PreemptionInfo
+
+    info = PreemptionInfo(deadline_ms=None, preempted_node_to_ranks={"node": [2, 3]})
+    budget = 3
+    policy = _policy(**failure_config_kwargs(3, budget))
+    decisions = [policy.make_decision(PreemptionError(preemption_info=info)) for _ in range(budget + 1)]
+    assert decisions == [FailureDecision.RETRY] * budget + [FailureDecision.RAISE]
+    unbounded = _policy(max_failures=3)
+    assert all(unbounded.make_decision(PreemptionError(preemption_info=info)) == FailureDecision.RETRY
+               for _ in range(50))
+
+
+def test_worker_group_start_failures_are_retried_without_limit_by_ray_and_env_failures_are_not():
+    """Same file: a ControllerError is retried when its cause is in RETRYABLE_CONTROLLER_ERRORS
+    (WorkerGroupStartupFailedError, WorkerGroupStartupTimeoutError), charged to controller_failure_limit, whose
+    default is -1 (ray/train/v2/api/config.py): a group that never starts is rescheduled forever, which is why the
+    trainer's watchdog bounds the start-up in time (trainer/watchdog.py). A RuntimeEnvSetupError (what Ray raises
+    when a worker's runtime environment cannot be installed, ray/_private/serialization.py
+    RUNTIME_ENV_SETUP_FAILED) is not in that tuple: the run ends at once, and the trainer reports it as the
+    environment's fault (exit 3)."""
+    from ray.exceptions import RuntimeEnvSetupError
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupFailedError, WorkerGroupStartupTimeoutError
+    from ray.train.v2._internal.execution.failure_handling.failure_policy import FailureDecision
+    from ray.train.v2.api.exceptions import ControllerError
+
+    from core import exit_codes
+    from trainer.failures import exit_code_of
+
+    policy = _policy(**failure_config_kwargs(3, 3))
+    for _ in range(50):
+        assert policy.make_decision(ControllerError(WorkerGroupStartupFailedError("init"))) == FailureDecision.RETRY
+        assert policy.make_decision(ControllerError(WorkerGroupStartupTimeoutError(8))) == FailureDecision.RETRY
+    env_failure = ControllerError(RuntimeEnvSetupError("uv pip install failed"))
+    assert policy.make_decision(env_failure) == FailureDecision.RAISE
+    assert exit_code_of(env_failure) == exit_codes.IMPORT_ERROR
+    assert exit_code_of(ControllerError(WorkerGroupStartupFailedError("init"))) == exit_codes.RUNTIME_FAILURE

@@ -50,7 +50,7 @@ def test_elastic_run_registers_a_controller_callback_that_hears_resizes():
     # The hook the callback implements is the one the controller calls before it re-forms the group.
     assert '"before_controller_execute_resize_decision"' in inspect.getsource(controller.TrainController)
     fixed = run_callbacks(plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2)), RunSettings("r", "gs://b", 100, 10))
-    assert [type(c).__name__ for c in fixed] == ["FailFast"]
+    assert [type(c).__name__ for c in fixed] == ["FailFast", "ProgressStates"]
 
 
 def test_resize_waits_only_for_a_running_group():

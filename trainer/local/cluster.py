@@ -28,12 +28,39 @@ LOOPBACK = "127.0.0.1"
 # Training data is synthetic and checkpoints go to disk: the object store only carries small control
 # messages. Ray's default (30% of RAM per node) would reserve /dev/shm five times over.
 OBJECT_STORE_BYTES = 256 * 1024**2
+# Starts of one node when `ray start` gives up on a slow machine (LocalTpuCluster._wait_started).
+START_ATTEMPTS = 3
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOOPBACK, 0))
-        return sock.getsockname()[1]
+# Ports every `ray start` takes for itself unless told otherwise (ray/scripts/scripts.py defaults): the workers'
+# range --min-worker-port..--max-worker-port and the dashboard agent's --dashboard-agent-listen-port
+# (ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT). Ray refuses to start a node whose ports overlap
+# (ray/_private/parameter.py `RayParams.update_pre_selected_port`: "... is trying to use a port number N that is
+# used by other components").
+RAY_WORKER_PORTS = range(10002, 19999 + 1)
+RAY_DASHBOARD_AGENT_PORT = 52365
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports, none that Ray takes for itself. Every socket stays bound until all are
+    picked: a port is free again the moment its socket closes, so picking one at a time (bind port 0, close,
+    bind again) can hand out the same port twice."""
+    held: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            sock = socket.socket()
+            held.append(sock)
+            sock.bind((LOOPBACK, 0))
+            port = sock.getsockname()[1]
+            if port not in RAY_WORKER_PORTS and port != RAY_DASHBOARD_AGENT_PORT:
+                ports.append(port)
+            if len(held) > count + 64:
+                raise RuntimeError(f"could not find {count} free ports outside Ray's own on {LOOPBACK}")
+    finally:
+        for sock in held:
+            sock.close()
+    return ports
 
 
 def session_members(sid: int) -> list[int]:
@@ -58,6 +85,7 @@ class Node:
     slice_index: int | None = None   # None for the head
     log: Path | None = None
     log_offset: int = 0
+    relaunch: object = None          # starts this node again (same name, arguments and environment)
 
     @property
     def alive(self) -> bool:
@@ -96,6 +124,11 @@ class LocalTpuCluster:
         return {**self.node_env(), "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
     def _ray_start(self, name: str, args: list[str], env: dict[str, str], slice_index: int | None) -> Node:
+        node = self._launch(name, args, env, slice_index)
+        self.nodes.append(node)
+        return node
+
+    def _launch(self, name: str, args: list[str], env: dict[str, str], slice_index: int | None) -> Node:
         log = self.workdir / "nodes" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log_offset = log.stat().st_size if log.exists() else 0
@@ -108,30 +141,41 @@ class LocalTpuCluster:
                 start_new_session=True, cwd=REPO_ROOT)
         node = Node(name, process, slice_index, log)
         node.log_offset = log_offset
-        self.nodes.append(node)
+        node.relaunch = lambda: self._launch(name, args, env, slice_index)
         return node
 
-    @staticmethod
-    def _wait_started(node: Node, log_offset: int, timeout_s: float = 120.0) -> None:
+    def _wait_started(self, node: Node, log_offset: int, timeout_s: float = 120.0) -> None:
+        """Wait for `ray start` to report its node up. On a loaded machine `ray start` can give up by itself: it
+        allows a raylet a fixed 30 s to register with the GCS (ray/_private/node.py `Node.__init__`, "The current
+        node timed out during startup"). Such a node is stopped and started again, up to START_ATTEMPTS times."""
         deadline = time.monotonic() + timeout_s
+        attempts = 1
         while time.monotonic() < deadline:
-            if not node.alive:
-                raise RuntimeError(f"ray node {node.name} exited during start; see {node.log}")
             with open(node.log, "rb") as handle:
                 handle.seek(log_offset)
-                if b"Ray runtime started" in handle.read():
-                    return
+                text = handle.read()
+            if b"Ray runtime started" in text:
+                return
+            if not node.alive:
+                if b"timed out during startup" not in text or attempts >= START_ATTEMPTS:
+                    raise RuntimeError(f"ray node {node.name} exited during start; see {node.log}")
+                node.kill(signal.SIGKILL)        # whatever the failed start left behind in its session
+                fresh = node.relaunch()
+                node.process, node.log_offset, log_offset = fresh.process, fresh.log_offset, fresh.log_offset
+                attempts += 1
+                print(f"local: ray node {node.name} timed out registering with the GCS; starting it again "
+                      f"(attempt {attempts} of {START_ATTEMPTS})", flush=True)
             time.sleep(0.2)
         raise RuntimeError(f"ray node {node.name} did not start in {timeout_s:.0f}s; see {node.log}")
 
     def start(self, timeout_s: float = 120.0) -> str:
-        port = _free_port()
-        self.address = f"{LOOPBACK}:{port}"
         # The head holds the driver and the Ray Train controller: one CPU, no TPU, no training workers.
-        # Fixed default ports of a head (client server 10001, dashboard 8265) would clash with any other
-        # local cluster on this machine: take free ones.
+        # Fixed default ports of a head (GCS 6379, client server 10001, dashboard 8265) would clash with any other
+        # local cluster on this machine: take free ones, all three picked together (free_ports).
+        port, client_port, dashboard_port = free_ports(3)
+        self.address = f"{LOOPBACK}:{port}"
         head = self._ray_start("head", ["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
-                                        f"--ray-client-server-port={_free_port()}", f"--dashboard-port={_free_port()}"],
+                                        f"--ray-client-server-port={client_port}", f"--dashboard-port={dashboard_port}"],
                                self.node_env(), None)
         self._wait_started(head, head.log_offset, timeout_s)
         for index in range(self.slices):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.maxtext_args import maxtext_overrides
+from core.run_bounds import limits_for, preemption_budget
 from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.failure_policy import OUT_OF_HBM_ASSUMPTION
@@ -16,6 +17,17 @@ from workloads.ray.exports import ray_exports
 from workloads.smoke_exports import ray_smoke_exports
 
 TRAINER_MODULE = ["python", "-m", "trainer.entrypoint"]
+
+
+def _run_bounds(config: StackConfig) -> str:
+    """The trainer's own bounds on a Ray run (trainer/watchdog.py, trainer/failures.py), from the plan's step time,
+    which is an estimate (core/run_time.py)."""
+    limits = limits_for(config.workload.plan)
+    budget = preemption_budget(config.workload.plan, config.workload.train_steps)
+    return (f"Ray run bounds: the trainer ends a run with no step within {limits.startup_s:.0f} s of a (re)start "
+            f"or for {limits.stall_s:.0f} s while training (exit 7, trainer/watchdog.py) and after {budget} "
+            "preemptions (a memory eviction looks like one); both rest on the plan's estimated step time: compare "
+            "the first steps' times in the job log with the plan")
 
 
 class RayBackend:
@@ -93,7 +105,7 @@ class RayBackend:
             "Ray autoscaler is used. Check after a job: `kubectl get rayjob -n NAMESPACE` shows JOB STATUS "
             "SUCCEEDED/FAILED with DEPLOYMENT STATUS Complete/Failed, `kubectl get raycluster` lists none, and "
             "`kubectl get nodes -l cloud.google.com/gke-tpu-topology` empties within ~10 min",
-            OUT_OF_HBM_ASSUMPTION,
+            OUT_OF_HBM_ASSUMPTION, _run_bounds(config),
             "RayJob submitter: the add-on's KubeRay is assumed to keep the submitter pod's own command (python -m "
             "trainer.submitter: submit once, poll the job's status until it ends, the log a side stream) and pass "
             "it the head address, job id and Ray token (KubeRay v1.7.0 configureSubmitterContainer); check: "

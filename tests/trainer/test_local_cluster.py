@@ -1,0 +1,134 @@
+"""The local cluster's head gets three distinct ports (trainer/local/cluster.py free_ports).
+
+Ray refuses a node whose components share a port (ray/_private/parameter.py `RayParams.update_pre_selected_port`:
+"Ray component client_server is trying to use a port number N that is used by other components"). Picking each
+port by binding port 0 and closing the socket lets the OS hand the same port out again: Linux may return a just
+closed port to the next bind(0). The fake OS below does that every time (lowest free port first), which makes
+the collision deterministic instead of a matter of load.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from core.tpu_catalog import slice_shape
+from trainer.local import cluster as cluster_mod
+
+
+class ReusingOs:
+    """bind(0) returns the lowest port not bound right now: a port is reused as soon as its socket closes."""
+
+    def __init__(self, first: int, taken: set[int] = frozenset()):
+        self.first, self.bound, self.taken = first, set(), set(taken)
+
+    def socket(self, *args, **kwargs):
+        os_ = self
+
+        class FakeSocket:
+            port = None
+
+            def bind(self, address):
+                assert address[1] == 0
+                port = os_.first
+                while port in os_.bound or port in os_.taken:
+                    port += 1
+                os_.bound.add(port)
+                self.port = port
+
+            def getsockname(self):
+                return (cluster_mod.LOOPBACK, self.port)
+
+            def close(self):
+                os_.bound.discard(self.port)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.close()
+
+        return FakeSocket()
+
+
+def _head_ports(monkeypatch, tmp_path: Path, fake_os: ReusingOs) -> list[int]:
+    monkeypatch.setattr(cluster_mod.socket, "socket", fake_os.socket)
+    started: list[list[str]] = []
+    local = cluster_mod.LocalTpuCluster(slice_shape("v6e", "2x4"), 0, tmp_path, tmp_path)
+    monkeypatch.setattr(local, "_ray_start", lambda name, args, env, index: started.append(args) or cluster_mod.Node(name, None))
+    monkeypatch.setattr(local, "_wait_started", lambda *a, **k: None)
+    monkeypatch.setattr(local, "_wait_for_nodes", lambda *a, **k: None)
+    local.start()
+    (head_args,) = started
+    ports = [int(a.split("=", 1)[1]) for a in head_args
+             if a.split("=")[0] in ("--port", "--ray-client-server-port", "--dashboard-port")]
+    assert len(ports) == 3
+    assert local.address == f"{cluster_mod.LOOPBACK}:{ports[0]}"
+    return ports
+
+
+def test_head_ports_are_distinct_when_the_os_reuses_closed_ports(monkeypatch, tmp_path):
+    ports = _head_ports(monkeypatch, tmp_path, ReusingOs(first=40587))
+    assert len(set(ports)) == 3, ports
+
+
+def test_head_ports_avoid_the_ports_ray_takes_for_itself(monkeypatch, tmp_path):
+    # The OS would start inside Ray's worker port range and hand out the dashboard agent's default port.
+    ports = _head_ports(monkeypatch, tmp_path, ReusingOs(first=19998, taken=set(range(20000, 52365))))
+    assert len(set(ports)) == 3
+    assert not set(ports) & (set(cluster_mod.RAY_WORKER_PORTS) | {cluster_mod.RAY_DASHBOARD_AGENT_PORT}), ports
+
+
+def test_free_ports_are_really_free_and_distinct():
+    ports = cluster_mod.free_ports(5)
+    assert len(set(ports)) == 5
+    import socket
+
+    for port in ports:        # each can be bound again now that free_ports let go of it
+        with socket.socket() as sock:
+            sock.bind((cluster_mod.LOOPBACK, port))
+
+
+def test_a_node_whose_start_timed_out_is_started_again(tmp_path):
+    """`ray start` gives a raylet a fixed 30 s to register with the GCS (ray/_private/node.py `Node.__init__`:
+    "The current node timed out during startup"); on a loaded machine a node can miss it. That node is started
+    again instead of failing the whole local run."""
+    import subprocess
+    import sys
+
+    local = cluster_mod.LocalTpuCluster(slice_shape("v6e", "2x4"), 0, tmp_path, tmp_path)
+    outputs = iter(["Exception: The current node timed out during startup.", "Ray runtime started."])
+    launches = []
+
+    def launch(name, args, env, slice_index):
+        log = tmp_path / f"{name}.log"
+        offset = log.stat().st_size if log.exists() else 0
+        with open(log, "ab") as out:
+            process = subprocess.Popen([sys.executable, "-c", f"print({next(outputs)!r}); import time; "
+                                        + ("time.sleep(30)" if launches else "")],
+                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        launches.append(process)
+        node = cluster_mod.Node(name, process, None, log, offset)
+        node.relaunch = lambda: launch(name, args, env, slice_index)
+        return node
+
+    local._launch = launch
+    node = local._ray_start("slice0-host0", [], {}, 0)
+    local._wait_started(node, node.log_offset, timeout_s=60)
+    assert len(launches) == 2 and node.process is launches[1]
+    local.stop()
+    assert launches[1].poll() is not None
+
+
+def test_a_node_that_fails_otherwise_is_not_started_again(tmp_path):
+    import subprocess
+    import sys
+
+    local = cluster_mod.LocalTpuCluster(slice_shape("v6e", "2x4"), 0, tmp_path, tmp_path)
+    log = tmp_path / "n.log"
+    with open(log, "ab") as out:
+        process = subprocess.Popen([sys.executable, "-c", "print('ValueError: bad --resources')"], stdout=out)
+    node = cluster_mod.Node("n", process, None, log, 0)
+    node.relaunch = lambda: pytest.fail("started again")
+    with pytest.raises(RuntimeError, match="exited during start"):
+        local._wait_started(node, 0, timeout_s=30)
