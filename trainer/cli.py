@@ -80,6 +80,18 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, An
     g.add_argument("--dataset-type", default=_env("dataset_type", "synthetic"),
                    help=f"one of {', '.join(DATASET_TYPES)} (core/data.py: what each resumes, what was removed)")
     g.add_argument("--dataset-path", default=_env("dataset_path", ""), help="grain: file pattern of the data")
+    g.add_argument("--dataset-format", default=_env("dataset_format", ""),
+                   help="grain: arrayrecord or parquet (default: from the path's suffix)")
+    g.add_argument("--pretokenized", action="store_true", default=_env("pretokenized", "false").lower() == "true",
+                   help="grain: the files hold token ids, not text to tokenize")
+    g.add_argument("--eval-dataset-path", default=_env("eval_dataset_path", ""),
+                   help="grain: file pattern of the eval split (same format)")
+    g.add_argument("--eval-interval", type=int, default=int(_env("eval_interval", 0)),
+                   help="steps between evaluations (with --eval-dataset-path)")
+    g.add_argument("--eval-steps", type=int, default=int(_env("eval_steps", 0)),
+                   help="batches per evaluation (default: the eval files to their end)")
+    g.add_argument("--load-parameters-path", default=_env("load_parameters_path", ""),
+                   help="Orbax parameters a new run starts from (.../checkpoints/<step>/items)")
     g.add_argument("--tokenizer-path", default=_env("tokenizer_path", ""),
                    help="default: the model's own tokenizer shipped with MaxText; another model's is refused")
     g.add_argument("--jax-cache-dir", default=_env("jax_cache_dir", ""))
@@ -133,7 +145,9 @@ def run_settings(args: argparse.Namespace, hardware: str) -> RunSettings:
     run = RunSettings(
         run_name=args.run_name or "", base_output_directory=args.base_output_directory or "",
         steps=args.steps, checkpoint_period=checkpoint_period, checkpoints_to_keep=int(args.checkpoints_to_keep),
-        dataset_type=args.dataset_type, dataset_path=args.dataset_path, tokenizer_path=args.tokenizer_path,
+        dataset_type=args.dataset_type, dataset_path=args.dataset_path, dataset_format=args.dataset_format,
+        pretokenized=args.pretokenized, eval_dataset_path=args.eval_dataset_path, eval_interval=args.eval_interval,
+        eval_steps=args.eval_steps, load_parameters_path=args.load_parameters_path, tokenizer_path=args.tokenizer_path,
         jax_cache_dir=args.jax_cache_dir, hardware=hardware, extra=extra,
     )
     run.validate()

@@ -20,6 +20,9 @@ Steps are numbered as MaxText logs them (0 .. steps-1); a failure at STEP happen
                         the trainer saves at the step all hosts agree on. A fixed-size run gets the slice back.
   --start-slices N --add-slice-at STEP  elastic growth: start with N slices, add the rest at STEP; the group
                         saves before it re-forms bigger.
+Data: synthetic by default; --dataset-type grain --dataset-path FILES trains on files (ArrayRecord or Parquet,
+text tokenized with the model's tokenizer, or token ids with --pretokenized; trainer/local/tiny_data.py writes
+some), --load-parameters-path starts from saved weights, --trace-data records which records each host read.
 Everything it starts (Ray nodes, the driver) is killed on exit, Ctrl-C included; nothing else is touched.
 """
 from __future__ import annotations
@@ -83,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the driver's whole log as it comes (MaxText, JAX, Ray and tokenizer notices "
                         "included); default: the run's progress lines, notices counted at the end")
     g.add_argument("--json", dest="json_path", help="write the outcome as JSON here")
+    g.add_argument("--trace-data", action="store_true",
+                   help="record each batch's Grain position and first tokens per row in WORKDIR/data-trace "
+                        "(which records each host trained on)")
     g.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     return parser
 
@@ -100,9 +106,16 @@ def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progre
             argv += [f"--{dest.replace('_', '-')}", str(value)]
     # Run flags the entrypoint reads besides the ones above (the data, and the tokenizer).
     for flag, value in (("--dataset-type", args.dataset_type), ("--dataset-path", args.dataset_path),
-                        ("--tokenizer-path", args.tokenizer_path)):
+                        ("--dataset-format", args.dataset_format), ("--tokenizer-path", args.tokenizer_path),
+                        ("--eval-dataset-path", args.eval_dataset_path),
+                        ("--load-parameters-path", args.load_parameters_path)):
         if value:
             argv += [flag, value]
+    for flag, number in (("--eval-interval", args.eval_interval), ("--eval-steps", args.eval_steps)):
+        if number:
+            argv += [flag, str(number)]
+    if args.pretokenized:
+        argv.append("--pretokenized")
     for item in args.extra:
         argv += ["--set", item]
     return argv
@@ -165,6 +178,9 @@ class LocalRun:
                # `ray start` drains its node for this long on SIGTERM (ray/_private/node.py): the node's deadline
                # is the pod's grace period, as on GKE where the kubelet SIGKILLs at its end.
                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(self.args.grace_period)}
+        if self.args.trace_data:
+            (self.workdir / "data-trace").mkdir(exist_ok=True)
+            env[maxtext_runtime.DATA_TRACE_ENV] = str(self.workdir / "data-trace")
         slices = self.args.start_slices if self.args.start_slices is not None else self.plan.slices
         self.cluster = LocalTpuCluster(self.plan.shape, slices, self.workdir, self.ray_temp, env)
         t0 = time.time()
