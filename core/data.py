@@ -103,7 +103,8 @@ def check_dataset_type(dataset_type: str, dataset_path: str) -> None:
 
 
 def dataset_format(dataset_path: str, given: str = "") -> str:
-    """The grain file format: the one given, else the one the path's suffix names. Raises PlanError."""
+    """The grain file format: the one given, else the one the path's suffix names, else MaxText's default
+    (arrayrecord). Raises PlanError for a format not offered."""
     if given:
         if given not in DATASET_FORMATS:
             raise PlanError(f"dataset_format={given!r} unknown; allowed: {', '.join(DATASET_FORMATS)}")
@@ -111,8 +112,7 @@ def dataset_format(dataset_path: str, given: str = "") -> str:
     for name, suffixes in DATASET_FORMATS.items():
         if dataset_path.lower().endswith(suffixes):
             return name
-    raise PlanError(f"dataset_path={dataset_path!r} does not end in {', '.join(s for v in DATASET_FORMATS.values() for s in v)}"
-                    f": name its format with dataset_format ({', '.join(DATASET_FORMATS)})")
+    return "arrayrecord"                # MaxText's default grain_file_type (base.yml)
 
 
 def check_dataset(model: str, dataset_type: str, dataset_path: str, tokenizer_path: str,
