@@ -48,6 +48,8 @@ def no_ray(monkeypatch):
     (["--dataset-type", "grain", "--dataset-path", "/d/*"], ["tiny", "pre-tokenized"]),
     (["--model", "tiny-text", "--dataset-type", "grain", "--dataset-path", "/d/*", "--eval-dataset-path", "/e/*"],
      ["eval_dataset_path='/e/*'", "eval_interval"]),
+    (["--model", "tiny-text", "--dataset-type", "grain", "--dataset-path", "/d/*", "--set", "tokenize_train_data=false"],
+     ["tokenize_train_data", "would replace"]),
 ])
 def test_local_refuses_before_starting_ray(argv, names, no_ray, capsys):
     if argv[:2] == ["--elastic", "1,3"]:

@@ -52,7 +52,8 @@ def text_files(tmp_path_factory):
 def _run(workdir: Path, argv: list[str]) -> tuple[dict, str]:
     out = workdir / "out.json"
     proc = subprocess.run([sys.executable, "-m", "trainer.local", *COMMON, *argv, "--workdir", str(workdir),
-                           "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=900)
+                           "--json", str(out), "--timeout", "1500"], cwd=REPO, capture_output=True, text=True,
+                          timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text()), proc.stdout
 

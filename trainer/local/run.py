@@ -47,6 +47,7 @@ from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
 from trainer.local import logs
 from trainer.local.cluster import LocalTpuCluster, session_members
+from core.maxtext_args import pre_train_argv
 from core.planner import Plan
 
 LOCAL_DEFAULTS = {"model": "tiny", "generation": "v6e", "topology": "2x4", "slices": 2, "steps": 30,
@@ -383,7 +384,10 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_period = args.checkpoint_period or LOCAL_DEFAULTS["checkpoint_period"]
         probe = entrypoint_argv(args, "@ADDRESS@", Path("/nonexistent"), Path("/nonexistent"), args.run_name,
                                 checkpoint_period)
-        _, plan_, _ = prepare(probe)
+        _, plan_, run_settings = prepare(probe)
+        # The workers' whole MaxText command line too (a --set that clashes with a key the run sets is refused
+        # here, not in every worker after the cluster is up).
+        pre_train_argv(plan_, run_settings, "base.yml")
         validate_injections(args, plan_)
     except (PlanError, maxtext_runtime.MaxTextVersionError) as err:
         print(f"trainer.local: {err}", file=sys.stderr)
