@@ -64,14 +64,15 @@ def texts(records: int = TEXT_RECORDS, seed: int = 0) -> list[str]:
     return [text(i, rng) for i in range(records)]
 
 
-def write_text_parquet(out_dir: str | Path, records: int = TEXT_RECORDS, seed: int = 0) -> str:
-    """Text in a Parquet file's `text` column, as a user has it: MaxText reads it as it is (grain_file_type=parquet)."""
+def write_text_parquet(out_dir: str | Path, records: int = TEXT_RECORDS, seed: int = 0, first: int = 0) -> str:
+    """Text in a Parquet file's `text` column, as a user has it: MaxText reads it as it is (grain_file_type=parquet).
+    `first`: the file starts at that record (the others keep their numbers)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"text": texts(records, seed)}), out / "text-00000.parquet")
+    pq.write_table(pa.table({"text": texts(records, seed)[first:]}), out / "text-00000.parquet")
     return str(out / "text-*.parquet")
 
 
