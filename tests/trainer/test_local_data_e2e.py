@@ -41,6 +41,15 @@ COMMON = ["--model", "tiny-text", "--dataset-type", "grain", "--trace-data", "--
           "--set", "enable_data_shuffling=false"]
 
 
+def _run(workdir: Path, argv: list[str]) -> tuple[dict, str]:
+    out = workdir / "out.json"
+    proc = subprocess.run([sys.executable, "-m", "trainer.local", *COMMON, *argv, "--workdir", str(workdir),
+                           "--json", str(out), "--timeout", "1500"], cwd=REPO, capture_output=True, text=True,
+                          timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
 @pytest.fixture(scope="module")
 def run_a(tmp_path_factory):
     from trainer.local import tiny_data
