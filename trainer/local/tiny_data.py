@@ -1,5 +1,6 @@
-"""A small real dataset for the local run, made here: pre-tokenized documents in one ArrayRecord file, the format
-`dataset_type=grain` reads by default (MaxText 0.2.5 `grain_file_type: 'arrayrecord'`).
+"""Small real datasets for the local run, made here: pre-tokenized documents in one ArrayRecord file, the format
+`dataset_type=grain` reads by default (MaxText 0.2.5 `grain_file_type: 'arrayrecord'`), and text documents as
+Parquet or ArrayRecord for the `tiny-text` model (write_text_parquet, write_text_arrayrecord).
 
 Each record is a tf.train.Example with an int64 `text` feature (MaxText's own protobuf classes parse it,
 maxtext/input_pipeline/input_pipeline_utils.py ParseFeatures; no TensorFlow). Token ids are below the CPU test
@@ -95,8 +96,8 @@ def write_text_arrayrecord(out_dir: str | Path, records: int = TEXT_RECORDS, see
 
 
 # MaxText keys a local run on this data needs besides the dataset type and path (and --pretokenized for the
-# token-id data): Grain reads in the training process (its default, one worker process per host, is a process too many for
-# a 2-core machine running 4 fake hosts).
+# token-id data): Grain reads in the training process (its default, one worker process per host, is a process too
+# many for a 2-core machine running 4 fake hosts).
 LOCAL_GRAIN_SETTINGS = ("grain_worker_count=0",)
 
 
