@@ -53,12 +53,15 @@ class RunSettings:
     checkpoints_to_keep: int = DEFAULT_CHECKPOINTS_TO_KEEP
     dataset_type: str = "synthetic"
     dataset_path: str = ""           # grain_train_files (a file pattern) for dataset_type=grain
-    tokenizer_path: str = ""
-    # MaxText load_parameters_path: an Orbax checkpoint's parameters (gs://...) a new run starts from; a run
+    dataset_format: str = ""         # grain_file_type: arrayrecord or parquet (default: from the path's suffix)
+    pretokenized: bool = False       # the files hold token ids, not text (tokenize_train_data=false)
+    eval_dataset_path: str = ""      # grain_eval_files, same format; evaluated every eval_interval steps
+    eval_interval: int = 0           # 0: no eval (MaxText's -1)
+    eval_steps: int = 0              # batches per evaluation (0: MaxText reads the eval files to their end)
+    # MaxText load_parameters_path: Orbax parameters (.../checkpoints/<step>/items) a new run starts from; a run
     # that has checkpoints of its own resumes from them instead (MaxText restores its own checkpoint first).
     load_parameters_path: str = ""
-    eval_dataset_path: str = ""      # grain_eval_files: the eval split's file pattern (dataset_type=grain)
-    eval_interval: int = 0           # MaxText eval_interval: evaluate every this many steps (0: no eval)
+    tokenizer_path: str = ""
     jax_cache_dir: str = ""          # default: <base_output_directory>/jax_cache, shared across restarts
     hardware: str = "tpu"            # "cpu": local mode, JAX on CPU pretending to be the TPU hosts
     metrics_file: str = ""
@@ -88,7 +91,15 @@ class RunSettings:
         if self.eval_dataset_path and self.dataset_type != "grain":
             raise PlanError(f"eval_dataset_path={self.eval_dataset_path!r} needs dataset_type=grain")
         if self.eval_dataset_path and self.eval_interval < 1:
-            raise PlanError(f"eval_interval={self.eval_interval} must be >= 1 with an eval dataset")
+            raise PlanError(f"eval_dataset_path={self.eval_dataset_path!r} needs eval_interval >= 1 (steps between "
+                            "evaluations)")
+        if self.eval_interval and not self.eval_dataset_path:
+            raise PlanError(f"eval_interval={self.eval_interval} needs eval_dataset_path (the files to evaluate on)")
+        if self.eval_steps < 0:
+            raise PlanError(f"eval_steps={self.eval_steps} must be >= 0 (0: the eval files to their end)")
+        if self.load_parameters_path and self.hardware == "tpu" and not self.load_parameters_path.startswith("gs://"):
+            raise PlanError(f"load_parameters_path={self.load_parameters_path!r} must be a gs:// Orbax checkpoint "
+                            "(the workers cannot read this machine's files)")
         if self.hardware not in HARDWARE:
             raise PlanError(f"hardware={self.hardware!r} unknown; allowed: {', '.join(HARDWARE)}")
         if self.goodput and self.hardware == "cpu":
@@ -150,8 +161,10 @@ def maxtext_overrides(plan: Plan, run: RunSettings, elastic_run: bool | None = N
       PlanError: invalid run settings, or `run.extra` trying to replace a planned key.
     """
     run.validate()
+    elastic = plan.elastic if elastic_run is None else elastic_run
     data.check_dataset(plan.model.name, run.dataset_type, run.dataset_path, run.tokenizer_path, dict(run.extra),
-                       elastic=plan.elastic if elastic_run is None else elastic_run)
+                       elastic=elastic, file_format=run.dataset_format, pretokenized=run.pretokenized,
+                       eval_dataset_path=run.eval_dataset_path)
     planned = plan.overrides()
     planned.update(_mesh_for_hardware(plan, run.hardware))
     if plan.model.cpu_only and run.hardware != "cpu":
@@ -172,18 +185,15 @@ def maxtext_overrides(plan: Plan, run: RunSettings, elastic_run: bool | None = N
         "jax_cache_dir": _jax_cache_dir(run),
         "dataset_type": run.dataset_type,
     })
-    if run.dataset_type in data.DATASET_LOCATION_KEY:
-        keys[data.DATASET_LOCATION_KEY[run.dataset_type]] = run.dataset_path
-        # The model's own tokenizer (a mismatched one was refused above); Grain's position is restored with the
-        # model (an elastic run, whose host count changes, was refused grain data above: core/data.py).
-        keys.update(data.tokenizer_overrides(plan.model.name, run.tokenizer_path))
-        # The format the file names tell (MaxText's default is arrayrecord); a --set grain_file_type stands.
-        file_type = grain_file_type(run.dataset_path)
-        if file_type and "grain_file_type" not in run.extra:
-            keys["grain_file_type"] = file_type
+    if run.dataset_type == "grain":
+        # The files, their format, the model's own tokenizer (a mismatched one was refused above) and, on an
+        # elastic run, Grain's global position (core/data.py); the position is restored with the model.
+        keys.update(data.data_overrides(plan.model.name, run.dataset_path, run.dataset_format, run.tokenizer_path,
+                                        run.pretokenized, run.eval_dataset_path, elastic))
         if run.eval_dataset_path:
-            keys["grain_eval_files"] = run.eval_dataset_path
             keys["eval_interval"] = str(run.eval_interval)
+            if run.eval_steps:
+                keys["eval_steps"] = str(run.eval_steps)
     if run.load_parameters_path:
         keys["load_parameters_path"] = run.load_parameters_path
     if run.metrics_file:
@@ -195,20 +205,6 @@ def maxtext_overrides(plan: Plan, run: RunSettings, elastic_run: bool | None = N
                          run.extra)
     keys.update(run.extra)
     return [f"{key}={value}" for key, value in keys.items()]
-
-
-# File types MaxText's Grain pipeline reads (maxtext 0.2.5 input_pipeline/grain_data_processing.py get_datasets),
-# told apart by the file name: ArrayRecord (random access: a global shuffle) and Parquet (sequential: a file
-# shuffle, an interleave and a window shuffle; docs/guides/data_input_grain.md in MaxText's repository).
-GRAIN_FILE_TYPES = {".parquet": "parquet", ".array_record": "arrayrecord", ".arrayrecord": "arrayrecord"}
-
-
-def grain_file_type(pattern: str) -> str | None:
-    """MaxText grain_file_type of a file pattern, from its name: '.parquet' in the last part means parquet,
-    '.array_record' / '.arrayrecord' (also with a shard suffix such as -00000-of-00064) ArrayRecord; None when
-    the name does not say (the stack config refuses such a datasetPath)."""
-    last = pattern.rstrip("/").rsplit("/", 1)[-1].lower()
-    return next((kind for suffix, kind in GRAIN_FILE_TYPES.items() if suffix in last), None)
 
 
 # MaxText keys every run's command sets from the stack (maxtext_overrides and the backends' own keys) → the

@@ -117,6 +117,21 @@ PRESETS: Mapping[str, ModelPreset] = {
             cpu_only=True,
             source="MaxText CPU test overrides",
         ),
+        ModelPreset(
+            # The same CPU test model with the vocabulary of a real tokenizer MaxText ships (the Llama 2
+            # SentencePiece model, assets/tokenizers/tokenizer.llama2: 32,000 ids), so the local run can train on
+            # text it tokenizes itself (core/data.py). The embedding and output head are most of its 2.1M weights.
+            name="tiny-text", maxtext_model_name="default",
+            emb_dim=32, num_query_heads=4, num_kv_heads=4, head_dim=128, mlp_dim=32, num_layers=2,
+            vocab_size=32000,
+            max_target_length=128, per_device_batch_size=1, attention="dot_product",
+            dimension_overrides={
+                "base_emb_dim": "32", "base_num_query_heads": "4", "base_num_kv_heads": "4",
+                "base_mlp_dim": "32", "base_num_decoder_layers": "2", "head_dim": "128", "vocab_size": "32000",
+            },
+            cpu_only=True,
+            source="MaxText CPU test overrides, Llama 2 vocabulary",
+        ),
     )
 }
 

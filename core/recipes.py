@@ -339,6 +339,7 @@ NO_RECIPE: Mapping[str, str] = {
                    "Ironwood and vLLM inference, MaxText benchmarks/*_model_configs.py have no qwen3 workload; "
                    "MaxText defaults"),
     "tiny": "CPU test model, never run on TPU; MaxText defaults",
+    "tiny-text": "CPU test model, never run on TPU; MaxText defaults",
 }
 # Recipes that exist for a preset on another generation but are not adopted, with the reason.
 NOT_ADOPTED: Mapping[tuple[str, str], str] = {

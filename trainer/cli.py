@@ -44,52 +44,57 @@ def parse_elastic(text: str) -> tuple[int, int]:
 def add_plan_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
     g = parser.add_argument_group("model and TPU slices (core.planner)")
     g.add_argument("--model", default=_env("model", defaults["model"]), help=f"one of {', '.join(PRESETS)}")
-    g.add_argument("--generation", default=_env("generation", defaults["generation"]), help="TPU generation, e.g. v6e")
+    g.add_argument("--generation", default=_env("generation", defaults["generation"]), metavar="GEN", help="TPU generation, e.g. v6e")
     g.add_argument("--topology", default=_env("topology", defaults["topology"]), help="slice topology, e.g. 4x4")
     g.add_argument("--slices", type=_positive_int, default=None,
                    help=f"number of slices (default {defaults['slices']}; with --elastic: its MAX)")
     g.add_argument("--elastic", default=_env("elastic", None), metavar="MIN,MAX",
                    help="elastic run between MIN and MAX whole slices")
     for flag in ("ici-fsdp", "ici-tensor", "dcn-data", "dcn-fsdp"):
-        g.add_argument(f"--{flag}", type=int, default=_env(flag, None), help=f"{flag.replace('-', '_')}_parallelism")
+        g.add_argument(f"--{flag}", type=int, default=_env(flag, None), metavar="N", help=f"{flag.replace('-', '_')}_parallelism")
     g.add_argument("--per-device-batch-size", type=float, default=_env("per_device_batch_size", None))
-    g.add_argument("--max-target-length", type=int, default=_env("max_target_length", None), help="sequence length")
+    g.add_argument("--max-target-length", type=int, default=_env("max_target_length", None), metavar="LEN",
+                   help="sequence length")
     g.add_argument("--remat-policy", default=_env("remat_policy", None), choices=REMAT_POLICIES, metavar="POLICY",
-                   help="MaxText remat_policy: " + ", ".join(REMAT_POLICIES))
+                   help="MaxText remat_policy, e.g. full, minimal, custom (a wrong one lists them all)")
     g.add_argument("--remat-offload", default=_env("remat_offload", None), metavar="T1,T2",
                    help="tensors the custom remat policy offloads to host memory")
     g.add_argument("--weight-dtype", default=_env("weight_dtype", None), choices=("float32", "bfloat16"))
     g.add_argument("--attention", default=_env("attention", None))
     g.add_argument("--no-memory-check", dest="memory_check", action="store_false",
                    default=_env("memory_check", "true").lower() != "false",
-                   help="keep a plan whose HBM estimate is over XLA's limit: only after a compile of this exact "
-                        "step fits (python -m preview.compile ...; the planner refuses it otherwise)")
+                   help="keep a plan over XLA's HBM limit: only once python -m preview.compile says it fits")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
     g = parser.add_argument_group("run (MaxText)")
     g.add_argument("--run-name", default=_env("run_name", defaults.get("run_name")))
     g.add_argument("--base-output-directory", default=_env("base_output_directory", defaults.get("base_output_directory")),
-                   help="checkpoints, compile cache and logs (gs://... on GKE)")
+                   metavar="DIR", help="checkpoints, compile cache and logs (gs://... on GKE)")
     g.add_argument("--steps", type=_positive_int, default=int(_env("steps", defaults["steps"])))
     g.add_argument("--checkpoint-period", type=_positive_int, default=_env("checkpoint_period", defaults.get("checkpoint_period")),
-                   help="steps between checkpoints (default: steps/10, at most 100)")
+                   metavar="N", help="steps between checkpoints (default: steps/10, at most 100)")
     g.add_argument("--checkpoints-to-keep", type=_positive_int,
-                   default=_env("checkpoints_to_keep", DEFAULT_CHECKPOINTS_TO_KEEP),
+                   default=_env("checkpoints_to_keep", DEFAULT_CHECKPOINTS_TO_KEEP), metavar="N",
                    help="MaxText keeps this many newest checkpoints and deletes older ones")
     # Checked in run_settings (one line naming a removed type's reason), not by argparse's `choices`.
-    g.add_argument("--dataset-type", default=_env("dataset_type", "synthetic"),
+    g.add_argument("--dataset-type", default=_env("dataset_type", "synthetic"), metavar="TYPE",
                    help=f"one of {', '.join(DATASET_TYPES)} (core/data.py: what each resumes, what was removed)")
-    g.add_argument("--dataset-path", default=_env("dataset_path", ""), help="grain: file pattern of the data")
-    g.add_argument("--tokenizer-path", default=_env("tokenizer_path", ""),
+    g.add_argument("--dataset-path", default=_env("dataset_path", ""), metavar="FILES", help="grain: file pattern of the data")
+    g.add_argument("--dataset-format", default=_env("dataset_format", ""), metavar="FORMAT",
+                   help="grain: arrayrecord or parquet (default: from the path's suffix)")
+    g.add_argument("--pretokenized", action="store_true", default=_env("pretokenized", "false").lower() == "true",
+                   help="grain: the files hold token ids, not text to tokenize")
+    g.add_argument("--eval-dataset-path", default=_env("eval_dataset_path", ""), metavar="FILES",
+                   help="grain: file pattern of the eval split (same format)")
+    g.add_argument("--eval-interval", type=int, default=int(_env("eval_interval", 0)), metavar="N",
+                   help="steps between evaluations (with --eval-dataset-path)")
+    g.add_argument("--eval-steps", type=int, default=int(_env("eval_steps", 0)), metavar="N",
+                   help="batches per evaluation (default: the eval files to their end)")
+    g.add_argument("--load-parameters-path", default=_env("load_parameters_path", ""), metavar="PATH",
+                   help="Orbax parameters a new run starts from (.../checkpoints/<step>/items)")
+    g.add_argument("--tokenizer-path", default=_env("tokenizer_path", ""), metavar="PATH",
                    help="default: the model's own tokenizer shipped with MaxText; another model's is refused")
-    g.add_argument("--load-parameters-path", default=_env("load_parameters_path", ""),
-                   help="Orbax checkpoint (gs://...) whose parameters a new run starts from (MaxText "
-                        "load_parameters_path); a run with checkpoints of its own resumes from those")
-    g.add_argument("--eval-dataset-path", default=_env("eval_dataset_path", ""),
-                   help="grain: file pattern of the eval split (MaxText grain_eval_files)")
-    g.add_argument("--eval-interval", type=int, default=int(_env("eval_interval", 0)),
-                   help="evaluate every this many steps (MaxText eval_interval; with --eval-dataset-path)")
     g.add_argument("--jax-cache-dir", default=_env("jax_cache_dir", ""))
     g.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
                    help="extra MaxText override (repeatable); cannot replace a planned key")
@@ -141,9 +146,9 @@ def run_settings(args: argparse.Namespace, hardware: str) -> RunSettings:
     run = RunSettings(
         run_name=args.run_name or "", base_output_directory=args.base_output_directory or "",
         steps=args.steps, checkpoint_period=checkpoint_period, checkpoints_to_keep=int(args.checkpoints_to_keep),
-        dataset_type=args.dataset_type, dataset_path=args.dataset_path, tokenizer_path=args.tokenizer_path,
-        load_parameters_path=getattr(args, "load_parameters_path", ""),
-        eval_dataset_path=getattr(args, "eval_dataset_path", ""), eval_interval=getattr(args, "eval_interval", 0),
+        dataset_type=args.dataset_type, dataset_path=args.dataset_path, dataset_format=args.dataset_format,
+        pretokenized=args.pretokenized, eval_dataset_path=args.eval_dataset_path, eval_interval=args.eval_interval,
+        eval_steps=args.eval_steps, load_parameters_path=args.load_parameters_path, tokenizer_path=args.tokenizer_path,
         jax_cache_dir=args.jax_cache_dir, hardware=hardware, extra=extra,
     )
     run.validate()

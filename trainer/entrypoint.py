@@ -139,7 +139,8 @@ def prepare(argv: list[str] | None) -> tuple[argparse.Namespace, Plan, RunSettin
         raise PlanError(f"nearest that fits: {nearest}; why: {err}" if nearest else str(err)) from None
     run = cli.run_settings(args, "cpu" if args.local_cpu else "tpu")
     check_dataset(plan_.model.name, run.dataset_type, run.dataset_path, run.tokenizer_path, dict(run.extra),
-                  elastic=plan_.elastic)
+                  elastic=plan_.elastic, file_format=run.dataset_format, pretokenized=run.pretokenized,
+                  eval_dataset_path=run.eval_dataset_path)
     if plan_.model.cpu_only and not args.local_cpu:
         raise PlanError(f"model {plan_.model.name} is a CPU test model; use trainer.local (or --local-cpu)")
     maxtext_runtime.require_version(args.maxtext_version)

@@ -164,8 +164,126 @@ def install_phase_guards() -> None:
     pipeline.create_data_iterator = guarded_create_data_iterator
 
 
+class ElasticPositionError(DataError):
+    """The hosts' saved data positions of an elastic run disagree: no one of them is the run's position."""
+
+
+def _elastic_position_iterator(data_iterator):
+    """The Grain iterator an elastic run reads through (what Grain 0.2.18's ElasticIterator returns), or None."""
+    from grain._src.python.dataset import elastic_iterator
+
+    local = getattr(data_iterator, "local_iterator", None)
+    return local if isinstance(local, elastic_iterator._ElasticMapDatasetIterator) else None
+
+
+def elastic_restore_source(directory) -> tuple[int, int]:
+    """(host index, host count) of the saved position file an elastic run restores from: host 0's, after
+    checking that every host's file holds the same state (ElasticPositionError otherwise)."""
+    import json
+    import re
+
+    files = {}
+    for path in directory.glob("process_*-of-*.json"):
+        match = re.fullmatch(r"process_(\d+)-of-(\d+)\.json", path.name)
+        if match:
+            files[(int(match.group(1)), int(match.group(2)))] = json.loads(path.read_text())
+    counts = {count for _, count in files}
+    if len(counts) != 1 or (0, next(iter(counts))) not in files:
+        raise ElasticPositionError(f"no complete set of Grain position files in {directory}: {sorted(files)}")
+    (count,) = counts
+    states = {json.dumps(state, sort_keys=True) for state in files.values()}
+    if len(states) != 1:
+        raise ElasticPositionError(f"the {count} hosts' Grain positions in {directory} disagree: {sorted(states)}")
+    return 0, count
+
+
+def install_elastic_grain_restore() -> None:
+    """Restore an elastic run's data position on any number of hosts (core/data.py, "Elastic runs").
+
+    With grain_use_elastic_iterator, each host's loader holds the iterator Grain's ElasticIterator returns, whose
+    state is one global record index, equal on every host (grain/_src/python/dataset/elastic_iterator.py
+    `_ElasticMapDatasetIterator`: every host adds the global batch per step). MaxText 0.2.5 saves it per host
+    (`process_<i>-of-<n>.json`) and `grain_utility.for_restore` (looked up on the module by
+    checkpointing.load_state_if_possible) refuses those files when the host count changed. For such an iterator
+    this restores every host from host 0's file, through MaxText's own single-file reader
+    (GrainCheckpointable(restore_process_index, restore_process_count)). Other iterators take MaxText's path.
+    Idempotent per process."""
+    from maxtext.common import grain_utility
+
+    original = getattr(grain_utility.for_restore, "_trainer_original", grain_utility.for_restore)
+
+    def for_restore(checkpoint_manager, step, data_iterator, expansion_factor_real_data):
+        local = None if isinstance(data_iterator, list) else _elastic_position_iterator(data_iterator)
+        if local is None:
+            return original(checkpoint_manager, step, data_iterator, expansion_factor_real_data)
+        index, count = elastic_restore_source(checkpoint_manager.directory / str(step) / "iter")
+        return grain_utility.GrainCheckpointable(local, restore_process_index=index, restore_process_count=count)
+
+    for_restore._trainer_original = original
+    grain_utility.for_restore = for_restore
+
+
+# The local run's data trace (trainer.local --trace-data): a directory where every training process appends,
+# per batch it loads, the Grain position and the first tokens of each row, so a test can tell which records
+# each host trained on.
+DATA_TRACE_ENV = "TRAINER_DATA_TRACE_DIR"
+TRACE_TOKENS = 12
+
+
+def install_data_trace(trace_dir: str) -> None:
+    """Record every batch this process loads (DATA_TRACE_ENV). Idempotent per process."""
+    import json
+    import os
+    import time
+
+    import jax
+    from maxtext.input_pipeline import multihost_dataloading
+
+    cls = multihost_dataloading.MultiHostDataLoadIterator
+    original = getattr(cls._get_next_batch_sharded, "_trainer_original", cls._get_next_batch_sharded)
+    path = os.path.join(trace_dir, f"data-{os.getpid()}.jsonl")
+    calls = {"n": 0}
+
+    class _Recorder:
+        """Stands in for the loader's local iterator during one batch: passes it through and keeps what came."""
+
+        def __init__(self, inner):
+            self.inner, self.batches = inner, []
+
+        def __next__(self):
+            batch = next(self.inner)
+            self.batches.append(batch)
+            return batch
+
+    def traced(self):
+        inner = self.local_iterator
+        state = inner.get_state() if hasattr(inner, "get_state") else None
+        position = state.get("global_next_index") if isinstance(state, dict) else None
+        recorder = _Recorder(inner)
+        self.local_iterator = recorder
+        try:
+            result = original(self)
+        finally:
+            self.local_iterator = inner
+        rows = [[int(t) for t in row[:TRACE_TOKENS]] for batch in recorder.batches for row in batch["inputs"]]
+        record = {"t": time.time(), "pid": os.getpid(), "call": calls["n"], "rank": jax.process_index(),
+                  "hosts": jax.process_count(), "position": position, "rows": rows}
+        calls["n"] += 1
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+        return result
+
+    traced._trainer_original = original
+    cls._get_next_batch_sharded = traced
+
+
 def run_pre_train(argv: list[str]) -> None:
+    import os
+
     from maxtext.trainers.pre_train import train
 
     install_phase_guards()
+    install_elastic_grain_restore()
+    if os.environ.get(DATA_TRACE_ENV):
+        install_data_trace(os.environ[DATA_TRACE_ENV])
     train.main(argv)

@@ -12,11 +12,12 @@ when one does not hold:
 On success each process prints one `SMOKE PASSED {json}` line.
 
 Under Ray (`--ray`) an error that kept the checks from running to a verdict is reported as what it is, not as a
-failed smoke test (exit 5 ends a run as "look at the nodes"): the workers' runtime env not installing, the worker
-group not being placed or started, a node or worker process dying (`infrastructure_error`) exits 1
-(RUNTIME_FAILURE: a retry may fix it) with a `SMOKE NOT RUN (infrastructure):` line; a configuration, import or
-data error inside a worker exits with its own code (trainer/failures.py); anything else a check raised is a
-failed smoke test.
+failed smoke test (exit 5 ends a run as "look at the nodes"): the worker group not being placed or started, a
+node or worker process dying (`infrastructure_error`) exits 1 (RUNTIME_FAILURE: a retry may fix it) with a
+`SMOKE NOT RUN (infrastructure):` line; the workers' runtime env not installing is the environment's fault, as in
+training (trainer/failures.py: exit 3, `SMOKE NOT RUN (import/environment error):`), and so is a configuration,
+import or data error inside a worker, each with its own code; anything else a check raised is a failed smoke
+test.
 
 Modes:
     python -m trainer.smoke --expect-devices 32 --expect-slices 2 --distributed   # JobSet pod (TPU, GKE env)
@@ -288,8 +289,8 @@ def report_ray_failure(exc: BaseException) -> int:
     elif code == EXIT_FAILED:
         print(f"SMOKE FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
     else:
-        print(f"SMOKE NOT RUN ({exit_codes.describe(code)}): {type(exc).__name__}: {exc}", file=sys.stderr,
-              flush=True)
+        print(f"SMOKE NOT RUN ({exit_codes.describe(code)}): {_one_line(infrastructure_error(exc) or exc)}",
+              file=sys.stderr, flush=True)
     return code
 
 

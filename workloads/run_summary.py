@@ -6,7 +6,6 @@ a restart and an elastic resize. Pure: no Pulumi import.
 from __future__ import annotations
 
 from core import data
-from core.maxtext_args import grain_file_type
 from infra.config import StackConfig
 from infra.data_lookups import RunFacts
 from workloads import common
@@ -72,4 +71,4 @@ def run_summary(config: StackConfig, facts: RunFacts) -> str:
 
 
 def data_format(path: str) -> str:
-    return {"parquet": "Parquet", "arrayrecord": "ArrayRecord"}.get(grain_file_type(path) or "", "files")
+    return {"parquet": "Parquet", "arrayrecord": "ArrayRecord"}.get(data.format_named_by(path) or "", "files")

@@ -40,7 +40,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     maxtext_settings = data_rules.accepted_maxtext_settings(v, problems)
     workload_plan = rules.plan_workload(v, raw, shape, problems, maxtext_settings)
     tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
-    data_rules.check_data(v, raw, workload_plan, problems)
+    data_rules.check_data(v, raw, workload_plan, maxtext_settings, problems)
     if problems:
         raise ConfigError(problems)
     assert shape is not None and region is not None and workload_plan is not None and tpu_pod is not None

@@ -83,7 +83,8 @@ def pathways_job_name(v: dict[str, Any], raw: Mapping[str, Any]) -> str:
     return v["pathwaysJobName"]
 
 
-def check_data(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | None, problems: list[str]) -> None:
+def check_data(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | None,
+               maxtext_settings: Mapping[str, str], problems: list[str]) -> None:
     """Grain needs files; an eval interval needs an eval split; the backend must be able to run the data type
     and keep its position; the run's name must fit where it becomes a Kubernetes name."""
     kind, path = v["datasetType"], v["datasetPath"]
@@ -99,11 +100,11 @@ def check_data(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | 
                                 "workloadBackend=pathways, where it names the Pathways JobSet (whose coordinator "
                                 "address JobSet's webhook limits to 63 characters); or set pathwaysJobName"))
     if kind == "grain" and path:
-        _check_backend_runs_grain(v, raw, workload_plan, problems)
+        _check_backend_runs_grain(v, raw, workload_plan, maxtext_settings, problems)
 
 
 def _check_backend_runs_grain(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | None,
-                              problems: list[str]) -> None:
+                              maxtext_settings: Mapping[str, str], problems: list[str]) -> None:
     backend = v["workloadBackend"]
     if backend == "pathways":
         # Without colocated Python, MaxText's Pathways client loads every batch on the head and sends it through
@@ -122,7 +123,7 @@ def _check_backend_runs_grain(v: dict[str, Any], raw: Mapping[str, Any], workloa
         return
     try:
         # The one place that decides whether an elastic run can keep Grain's position (core/data.py).
-        data.check_dataset(workload_plan.model.name, "grain", v["datasetPath"], "", {},
+        data.check_dataset(workload_plan.model.name, "grain", v["datasetPath"], "", dict(maxtext_settings),
                            elastic=workload_plan.elastic)
     except PlanError as error:
         if workload_plan.elastic:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from core.maxtext_args import grain_file_type
+from core.data import format_named_by
 from core.maxtext_facts import MIN_MAXTEXT, release_tuple
 from infra import naming
 from infra.config import tpu_zones
@@ -146,7 +146,7 @@ def _gs_problem(value: str, what: str, example: str) -> str | None:
     return None
 
 
-# File name parts that say the format MaxText's Grain pipeline reads (core/maxtext_args.py GRAIN_FILE_TYPES).
+# File name parts that say the format MaxText's Grain pipeline reads (core/data.py DATASET_FORMATS).
 _DATA_EXAMPLE = "gs://my-data/c4/train-*.array_record or gs://my-data/text/*.parquet"
 
 
@@ -161,7 +161,7 @@ def data_pattern(value: str) -> str | None:
         return f"one file pattern (MaxText's weighted mixtures 'a,0.3;b,0.7' are not offered), e.g. {_DATA_EXAMPLE}"
     if value.endswith("/"):
         return f"a pattern of files, not a folder: add the file names, e.g. {_DATA_EXAMPLE}"
-    if grain_file_type(value) is None:
+    if format_named_by(value) is None:
         return ("file names that say their format: *.array_record or *.arrayrecord (ArrayRecord, also with "
                 "shard suffixes such as .array_record-00000-of-00064) or *.parquet, e.g. " + _DATA_EXAMPLE)
     return None

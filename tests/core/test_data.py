@@ -101,32 +101,132 @@ def test_only_grains_position_is_saved_with_the_model():
     assert data.DATASET_TYPES == ("synthetic", "grain")
 
 
-def test_elastic_runs_are_refused_grain_data_until_maxtext_and_grain_agree():
-    """MaxText 0.2.5 saves Grain's position as one global state only when the loader's iterator is an
-    ElasticIterator (maxtext/common/grain_utility.py `for_save`: isinstance(data_iterator.local_iterator,
-    ElasticIterator)); Grain 0.2.18's ElasticIterator is a dataset whose __iter__ returns another object
-    (`return self._default_iterator`), so the state is saved per host and a resize cannot restore it (seen on the
-    local run: "4 processes found in Grain checkpoint directory ..., but only 2 jax processes"). Until that
-    changes, an elastic run on grain is refused; this test fails when either side changes, to re-check."""
-    from grain.experimental import ElasticIterator
-    from maxtext.common import grain_utility
-
-    assert "isinstance(data_iterator.local_iterator, ElasticIterator)" in inspect.getsource(grain_utility.for_save)
-    assert "return self._default_iterator" in inspect.getsource(ElasticIterator.__iter__)
+def test_elastic_runs_read_arrayrecord_through_grains_global_position():
+    """An elastic run on grain data sets MaxText's grain_use_elastic_iterator and packing=false (base.yml: "For
+    elastic training, set to this true and packing=false"); a fixed-size run keeps MaxText's defaults."""
     elastic = plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2, min_slices=1))
     run = RunSettings("r", "gs://b", 100, 10, dataset_type="grain", dataset_path="gs://b/*.arrayrecord")
-    with pytest.raises(PlanError, match="dataset_type=grain cannot resume after an elastic resize") as err:
-        maxtext_overrides(elastic, run)
-    assert "\n" not in str(err.value)
-    maxtext_overrides(elastic, RunSettings("r", "gs://b", 100, 10))             # synthetic data stays elastic
+    keys = _keys(maxtext_overrides(elastic, run))
+    assert (keys["grain_use_elastic_iterator"], keys["packing"], keys["grain_file_type"]) == ("true", "false",
+                                                                                              "arrayrecord")
     fixed = _keys(maxtext_overrides(plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2)), run))
-    assert "grain_use_elastic_iterator" not in fixed and fixed["dataset_type"] == "grain"
+    assert "grain_use_elastic_iterator" not in fixed and "packing" not in fixed and fixed["dataset_type"] == "grain"
+    maxtext_overrides(elastic, RunSettings("r", "gs://b", 100, 10))             # synthetic data stays elastic
+
+
+@pytest.mark.parametrize("path, extra, pattern", [
+    ("gs://b/*.parquet", {}, "dataset_format=parquet cannot keep its position through an elastic resize"),
+    ("gs://b/a*.arrayrecord,0.5;gs://b/c*.arrayrecord,0.5", {}, "is a weighted mixture"),
+    ("gs://b/*.arrayrecord", {"packing": "true"}, "packing=true cannot be set on an elastic run"),
+    ("gs://b/*.arrayrecord", {"use_truncation": "false"}, "use_truncation=false splits long documents"),
+])
+def test_what_an_elastic_position_cannot_address_is_refused(path, extra, pattern):
+    """Parquet is read as per-host file shares (maxtext/input_pipeline/grain_data_processing.py get_datasets: an
+    IterDataset, no index), mixtures are IterDataset.mix, and chunking (TokenizeAndChunk, a FlatMap) breaks the
+    one-record-one-row index ElasticIterator counts in."""
+    with pytest.raises(PlanError, match=pattern) as err:
+        data.check_dataset("llama3-8b", "grain", path, "", extra, elastic=True)
+    assert "\n" not in str(err.value)
+    data.check_dataset("llama3-8b", "grain", path, "", {}, elastic=False) if ";" not in path else None
+
+
+@pytest.mark.parametrize("path, given, expected", [
+    ("gs://b/c4/*.parquet", "", "parquet"), ("gs://b/c4/*.arrayrecord", "", "arrayrecord"),
+    ("gs://b/c4/*.array_record", "", "arrayrecord"), ("gs://b/c4/part-*", "parquet", "parquet"),
+])
+def test_the_file_format_is_named_or_read_from_the_suffix(path, given, expected):
+    assert data.dataset_format(path, given) == expected
+
+
+def test_a_path_without_a_known_suffix_is_maxtexts_default_format():
+    assert data.dataset_format("gs://b/c4/part-*") == "arrayrecord"
+    with pytest.raises(PlanError, match="dataset_format='jsonl' unknown"):
+        data.dataset_format("gs://b/c4/part-*", "jsonl")
+
+
+def _elastic_hosts(count, records=1000, batch=8):
+    from grain import MapDataset
+    from grain.python import ShardOptions
+    from grain.experimental import ElasticIterator
+
+    return [iter(ElasticIterator(MapDataset.range(records), batch, ShardOptions(i, count))) for i in range(count)]
+
+
+def test_an_elastic_position_saved_on_four_hosts_restores_on_two_without_a_gap_or_a_repeat(tmp_path):
+    """MaxText 0.2.5 saves the iterator Grain 0.2.18's ElasticIterator returns per host (grain_utility.for_save
+    recognizes only the ElasticIterator dataset itself), and its for_restore refuses 4 files on 2 hosts; every
+    file holds the same global index, so the trainer restores all hosts from host 0's
+    (trainer/maxtext_runtime.py install_elastic_grain_restore). Real Grain iterators, MaxText's own file reader."""
+    import asyncio
+    import json
+    import types
+
+    from etils import epath
+    from maxtext.common import grain_utility
+
+    from trainer import maxtext_runtime
+
+    assert "isinstance(data_iterator.local_iterator, ElasticIterator)" in inspect.getsource(grain_utility.for_save)
+    before = _elastic_hosts(4)
+    read = [[int(x) for x in next(it)] for _ in range(3) for it in before]      # 3 steps of 8 records on 4 hosts
+    step_dir = tmp_path / "7" / "iter"
+    step_dir.mkdir(parents=True)
+    for i, it in enumerate(before):
+        (step_dir / f"process_{i}-of-4.json").write_text(json.dumps(it.get_state()))
+    manager = types.SimpleNamespace(directory=epath.Path(tmp_path))
+    after = _elastic_hosts(2)
+    loaders = [types.SimpleNamespace(local_iterator=it) for it in after]
+
+    with pytest.raises(AssertionError, match="4 processes found in Grain checkpoint directory"):
+        grain_utility.for_restore(manager, 7, loaders[0], -1)           # MaxText alone, with jax's one process
+
+    maxtext_runtime.install_elastic_grain_restore()
+    try:
+        for loader in loaders:
+            checkpointable = grain_utility.for_restore(manager, 7, loader, -1)
+
+            async def load(c=checkpointable):
+                await (await c.load(epath.Path(step_dir)))
+            asyncio.run(load())
+    finally:
+        grain_utility.for_restore = grain_utility.for_restore._trainer_original
+    read += [[int(x) for x in next(it)] for _ in range(2) for it in after]      # 2 more steps on 2 hosts
+    flat = sorted(x for batch in read for x in batch)
+    assert flat == list(range(3 * 8 + 2 * 8))                                  # every record once, none skipped
+
+
+def test_disagreeing_elastic_positions_are_a_data_error(tmp_path):
+    from etils import epath
+
+    from trainer import maxtext_runtime
+
+    for i, index in enumerate((16, 16, 24)):
+        (tmp_path / f"process_{i}-of-3.json").write_text(f'{{"global_next_index": {index}}}')
+    with pytest.raises(maxtext_runtime.ElasticPositionError, match="disagree"):
+        maxtext_runtime.elastic_restore_source(epath.Path(tmp_path))
+    (tmp_path / "process_2-of-3.json").write_text('{"global_next_index": 16}')
+    assert maxtext_runtime.elastic_restore_source(epath.Path(tmp_path)) == (0, 3)
+    (tmp_path / "process_0-of-3.json").unlink()
+    with pytest.raises(maxtext_runtime.ElasticPositionError, match="no complete set"):
+        maxtext_runtime.elastic_restore_source(epath.Path(tmp_path))
 
 
 def test_the_cpu_test_model_reads_pretokenized_data_only():
     with pytest.raises(PlanError, match="tokenize_train_data=false"):
         data.check_dataset("tiny", "grain", "/d/*.arrayrecord", "", {})
-    data.check_dataset("tiny", "grain", "/d/*.arrayrecord", "", {"tokenize_train_data": "false"})
+    data.check_dataset("tiny", "grain", "/d/*.arrayrecord", "", {}, pretokenized=True)
+
+
+def test_the_text_test_model_fits_the_llama2_tokenizer_maxtext_ships():
+    from maxtext.input_pipeline.tokenizer import build_tokenizer
+
+    tok = build_tokenizer(str(ASSETS / data.LLAMA2.asset), data.LLAMA2.type, True, True, None)
+    assert tok._tokenizer_model.vocab_size() == PRESETS["tiny-text"].vocab_size == 32000
+    p = plan(PlanRequest("tiny-text", "v6e", "2x4", slices=1))
+    keys = _keys(maxtext_overrides(p, RunSettings("r", "/o", 10, 5, dataset_type="grain", hardware="cpu",
+                                                  dataset_path="/d/*.parquet")))
+    assert (keys["tokenizer_path"], keys["tokenizer_type"], keys["grain_file_type"],
+            keys["tokenize_train_data"]) == ("tokenizer.llama2", "sentencepiece", "parquet", "true")
 
 
 def test_the_workers_find_the_tokenizers_maxtext_ships(tmp_path):
@@ -154,7 +254,7 @@ def test_the_workers_find_the_tokenizers_maxtext_ships(tmp_path):
 
 def test_an_elastic_run_is_judged_elastic_at_every_group_size():
     """The resized plan of an elastic run at its minimum is no longer `elastic` (core.planner at_slices); the
-    worker passes the full plan's elasticity, so the grain refusal (and the data keys) do not flip with the
+    worker passes the full plan's elasticity, so the data keys (the global position) do not flip with the
     group's size."""
     from trainer.worker import request_to_dict, run_to_dict, worker_plan_and_argv
 
@@ -162,6 +262,6 @@ def test_an_elastic_run_is_judged_elastic_at_every_group_size():
     run = RunSettings("r", "gs://b", 100, 10, dataset_type="grain", dataset_path="gs://b/*.arrayrecord")
     config = {"plan_request": request_to_dict(request), "run": run_to_dict(run)}
     for world in (4, 8):                                   # one slice of 4 hosts, two slices
-        with pytest.raises(PlanError, match="elastic resize"):
-            worker_plan_and_argv(config, world, "base.yml")
+        _, argv = worker_plan_and_argv(config, world, "base.yml")
+        assert "grain_use_elastic_iterator=true" in argv
     assert not plan(request).at_slices(1).elastic

@@ -110,18 +110,21 @@ def test_weights_eval_split_and_file_type_reach_maxtext():
     arrayrecord = RunSettings("r1", "gs://bucket/runs", 1000, 100, dataset_type="grain",
                               dataset_path="/d/train.array_record-00000-of-00008")
     assert _as_dict(maxtext_overrides(p, arrayrecord))["grain_file_type"] == "arrayrecord"
-    # A name that does not say the format leaves MaxText's default; a --set grain_file_type stands.
-    assert "grain_file_type" not in _as_dict(maxtext_overrides(p, RunSettings(
-        "r1", "gs://b/r", 10, 5, dataset_type="grain", dataset_path="/d/*")))
+    # A shard suffix after the format's suffix still names it; a name that names none gets MaxText's default, said
+    # explicitly; a format given wins over the name.
+    parquet_shards = RunSettings("r1", "gs://b/r", 10, 5, dataset_type="grain", dataset_path="/d/x.parquet-00001")
+    assert _as_dict(maxtext_overrides(p, parquet_shards))["grain_file_type"] == "parquet"
+    assert _as_dict(maxtext_overrides(p, RunSettings(
+        "r1", "gs://b/r", 10, 5, dataset_type="grain", dataset_path="/d/*")))["grain_file_type"] == "arrayrecord"
     told = RunSettings("r1", "gs://b/r", 10, 5, dataset_type="grain", dataset_path="/d/x.parquet",
-                       extra={"grain_file_type": "tfrecord"})
-    assert _as_dict(maxtext_overrides(p, told))["grain_file_type"] == "tfrecord"
+                       dataset_format="arrayrecord")
+    assert _as_dict(maxtext_overrides(p, told))["grain_file_type"] == "arrayrecord"
 
 
 @pytest.mark.parametrize("run,pattern", [
     (RunSettings("r", "gs://b", 10, 5, eval_dataset_path="/e/*.parquet", eval_interval=5), "needs dataset_type=grain"),
     (RunSettings("r", "gs://b", 10, 5, dataset_type="grain", dataset_path="/d/*.parquet",
-                 eval_dataset_path="/e/*.parquet"), "eval_interval=0"),
+                 eval_dataset_path="/e/*.parquet"), "needs eval_interval >= 1"),
 ])
 def test_an_eval_split_needs_grain_and_an_interval(run, pattern):
     with pytest.raises(PlanError, match=pattern):

@@ -53,8 +53,8 @@ def test_one_recipe_per_preset_and_generation_and_only_known_ones():
     assert set(pairs) == {("llama3-8b", "v6e"), ("llama3-70b", "v6e")}
     for name, generation in pairs + list(NOT_ADOPTED):
         assert name in PRESETS and generation in CATALOG
-    # qwen3-0.6b has no tuned recipe anywhere (and says so); tiny never runs on a TPU.
-    assert set(NO_RECIPE) == {"qwen3-0.6b", "tiny"}
+    # qwen3-0.6b has no tuned recipe anywhere (and says so); tiny and tiny-text never run on a TPU.
+    assert set(NO_RECIPE) == {"qwen3-0.6b", "tiny", "tiny-text"}
     assert not [r for r in RECIPES if r.preset in NO_RECIPE]
 
 

@@ -109,10 +109,15 @@ REFUSED = [
     ("planned MaxText key not a number", {**MINIMAL, "maxtextSettings": {"num_vocab_tiling": "many"}},
      "maxtextSettings", ["planner", "whole number"]),
     # Grain's position per host cannot follow an elastic resize (core/data.py check_dataset, the one place).
-    ("grain on an elastic Spot run", {**SPOT, "datasetType": "grain", "datasetPath": DATA}, "datasetType='grain'",
-     ["elastic", "elasticMinSlices=2"]),
-    ("grain with elasticMinSlices", {**GRAIN, "model": "qwen3-0.6b", "elasticMinSlices": 1},
+    # An elastic run keeps Grain's one global position of ArrayRecord data (core/data.py), not Parquet's per-host
+    # file shares, nor a position that packing moves.
+    ("Parquet on an elastic Spot run", {**SPOT, "datasetType": "grain", "datasetPath": PARQUET},
+     "datasetType='grain'", ["elastic", "elasticMinSlices=2", "parquet"]),
+    ("Parquet with elasticMinSlices", {**GRAIN, "datasetPath": PARQUET, "model": "qwen3-0.6b", "elasticMinSlices": 1},
      "datasetType='grain'", ["elasticMinSlices", "1..2 slices"]),
+    ("packing on an elastic run's grain data", {**SPOT, "datasetType": "grain", "datasetPath": DATA,
+                                                "maxtextSettings": {"packing": True}},
+     "datasetType='grain'", ["elastic", "packing"]),
     ("grain on elastic Pathways", {**PATHWAYS, "slices": 2, "pathwaysElasticSlices": 1, "datasetType": "grain",
                                    "datasetPath": DATA},
      "datasetType='grain'", ["pathwaysElasticSlices=1", "colocated-Python"]),
@@ -209,7 +214,7 @@ def test_what_only_cloud_storage_knows_is_refused_in_one_line(raw, objects, name
 
 # A representative of each kind runs the whole program, as `pulumi up` would: nothing registers.
 UNDER_PULUMI = ["local data path", "grain without a path", "MaxText key the stack sets: steps",
-                "grain on an elastic Spot run", "grain on elastic Pathways", "weights as a glob"]
+                "Parquet on an elastic Spot run", "grain on elastic Pathways", "weights as a glob"]
 LOOKUPS_UNDER_PULUMI = ["data glob matches nothing", "weights of another model"]
 
 
@@ -445,3 +450,14 @@ def test_the_offline_plan_reaches_no_cloud_storage_and_says_so_without_refusing(
     run = run_program(_with_data("jobset"), stack="jobset")
     assert "starts or resumes it (its checkpoints could not be listed)" in run.outputs["run"]
     assert any(r.type == "gcp:container/cluster:Cluster" for r in run.resources)
+
+
+def test_an_elastic_run_reads_arrayrecord_grain_data_with_grains_global_position():
+    """The dev stack's shape (elastic on Spot) on the user's ArrayRecord data: accepted, and the launched run keeps
+    Grain's one global position (core/data.py ELASTIC_GRAIN_SETTINGS) that every host restores after a resize."""
+    config = build({**SPOT, "datasetType": "grain", "datasetPath": DATA})
+    assert config.workload.plan.elastic
+    settings = _ray_argv(config)
+    keys = dict(item.split("=", 1) for item in settings if "=" in item)
+    assert (keys["grain_use_elastic_iterator"], keys["packing"], keys["grain_file_type"]) == ("true", "false",
+                                                                                              "arrayrecord")

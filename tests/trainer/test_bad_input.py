@@ -40,11 +40,16 @@ def no_ray(monkeypatch):
     (["--elastic", "1,2", "--start-slices", "2", "--add-slice-at", "5"], ["--start-slices 2", "1..1"]),
     (["--start-slices", "1", "--add-slice-at", "5"], ["--elastic"]),
     (["--dataset-type", "grain"], ["dataset_type=grain", "path"]),
-    (["--dataset-type", "grain", "--dataset-path", "/d/*", "--set", "tokenize_train_data=false",
+    (["--dataset-type", "grain", "--dataset-path", "/d/*", "--pretokenized",
       "--tokenizer-path", "tokenizer.llama2"], ["tokenizer_path='tokenizer.llama2'", "tiny"]),
     (["--dataset-type", "tfds", "--dataset-path", "c4"], ["dataset_type=tfds", "not offered"]),
-    (["--elastic", "1,2", "--dataset-type", "grain", "--dataset-path", "/d/*", "--set", "tokenize_train_data=false"],
-     ["dataset_type=grain", "elastic resize"]),
+    (["--elastic", "1,2", "--dataset-type", "grain", "--dataset-path", "/d/*.parquet", "--pretokenized"],
+     ["dataset_format=parquet", "elastic resize"]),
+    (["--dataset-type", "grain", "--dataset-path", "/d/*"], ["tiny", "pre-tokenized"]),
+    (["--model", "tiny-text", "--dataset-type", "grain", "--dataset-path", "/d/*", "--eval-dataset-path", "/e/*"],
+     ["eval_dataset_path='/e/*'", "eval_interval"]),
+    (["--model", "tiny-text", "--dataset-type", "grain", "--dataset-path", "/d/*", "--set", "tokenize_train_data=false"],
+     ["tokenize_train_data", "would replace"]),
 ])
 def test_local_refuses_before_starting_ray(argv, names, no_ray, capsys):
     if argv[:2] == ["--elastic", "1,3"]:

@@ -32,7 +32,7 @@ def grain_flags(tmp_path_factory):
     from trainer.local import tiny_data
 
     pattern = tiny_data.write(tmp_path_factory.mktemp("data"))
-    flags = ["--dataset-type", "grain", "--dataset-path", pattern]
+    flags = ["--dataset-type", "grain", "--dataset-path", pattern, "--pretokenized"]
     for setting in tiny_data.LOCAL_GRAIN_SETTINGS:
         flags += ["--set", setting]
     return flags

@@ -45,9 +45,6 @@ def worker_group(failures):
 def infrastructure_cases():
     core, internal, ControllerError, _ = ray_errors()
     return {
-        "runtime env install failed while starting the workers": runtime_env_failure_at_start(),
-        "runtime env install failed, raised by the controller": ControllerError(
-            core.RuntimeEnvSetupError("pip install failed")),
         "slices could not be reserved in time": ControllerError(internal.WorkerGroupStartupTimeoutError(8)),
         "the cluster can never hold the group": ControllerError(
             internal.InsufficientClusterResourcesError("requires {\"TPU\": 32}")),
@@ -63,6 +60,23 @@ def test_infrastructure_errors_are_reported_as_infrastructure_not_as_a_failed_sm
     assert exit_codes.RUNTIME_FAILURE in exit_codes.RETRYABLE
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("SMOKE NOT RUN (infrastructure): ") and "SMOKE FAILED" not in line
+
+
+def runtime_env_cases():
+    core, _, ControllerError, _ = ray_errors()
+    return {
+        "runtime env install failed while starting the workers": runtime_env_failure_at_start(),
+        "runtime env install failed, raised by the controller": ControllerError(
+            core.RuntimeEnvSetupError("pip install failed")),
+    }
+
+
+@pytest.mark.parametrize("case", list(runtime_env_cases()))
+def test_a_runtime_env_that_does_not_install_is_the_environments_fault_as_in_training(case, capsys):
+    """Not a failed smoke test (5) either: the same exit as the trainer's (trainer/failures.py exit_code_of)."""
+    assert smoke.report_ray_failure(runtime_env_cases()[case]) == exit_codes.IMPORT_ERROR
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("SMOKE NOT RUN (import/environment error): RuntimeEnvSetupError: ")
 
 
 def test_a_check_that_failed_stays_a_failed_smoke_test_even_when_a_node_died_too(capsys):
@@ -87,7 +101,7 @@ def test_not_retryable_errors_in_a_worker_keep_their_own_code(failure, code):
 
 
 def test_run_ray_maps_what_fit_raises(monkeypatch, capsys, tmp_path):
-    """The whole driver path: `trainer.fit()` raising Ray Train's wrapped runtime-env failure exits 1."""
+    """The whole driver path: `trainer.fit()` raising Ray Train's wrapped runtime-env failure exits 3."""
     import ray
     from ray.train.v2 import jax as ray_jax
 
@@ -102,6 +116,6 @@ def test_run_ray_maps_what_fit_raises(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(ray_jax, "JaxTrainer", FailingTrainer)
     code = smoke.main(["--ray", "--model", "llama3-8b", "--generation", "v6e", "--topology", "4x4", "--slices", "2",
                        "--storage-path", str(tmp_path)])
-    assert code == exit_codes.RUNTIME_FAILURE
+    assert code == exit_codes.IMPORT_ERROR
     err = capsys.readouterr().err
-    assert "SMOKE NOT RUN (infrastructure): RuntimeEnvSetupError: Failed to set up runtime environment." in err
+    assert "SMOKE NOT RUN (import/environment error): RuntimeEnvSetupError: Failed to set up runtime environment." in err

@@ -22,6 +22,9 @@ Steps are numbered as MaxText logs them (0 .. steps-1); a failure at STEP happen
                         slices the job's RayCluster wants (the driver asks KubeRay for all of them when it starts,
                         trainer/grow.py, here through trainer/local/kuberay.py); the group saves before it
                         re-forms bigger.
+Data: synthetic by default; --dataset-type grain --dataset-path FILES trains on files (ArrayRecord or Parquet,
+text tokenized with the model's tokenizer, or token ids with --pretokenized; trainer/local/tiny_data.py writes
+some), --load-parameters-path starts from saved weights, --trace-data records which records each host read.
 Everything it starts (Ray nodes, the driver) is killed on exit, Ctrl-C included; nothing else is touched.
 """
 from __future__ import annotations
@@ -47,6 +50,7 @@ from core.errors import PlanError
 from trainer.local import logs
 from trainer.local.cluster import LocalTpuCluster, session_members
 from trainer.local.kuberay import KubeRayStandIn
+from core.maxtext_args import pre_train_argv
 from core.planner import Plan
 
 LOCAL_DEFAULTS = {"model": "tiny", "generation": "v6e", "topology": "2x4", "slices": 2, "steps": 30,
@@ -75,22 +79,24 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--kill-slice-at", type=int, metavar="STEP", help="kill a whole slice at this step")
     g.add_argument("--preempt-slice-at", type=int, metavar="STEP",
                    help="deliver a Spot preemption notice to every host of one slice at this step")
-    g.add_argument("--grace-period", type=float, default=GKE_POD_GRACE_S,
+    g.add_argument("--grace-period", type=float, default=GKE_POD_GRACE_S, metavar="S",
                    help="seconds between the notice (SIGTERM) and SIGKILL, and Ray's drain deadline")
     g.add_argument("--start-slices", type=int, metavar="N", help="elastic: start with N slices")
     g.add_argument("--add-slice-at", type=int, metavar="STEP", help="elastic: add the missing slices at this step")
     g.add_argument("--recovery", choices=("retry", "cold"), default="retry",
                    help="how --fail-at recovers: Ray Train in-place retry, or a new cluster and driver")
     g.add_argument("--max-failures", type=int, default=3)
-    g.add_argument("--resize-interval", type=float, default=5.0, help="elastic: seconds between resize checks")
+    g.add_argument("--resize-interval", type=float, default=5.0, metavar="S", help="elastic: seconds between resize checks")
     g.add_argument("--workdir", help="keep everything here (default: a fresh temporary directory, removed after a "
                                      "run that reached its target unless --keep)")
     g.add_argument("--keep", action="store_true",
                    help="keep the work directory (checkpoints, logs) after a successful run too")
     g.add_argument("--verbose", action="store_true",
-                   help="print the driver's whole log as it comes (MaxText, JAX, Ray and tokenizer notices "
-                        "included); default: the run's progress lines, notices counted at the end")
+                   help="print the driver's whole log (default: progress lines, notices counted at the end)")
     g.add_argument("--json", dest="json_path", help="write the outcome as JSON here")
+    g.add_argument("--trace-data", action="store_true",
+                   help="record each batch's Grain position and first tokens per row in WORKDIR/data-trace "
+                        "(which records each host trained on)")
     g.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     return parser
 
@@ -108,9 +114,16 @@ def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progre
             argv += [f"--{dest.replace('_', '-')}", str(value)]
     # Run flags the entrypoint reads besides the ones above (the data, and the tokenizer).
     for flag, value in (("--dataset-type", args.dataset_type), ("--dataset-path", args.dataset_path),
-                        ("--tokenizer-path", args.tokenizer_path)):
+                        ("--dataset-format", args.dataset_format), ("--tokenizer-path", args.tokenizer_path),
+                        ("--eval-dataset-path", args.eval_dataset_path),
+                        ("--load-parameters-path", args.load_parameters_path)):
         if value:
             argv += [flag, value]
+    for flag, number in (("--eval-interval", args.eval_interval), ("--eval-steps", args.eval_steps)):
+        if number:
+            argv += [flag, str(number)]
+    if args.pretokenized:
+        argv.append("--pretokenized")
     for item in args.extra:
         argv += ["--set", item]
     return argv
@@ -178,6 +191,9 @@ class LocalRun:
                # `ray start` drains its node for this long on SIGTERM (ray/_private/node.py): the node's deadline
                # is the pod's grace period, as on GKE where the kubelet SIGKILLs at its end.
                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(self.args.grace_period)}
+        if self.args.trace_data:
+            (self.workdir / "data-trace").mkdir(exist_ok=True)
+            env[maxtext_runtime.DATA_TRACE_ENV] = str(self.workdir / "data-trace")
         slices = self.args.start_slices if self.args.start_slices is not None else self.plan.slices
         self.cluster = LocalTpuCluster(self.plan.shape, slices, self.workdir, self.ray_temp, env)
         if self.plan.elastic:
@@ -406,7 +422,10 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_period = args.checkpoint_period or LOCAL_DEFAULTS["checkpoint_period"]
         probe = entrypoint_argv(args, "@ADDRESS@", Path("/nonexistent"), Path("/nonexistent"), args.run_name,
                                 checkpoint_period)
-        _, plan_, _ = prepare(probe)
+        _, plan_, run_settings = prepare(probe)
+        # The workers' whole MaxText command line too (a --set that clashes with a key the run sets is refused
+        # here, not in every worker after the cluster is up).
+        pre_train_argv(plan_, run_settings, "base.yml")
         validate_injections(args, plan_)
     except (PlanError, maxtext_runtime.MaxTextVersionError) as err:
         print(f"trainer.local: {err}", file=sys.stderr)
