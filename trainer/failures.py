@@ -16,6 +16,8 @@ ends at once with the worker's reason.
 from __future__ import annotations
 
 import re
+import sys
+import traceback
 
 from core import exit_codes
 from core.errors import PlanError
@@ -158,3 +160,12 @@ def _fatal(code: int, message: str) -> NotRetryable:
         if cls.exit_code == code:
             return cls(message)
     raise ValueError(f"exit code {code} is not a not-retryable one")
+
+
+def report(program: str, error: BaseException) -> int:
+    """The exit code of a failure that ended `program` (exit_code_of), after its traceback and one line naming the
+    code, for the pod's log."""
+    code = exit_code_of(error)
+    traceback.print_exception(error)
+    print(f"{program}: {exit_codes.describe(code)}: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+    return code

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 
 from core import exit_codes
 from trainer import failures, maxtext_runtime, notice
@@ -47,10 +46,7 @@ def main(argv: list[str]) -> int:
         notice.install(watch)
         maxtext_runtime.run_pre_train(["maxtext.trainers.pre_train.train", *argv])
     except Exception as err:  # noqa: BLE001 - every failure leaves with a code the failure policy understands
-        code = failures.exit_code_of(err)
-        traceback.print_exc()
-        print(f"trainer.jobset_run: {exit_codes.describe(code)}: {type(err).__name__}: {err}", file=sys.stderr,
-              flush=True)
+        code = failures.report("trainer.jobset_run", err)
         if code == exit_codes.OUT_OF_HBM:
             print(f"trainer.jobset_run: {out_of_hbm_advice(overrides)}", file=sys.stderr, flush=True)
         return code

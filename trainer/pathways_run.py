@@ -15,7 +15,6 @@ lost TPU slice. The image's MaxText is used as it is (its release is the image's
 from __future__ import annotations
 
 import sys
-import traceback
 
 from core import exit_codes
 from trainer import failures
@@ -43,11 +42,7 @@ def main(argv: list[str]) -> int:
     try:
         train.main(["maxtext.trainers.pre_train.train", *argv])
     except Exception as err:  # noqa: BLE001 - every failure leaves with a code the failure policy understands
-        code = failures.exit_code_of(err)
-        traceback.print_exc()
-        print(f"trainer.pathways_run: {exit_codes.describe(code)}: {type(err).__name__}: {err}", file=sys.stderr,
-              flush=True)
-        return code
+        return failures.report("trainer.pathways_run", err)
     return exit_codes.OK
 
 

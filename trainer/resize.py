@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import time
 
-NAMESPACE = "tpu-multislice-trainer"
+from trainer.head_actors import NAMESPACE, pinned_actor  # noqa: F401 - NAMESPACE: where the actor is found
+
 # Longest a worker's per-step poll waits for the actor's answer (a same-node call takes milliseconds): past it the
 # step goes on as "no scale-up", so a dead or unreachable actor costs a step at most this, never the run.
 POLL_TIMEOUT_S = 10.0
@@ -64,15 +65,7 @@ class ScaleUpNotice:
 def notice_actor(run_name: str, create: bool = False):
     """The run's notice actor. `create`: make it (or take the live one) on this process's node, hard-pinned
     (module docstring); restarted in place if its process dies. Otherwise look it up (ValueError if absent)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    if create:
-        here = ray.get_runtime_context().get_node_id()
-        return ray.remote(num_cpus=0, max_restarts=-1)(ScaleUpNotice).options(
-            name=notice_actor_name(run_name), namespace=NAMESPACE, get_if_exists=True,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote()
-    return ray.get_actor(notice_actor_name(run_name), namespace=NAMESPACE)
+    return pinned_actor(ScaleUpNotice, notice_actor_name(run_name), create)
 
 
 class ScaleUpPoll:

@@ -35,9 +35,9 @@ import time
 from core import exit_codes
 from core.run_bounds import STALL_FLOOR_S, STALL_STEPS, Limits, limits_for  # noqa: F401 - limits_for re-exported
 from core.run_time import MIN_MFU
+from trainer.head_actors import NAMESPACE, pinned_actor  # noqa: F401 - NAMESPACE: where the actor is found
 
 POLL_S = 10.0
-NAMESPACE = "tpu-multislice-trainer"
 
 
 def verdict(status: dict, limits: Limits) -> str | None:
@@ -82,15 +82,7 @@ def actor_name(run_name: str) -> str:
 
 def progress_actor(run_name: str, create: bool = False):
     """Create (on this process's node, hard-pinned, restarted in place) or look up the run's RunProgress actor."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    if create:
-        here = ray.get_runtime_context().get_node_id()
-        return ray.remote(num_cpus=0, max_restarts=-1)(RunProgress).options(
-            name=actor_name(run_name), namespace=NAMESPACE, get_if_exists=True,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)).remote()
-    return ray.get_actor(actor_name(run_name), namespace=NAMESPACE)
+    return pinned_actor(RunProgress, actor_name(run_name), create)
 
 
 class StepBeat:
