@@ -8,7 +8,7 @@ from typing import Mapping
 
 from core.errors import PlanError
 from core.memory import GIB
-from core.planner import Alternative, Plan, PlanRequest, advise, nearest_fits, plan
+from core.planner import Alternative, Plan, PlanRequest, advise, nearest_fits, plan, request_for
 
 # What each kind of change (core/planner.py _CHANGE_ORDER) sets, as trainer/cli.py flags, from the plan that fits.
 def _flags_of(kind: str, alt: Alternative) -> list[str]:
@@ -55,7 +55,7 @@ def next_smaller_batch(chosen: Plan) -> float | None:
     """For a planned run XLA refused (the estimate said it fits, the compiler ran out of HBM): the largest
     per-device batch below the plan's that still lays out and fits the estimate, everything else as planned, or
     None. It is the nearest run to compile next, not a proven fit."""
-    request = _request_of(chosen)
+    request = request_for(chosen)
     current = chosen.per_device_batch_size
     candidates = [float(b) for b in range(math.ceil(current) - 1, 0, -1) if b < current] + [0.5, 0.25]
     for batch in candidates:
@@ -69,23 +69,12 @@ def next_smaller_batch(chosen: Plan) -> float | None:
     return None
 
 
-def _request_of(chosen: Plan) -> PlanRequest:
-    """The request that plans exactly `chosen` (every choice written in)."""
-    return PlanRequest(
-        model=chosen.model.name, generation=chosen.shape.generation.name, topology=chosen.shape.topology,
-        slices=chosen.slices, min_slices=chosen.min_slices if chosen.min_slices != chosen.slices else None,
-        ici_fsdp=chosen.ici_fsdp, ici_tensor=chosen.ici_tensor, dcn_data=chosen.dcn_data, dcn_fsdp=chosen.dcn_fsdp,
-        per_device_batch_size=chosen.per_device_batch_size, max_target_length=chosen.max_target_length,
-        remat_policy=chosen.remat_policy, remat_offload=chosen.remat_offload, weight_dtype=chosen.weight_dtype,
-        attention=chosen.attention)
-
-
 def out_of_hbm(chosen: Plan) -> str:
     """The line an out-of-HBM failure ends with (core/exit_codes.py OUT_OF_HBM): XLA needed more than the chip
     has for this plan's step and a retry would compile the same step, so: the nearest runs the planner accepts
     that need fewer bytes per device than this one (core/planner.py nearest_fits, nearest first), as the trainer's
     flags, and the compile that checks one before it runs."""
-    request = _request_of(chosen)
+    request = request_for(chosen)
     smaller = [alt for alt in nearest_fits(request, chosen, limit=8) if alt.plan.memory.total < chosen.memory.total]
     options = ", or ".join(flags_for(alt) for alt in smaller[:2])
     return (f"XLA ran out of HBM on this step (estimated {chosen.memory.total / GIB:.1f} GiB per device); "

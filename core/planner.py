@@ -438,8 +438,8 @@ def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, worst: Plan |
     if warning:
         at = f" (at {worst.slices} slices)" if worst is not None and worst.slices != chosen.slices else ""
         notes.append(f"memory{at}: {warning}")
-    best = largest_batch(chosen)
-    clean = largest_batch(chosen, near_limit=False) if chosen.memory.verdict == FITS else None
+    outright, best = batch_bounds(chosen)
+    clean = outright if chosen.memory.verdict == FITS else None
     if clean is None:
         shape = (f"shape: per_device_batch_size {_number(chosen.per_device_batch_size)} is near the limit"
                  + (f", as is every batch up to {_number(best)}" if best > chosen.per_device_batch_size else "")
@@ -532,14 +532,16 @@ class Advice:
         return self.plan is not None
 
 
-def largest_batch(chosen: Plan, ceiling: float = 64, near_limit: bool = True) -> float:
-    """The largest per-device batch that lays out and fits (HBM and the host's memory for offloads) with every
-    other choice of `chosen` kept (mesh, sequence, remat, dtype, slice range), searched upward from the plan's own
-    batch in steps of 1/tensor; `near_limit`: count batches near the limit (accepted with a warning). Never one
-    whose estimate is over XLA's limit: that is refused unless a compile fits it."""
-    allowed = (FITS, NEAR_LIMIT) if near_limit else (FITS,)
+def batch_bounds(chosen: Plan, ceiling: float = 64) -> tuple[float, float]:
+    """(largest batch that fits outright, largest accepted: fitting or near the limit, with a warning), each the
+    largest per-device batch that lays out and fits (HBM and the host's memory for offloads) with every other
+    choice of `chosen` kept (mesh, sequence, remat, dtype, slice range), from one scan upward from the plan's own
+    batch in steps of 1/tensor. Never one whose estimate is over XLA's limit: that is refused unless a compile
+    fits it. The estimate grows with the batch, so the outright bound is the last batch before the first near the
+    limit."""
     step = 1 / chosen.ici_batch_free
-    best = chosen.per_device_batch_size
+    clean = best = chosen.per_device_batch_size
+    clean_open = True
     counts = range(chosen.min_slices, chosen.slices + 1)
     k = int(round(best / step)) + 1
     while k * step <= ceiling:
@@ -548,11 +550,31 @@ def largest_batch(chosen: Plan, ceiling: float = 64, near_limit: bool = True) ->
             trial = dataclasses.replace(chosen, per_device_batch_size=candidate)
             trial = dataclasses.replace(trial, memory=_estimate(trial))
             sized = [trial.at_slices(n) for n in counts]
-            if not all(p.memory.verdict in allowed and _host_problem(p) is None for p in sized):
+            if not all(p.memory.verdict in (FITS, NEAR_LIMIT) and _host_problem(p) is None for p in sized):
                 break
+            clean_open = clean_open and all(p.memory.verdict == FITS for p in sized)
+            if clean_open:
+                clean = candidate
             best = candidate
         k += 1
-    return best
+    return clean, best
+
+
+def largest_batch(chosen: Plan, ceiling: float = 64, near_limit: bool = True) -> float:
+    """The largest accepted per-device batch (batch_bounds); `near_limit=False`: the largest that fits outright."""
+    clean, best = batch_bounds(chosen, ceiling)
+    return best if near_limit else clean
+
+
+def request_for(chosen: Plan) -> PlanRequest:
+    """The request that plans exactly `chosen`: every choice the planner made written in (_pinned), with the
+    slice range and the MaxText keys it was planned with (so one change at a time is one change)."""
+    base = PlanRequest(
+        model=chosen.model.name, generation=chosen.shape.generation.name, topology=chosen.shape.topology,
+        slices=chosen.slices, min_slices=chosen.min_slices if chosen.min_slices != chosen.slices else None,
+        ici_context=chosen.ici_context, ici_sequence=chosen.ici_sequence,
+        num_vocab_tiling=chosen.num_vocab_tiling, mu_dtype=chosen.mu_dtype or None, unmodeled=chosen.unmodeled)
+    return _pinned(base, chosen)
 
 
 def _pinned(request: PlanRequest, chosen: Plan) -> PlanRequest:

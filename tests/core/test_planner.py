@@ -350,3 +350,52 @@ def test_maxtext_keys_that_change_memory_are_estimated_or_named_never_refused():
 def test_context_parallelism_must_divide_the_slice():
     with pytest.raises(PlanError, match="ici_context_parallelism=3 must be >= 1 and divide the 16 devices"):
         plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=1, ici_context=3))
+
+
+def test_the_request_for_a_plan_plans_it_again_with_the_maxtext_keys_it_was_planned_with():
+    """core/advice.py re-plans a chosen run one change at a time from request_for: dropping the MaxText keys a run
+    was planned with (context parallelism, vocabulary tiling, mu_dtype, keys not estimated) would advise another
+    run than the one that failed."""
+    from core.planner import request_for
+
+    request = PlanRequest("llama3-8b", "v6e", "4x4", slices=2, min_slices=1, ici_context=2, num_vocab_tiling=4,
+                          mu_dtype="bfloat16", unmodeled=(("quantization", "fp8"),))
+    chosen = plan(request)
+    again = plan(request_for(chosen))
+    assert again == chosen
+    assert (again.ici_context, again.num_vocab_tiling, again.mu_dtype, again.unmodeled, again.min_slices) == (
+        2, 4, "bfloat16", (("quantization", "fp8"),), 1)
+
+
+def _scan(chosen, allowed, ceiling=64.0):
+    """The separate upward scan per bound the planner used to run (the oracle for its single scan)."""
+    import dataclasses
+
+    from core.planner import _check_batch, _estimate, _host_problem
+
+    step, best = 1 / chosen.ici_batch_free, chosen.per_device_batch_size
+    counts = range(chosen.min_slices, chosen.slices + 1)
+    k = int(round(best / step)) + 1
+    while k * step <= ceiling:
+        candidate = k * step
+        if all(_check_batch(candidate, chosen.shape, n, chosen.ici_batch_free) is None for n in counts):
+            trial = dataclasses.replace(chosen, per_device_batch_size=candidate)
+            trial = dataclasses.replace(trial, memory=_estimate(trial))
+            if not all(p.memory.verdict in allowed and _host_problem(p) is None
+                       for p in (trial.at_slices(n) for n in counts)):
+                break
+            best = candidate
+        k += 1
+    return best
+
+
+def test_one_scan_gives_both_batch_bounds_the_two_scans_gave():
+    from core.memory import FITS, NEAR_LIMIT
+    from core.planner import batch_bounds
+
+    for request in (PlanRequest("llama3-8b", "v6e", "4x4", slices=2),
+                    PlanRequest("qwen3-0.6b", "v6e", "2x4", slices=2, min_slices=1),
+                    PlanRequest("llama3-8b", "v6e", "8x8", slices=1),
+                    PlanRequest("llama3-70b", "v6e", "4x8", slices=2)):
+        chosen = plan(request)
+        assert batch_bounds(chosen) == (_scan(chosen, (FITS,)), _scan(chosen, (FITS, NEAR_LIMIT)))
