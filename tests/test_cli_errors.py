@@ -16,6 +16,7 @@ BAD_INPUT = [
     ("trainer.local", ["--no-such-flag"]),
     ("trainer.local", ["--steps", "3", "--fail-at", "5"]),
     ("trainer.entrypoint", ["--steps", "zero"]),
+    ("trainer.entrypoint", ["--set", "learning_rate"]),
     ("trainer.compat", ["--no-such-flag"]),
     ("preview", ["--stack"]),
     ("preview", ["--stack", "prod", "--set", "slices=0"]),

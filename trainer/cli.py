@@ -30,6 +30,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    """A --set item, split once as the command line is parsed: (KEY, VALUE); a later one for the same KEY wins."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key, value
+
+
 def parse_elastic(text: str) -> tuple[int, int]:
     """'MIN,MAX' in whole slices -> (min, max)."""
     try:
@@ -96,7 +104,7 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, An
     g.add_argument("--tokenizer-path", default=_env("tokenizer_path", ""), metavar="PATH",
                    help="default: the model's own tokenizer shipped with MaxText; another model's is refused")
     g.add_argument("--jax-cache-dir", default=_env("jax_cache_dir", ""))
-    g.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE",
+    g.add_argument("--set", dest="extra", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
                    help="extra MaxText override (repeatable); cannot replace a planned key")
 
 
@@ -125,22 +133,12 @@ def plan_request(args: argparse.Namespace, default_slices: int) -> PlanRequest:
     )
     # --set keys that change memory: context parallelism, vocabulary tiling and mu_dtype are planned and
     # estimated, the rest (quantization ...) named in the plan as not estimated (core/planner.py with_maxtext_keys).
-    return with_maxtext_keys(request, _extra_keys(getattr(args, "extra", [])))[0]
-
-
-def _extra_keys(items: list[str]) -> dict[str, str]:
-    extra = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise PlanError(f"--set {item!r}: expected KEY=VALUE")
-        extra[key] = value
-    return extra
+    return with_maxtext_keys(request, dict(getattr(args, "extra", [])))[0]
 
 
 def run_settings(args: argparse.Namespace, hardware: str) -> RunSettings:
     # Keys the planner takes in (plan_request) are launched as planned keys, not as extras.
-    extra = {key: value for key, value in _extra_keys(args.extra).items() if key not in LIFTED_KEYS}
+    extra = {key: value for key, value in args.extra if key not in LIFTED_KEYS}
     checkpoint_period = (int(args.checkpoint_period) if args.checkpoint_period is not None
                          else default_checkpoint_period(args.steps))
     run = RunSettings(

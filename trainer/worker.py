@@ -47,6 +47,14 @@ def worker_plan_and_argv(config: dict, world: int, base_config: str) -> tuple[Pl
     return current, pre_train_argv(current, RunSettings(**config["run"]), base_config, elastic_run=full.elastic)
 
 
+def asks_for_scale_up(config: dict, current: Plan) -> bool:
+    """Whether this group polls for a scale-up each step: an elastic run's group below its maximum. A group at
+    its maximum cannot grow, so it asks nothing; after a lost slice the smaller group is a new group whose workers
+    start here again, and ask."""
+    return bool(config.get("elastic") and config.get("run_name")
+                and current.slices < config["plan_request"]["slices"])
+
+
 def train_loop_per_worker(config: dict) -> None:
     import ray.train
 
@@ -91,7 +99,7 @@ def train_loop_per_worker(config: dict) -> None:
     # An elastic group hears a coming scale-up through the controller's notice actor (trainer/resize.py); only rank
     # 0 asks, and a lost actor reads as "no scale-up" (resize.ScaleUpPoll), never as a failed step.
     scale_up_requested = None
-    if config.get("elastic") and config.get("run_name"):
+    if asks_for_scale_up(config, current):
         from trainer import resize
 
         scale_up_requested = resize.ScaleUpPoll(config["run_name"])

@@ -124,8 +124,8 @@ def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progre
             argv += [flag, str(number)]
     if args.pretokenized:
         argv.append("--pretokenized")
-    for item in args.extra:
-        argv += ["--set", item]
+    for key, value in args.extra:
+        argv += ["--set", f"{key}={value}"]
     return argv
 
 
