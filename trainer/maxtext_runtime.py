@@ -13,6 +13,7 @@ import importlib.resources
 from typing import Callable
 
 from core.maxtext_facts import MIN_MAXTEXT
+from trainer import patching
 from trainer.failures import ConfigurationError, DataError, EnvironmentImportError
 
 # Preset parameter formulas are exact for the dense decoders here; the slack only absorbs an unforeseen
@@ -102,8 +103,8 @@ def install_hooks(expected_params: int, model_name: str,
     for name in ("write_setup_info_to_tensorboard", "write_metrics"):
         if not hasattr(cls, name):
             raise MaxTextVersionError(f"maxtext MetricLogger has no {name}(); the trainer's hooks need updating")
-    setup_info = getattr(cls.write_setup_info_to_tensorboard, "_trainer_original", cls.write_setup_info_to_tensorboard)
-    write_metrics = getattr(cls.write_metrics, "_trainer_original", cls.write_metrics)
+    setup_info = patching.original(cls.write_setup_info_to_tensorboard)
+    write_metrics = patching.original(cls.write_metrics)
 
     def checked_setup_info(self, params):
         actual = int(max_utils.calculate_num_params_from_pytree(params))
@@ -120,10 +121,8 @@ def install_hooks(expected_params: int, model_name: str,
                     float(scalars.get("perf/step_time_seconds", 0.0)))
         return result
 
-    checked_setup_info._trainer_original = setup_info
-    reported_write_metrics._trainer_original = write_metrics
-    cls.write_setup_info_to_tensorboard = checked_setup_info
-    cls.write_metrics = reported_write_metrics
+    patching.install(cls, "write_setup_info_to_tensorboard", checked_setup_info, setup_info)
+    patching.install(cls, "write_metrics", reported_write_metrics, write_metrics)
 
 
 def install_phase_guards() -> None:
@@ -136,8 +135,8 @@ def install_phase_guards() -> None:
     from maxtext.input_pipeline import input_pipeline_interface as pipeline
     from maxtext.trainers.pre_train import train
 
-    initialize = getattr(train.initialize, "_trainer_original", train.initialize)
-    create_data_iterator = getattr(pipeline.create_data_iterator, "_trainer_original", pipeline.create_data_iterator)
+    initialize = patching.original(train.initialize)
+    create_data_iterator = patching.original(pipeline.create_data_iterator)
 
     def guarded_initialize(argv):
         try:
@@ -158,10 +157,8 @@ def install_phase_guards() -> None:
             raise DataError(f"dataset_type={config.dataset_type}: cannot open the data: "
                             f"{type(err).__name__}: {err}") from err
 
-    guarded_initialize._trainer_original = initialize
-    guarded_create_data_iterator._trainer_original = create_data_iterator
-    train.initialize = guarded_initialize
-    pipeline.create_data_iterator = guarded_create_data_iterator
+    patching.install(train, "initialize", guarded_initialize, initialize)
+    patching.install(pipeline, "create_data_iterator", guarded_create_data_iterator, create_data_iterator)
 
 
 class ElasticPositionError(DataError):
@@ -210,7 +207,7 @@ def install_elastic_grain_restore() -> None:
     Idempotent per process."""
     from maxtext.common import grain_utility
 
-    original = getattr(grain_utility.for_restore, "_trainer_original", grain_utility.for_restore)
+    original = patching.original(grain_utility.for_restore)
 
     def for_restore(checkpoint_manager, step, data_iterator, expansion_factor_real_data):
         local = None if isinstance(data_iterator, list) else _elastic_position_iterator(data_iterator)
@@ -219,8 +216,7 @@ def install_elastic_grain_restore() -> None:
         index, count = elastic_restore_source(checkpoint_manager.directory / str(step) / "iter")
         return grain_utility.GrainCheckpointable(local, restore_process_index=index, restore_process_count=count)
 
-    for_restore._trainer_original = original
-    grain_utility.for_restore = for_restore
+    patching.install(grain_utility, "for_restore", for_restore, original)
 
 
 # The local run's data trace (trainer.local --trace-data): a directory where every training process appends,
@@ -240,7 +236,7 @@ def install_data_trace(trace_dir: str) -> None:
     from maxtext.input_pipeline import multihost_dataloading
 
     cls = multihost_dataloading.MultiHostDataLoadIterator
-    original = getattr(cls._get_next_batch_sharded, "_trainer_original", cls._get_next_batch_sharded)
+    original = patching.original(cls._get_next_batch_sharded)
     path = os.path.join(trace_dir, f"data-{os.getpid()}.jsonl")
     calls = {"n": 0}
 
@@ -273,8 +269,7 @@ def install_data_trace(trace_dir: str) -> None:
             out.write(json.dumps(record) + "\n")
         return result
 
-    traced._trainer_original = original
-    cls._get_next_batch_sharded = traced
+    patching.install(cls, "_get_next_batch_sharded", traced, original)
 
 
 def run_pre_train(argv: list[str]) -> None:

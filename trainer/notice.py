@@ -33,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from trainer import patching
+
 # MaxText keys that make a True from `reached_preemption` save (not only stop). enable_checkpointing is already
 # set by core.maxtext_args for every run.
 REQUIRED_OVERRIDES = ("enable_checkpointing=true", "enable_autocheckpoint=true")
@@ -68,8 +70,8 @@ def install(watch: NoticeWatch) -> None:
     """Make MaxText's checkpointing hear `watch` besides JAX's preemption notice. Idempotent per process."""
     from maxtext.common import checkpointing
 
-    reached = getattr(checkpointing.reached_preemption, "_trainer_original", checkpointing.reached_preemption)
-    save = getattr(checkpointing.save_checkpoint, "_trainer_original", checkpointing.save_checkpoint)
+    reached = patching.original(checkpointing.reached_preemption)
+    save = patching.original(checkpointing.save_checkpoint)
 
     def reached_with_watch(checkpoint_manager, step):
         return watch.at(int(step), jax_notice=bool(reached(checkpoint_manager, step)))
@@ -78,10 +80,8 @@ def install(watch: NoticeWatch) -> None:
         # Orbax's save-decision policy would decline a step that is neither on the period nor JAX's sync point.
         return save(checkpoint_manager, step, state, config, data_iterator, force or watch.at(int(step)))
 
-    reached_with_watch._trainer_original = reached
-    save_at_notice._trainer_original = save
-    checkpointing.reached_preemption = reached_with_watch
-    checkpointing.save_checkpoint = save_at_notice
+    patching.install(checkpointing, "reached_preemption", reached_with_watch, reached)
+    patching.install(checkpointing, "save_checkpoint", save_at_notice, save)
 
 
 def require_autocheckpoint(argv: list[str]) -> None:
