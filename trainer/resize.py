@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 
-from trainer.head_actors import NAMESPACE, pinned_actor  # noqa: F401 - NAMESPACE: where the actor is found
+from trainer.head_actors import pinned_actor
 
 # Longest a worker's per-step poll waits for the actor's answer (a same-node call takes milliseconds): past it the
 # step goes on as "no scale-up", so a dead or unreachable actor costs a step at most this, never the run.

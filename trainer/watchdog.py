@@ -35,7 +35,7 @@ import time
 from core import exit_codes
 from core.run_bounds import STALL_FLOOR_S, STALL_STEPS, Limits, limits_for  # noqa: F401 - limits_for re-exported
 from core.run_time import MIN_MFU
-from trainer.head_actors import NAMESPACE, pinned_actor  # noqa: F401 - NAMESPACE: where the actor is found
+from trainer.head_actors import pinned_actor
 
 POLL_S = 10.0
 

@@ -18,7 +18,6 @@ soon as the stack registers them. Sources of each rule:
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 

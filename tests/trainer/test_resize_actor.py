@@ -18,7 +18,7 @@ ray = pytest.importorskip("ray")
 
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
 
-from trainer import resize  # noqa: E402
+from trainer import head_actors, resize  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def test_poll_survives_the_death_of_the_actors_node(cluster):
     local.wait_for_nodes()
     # Where an unpinned actor could end up: on a TPU host (put there on purpose).
     stray = ray.remote(num_cpus=0)(resize.ScaleUpNotice).options(
-        name=resize.notice_actor_name(run), namespace=resize.NAMESPACE,
+        name=resize.notice_actor_name(run), namespace=head_actors.NAMESPACE,
         scheduling_strategy=NodeAffinitySchedulingStrategy(doomed_host.node_id, soft=False)).remote()
     poll = resize.ScaleUpPoll(run, timeout_s=5.0)
     assert poll() is False
