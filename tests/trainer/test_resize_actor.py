@@ -135,6 +135,19 @@ def test_pinned_actor_comes_back_after_its_process_dies_and_the_poll_rides_throu
     ray.kill(actor)
 
 
+def _wait_until_dead(actor, within_s: float = 60.0) -> None:
+    """ray.kill returns before the actor is gone (the GCS kills it asynchronously; a call made at once may still be
+    answered, seen on a busy CI machine): wait until a call to it fails."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.is_requested.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the killed actor still answers after {within_s:.0f} s")
+
+
 def test_controller_resizes_without_the_save_when_the_actor_is_gone(cluster, capsys):
     run = "killed"
     callback = resize.save_before_resize_callback(run, timeout_s=0.5)
@@ -142,6 +155,7 @@ def test_controller_resizes_without_the_save_when_the_actor_is_gone(cluster, cap
     poll = resize.ScaleUpPoll(run, timeout_s=5.0)
     assert poll() is False
     ray.kill(callback._actor, no_restart=True)
+    _wait_until_dead(callback._actor)
     assert poll() is False and poll.misses == 1
 
     class Decision:
