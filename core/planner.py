@@ -299,6 +299,12 @@ def _compile_hint(request: PlanRequest, chosen: "Plan") -> str:
 
 def plan(request: PlanRequest) -> Plan:
     """Validate a request and return the plan, or raise PlanError naming the values that do not work."""
+    return _plan_with_bounds(request)[0]
+
+
+def _plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] | None]:
+    """plan(), with the batch bounds its notes were written from (batch_bounds of the plan; None for a plan kept
+    over the limit with the memory check off, whose notes scan nothing): advise() answers from the same scan."""
     model = preset(request.model)
     shape = resolve_shape(request.generation, request.topology)
     if request.slices < 1:
@@ -400,13 +406,15 @@ def plan(request: PlanRequest) -> Plan:
                     if host:
                         host_problems.append(host)
                         continue
-                    return dataclasses.replace(candidate, notes=_notes(request, candidate, model, worst))
+                    bounds = batch_bounds(candidate)
+                    return (dataclasses.replace(candidate, notes=_notes(request, candidate, model, bounds, worst)),
+                            bounds)
     if not request.memory_check:
         assert first is not None
         return dataclasses.replace(first, notes=(
             f"memory check off: estimated {first.memory.total / GIB:.1f} GiB per device, over the "
             f"{first.memory.usable / GIB:.2f} GiB XLA compiles against; run it only if XLA's compile fits it "
-            f"({_compile_hint(request, first)})",))
+            f"({_compile_hint(request, first)})",)), None
     best = min(tried, key=lambda p: p.memory.total)
     resized = f" (elastic: at {best.slices} of {min_slices}..{request.slices} slices)" if elastic else ""
     hint = _compile_hint(request, best)
@@ -432,13 +440,14 @@ def _host_problem(candidate: Plan) -> str | None:
     return None
 
 
-def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, worst: Plan | None = None) -> tuple[str, ...]:
+def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, bounds: tuple[float, float],
+           worst: Plan | None = None) -> tuple[str, ...]:
     notes = []
     warning = (worst or chosen).memory.near_limit_warning()
     if warning:
         at = f" (at {worst.slices} slices)" if worst is not None and worst.slices != chosen.slices else ""
         notes.append(f"memory{at}: {warning}")
-    outright, best = batch_bounds(chosen)
+    outright, best = bounds
     clean = outright if chosen.memory.verdict == FITS else None
     if clean is None:
         shape = (f"shape: per_device_batch_size {_number(chosen.per_device_batch_size)} is near the limit"
@@ -693,13 +702,15 @@ def advise(request: PlanRequest, *, max_slices: int | None = None, limit: int = 
     """The plan with the largest per-device batch it could take, or the refusal with the nearest configurations
     that fit (only for a refusal over memory: a layout or input error has no nearest shape)."""
     try:
-        chosen = plan(request)
+        chosen, bounds = _plan_with_bounds(request)
     except DoesNotFit as err:
         return Advice(request=request, plan=None, refusal=str(err),
                       alternatives=nearest_fits(request, err.closest, max_slices=max_slices, limit=limit))
     except PlanError as err:
         return Advice(request=request, plan=None, refusal=str(err))
-    return Advice(request=request, plan=chosen, largest_batch=largest_batch(chosen))
+    # The plan's own scan (its notes were written from it); a plan kept over the limit scans here.
+    best = bounds[1] if bounds is not None else largest_batch(chosen)
+    return Advice(request=request, plan=chosen, largest_batch=best)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ keyed by preset and TPU generation; tests/core/test_recipes.py keeps these defau
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from core.errors import PlanError
@@ -73,6 +73,28 @@ class ModelPreset:
 _LLAMA3_8B_OFFLOAD = ("decoder_layer_input", "out_proj", "query_proj", "key_proj", "value_proj")
 _LLAMA3_70B_OFFLOAD = ("decoder_layer_input", "query_proj", "key_proj", "value_proj")
 
+_TINY = ModelPreset(
+    # MaxText's own CPU test model (docs/platform-notes.md §5), embedding widened 28 -> 32 so that 8- and 16-way FSDP
+    # (one or two v6e 2x4 slices) divide it. Trains a step in well under a second on one core.
+    name="tiny", maxtext_model_name="default",
+    emb_dim=32, num_query_heads=4, num_kv_heads=4, head_dim=128, mlp_dim=32, num_layers=2,
+    vocab_size=32,
+    max_target_length=128, per_device_batch_size=1, attention="dot_product",
+    dimension_overrides={
+        "base_emb_dim": "32", "base_num_query_heads": "4", "base_num_kv_heads": "4",
+        "base_mlp_dim": "32", "base_num_decoder_layers": "2", "head_dim": "128", "vocab_size": "32",
+    },
+    cpu_only=True,
+    source="MaxText CPU test overrides",
+)
+
+# The same CPU test model with the vocabulary of a real tokenizer MaxText ships (the Llama 2 SentencePiece model,
+# assets/tokenizers/tokenizer.llama2: 32,000 ids), so the local run can train on text it tokenizes itself
+# (core/data.py). The embedding and output head are most of its 2.1M weights.
+_TINY_TEXT = replace(_TINY, name="tiny-text", vocab_size=32000,
+                     dimension_overrides={**_TINY.dimension_overrides, "vocab_size": "32000"},
+                     source="MaxText CPU test overrides, Llama 2 vocabulary")
+
 PRESETS: Mapping[str, ModelPreset] = {
     p.name: p
     for p in (
@@ -103,35 +125,8 @@ PRESETS: Mapping[str, ModelPreset] = {
             max_target_length=4096, per_device_batch_size=4,
             source="MaxText defaults (no tuned recipe published; core/recipes.py NO_RECIPE)",
         ),
-        ModelPreset(
-            # MaxText's own CPU test model (docs/platform-notes.md §5), embedding widened 28 -> 32 so that 8- and 16-way FSDP
-            # (one or two v6e 2x4 slices) divide it. Trains a step in well under a second on one core.
-            name="tiny", maxtext_model_name="default",
-            emb_dim=32, num_query_heads=4, num_kv_heads=4, head_dim=128, mlp_dim=32, num_layers=2,
-            vocab_size=32,
-            max_target_length=128, per_device_batch_size=1, attention="dot_product",
-            dimension_overrides={
-                "base_emb_dim": "32", "base_num_query_heads": "4", "base_num_kv_heads": "4",
-                "base_mlp_dim": "32", "base_num_decoder_layers": "2", "head_dim": "128", "vocab_size": "32",
-            },
-            cpu_only=True,
-            source="MaxText CPU test overrides",
-        ),
-        ModelPreset(
-            # The same CPU test model with the vocabulary of a real tokenizer MaxText ships (the Llama 2
-            # SentencePiece model, assets/tokenizers/tokenizer.llama2: 32,000 ids), so the local run can train on
-            # text it tokenizes itself (core/data.py). The embedding and output head are most of its 2.1M weights.
-            name="tiny-text", maxtext_model_name="default",
-            emb_dim=32, num_query_heads=4, num_kv_heads=4, head_dim=128, mlp_dim=32, num_layers=2,
-            vocab_size=32000,
-            max_target_length=128, per_device_batch_size=1, attention="dot_product",
-            dimension_overrides={
-                "base_emb_dim": "32", "base_num_query_heads": "4", "base_num_kv_heads": "4",
-                "base_mlp_dim": "32", "base_num_decoder_layers": "2", "head_dim": "128", "vocab_size": "32000",
-            },
-            cpu_only=True,
-            source="MaxText CPU test overrides, Llama 2 vocabulary",
-        ),
+        _TINY,
+        _TINY_TEXT,
     )
 }
 

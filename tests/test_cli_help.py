@@ -41,3 +41,14 @@ def test_run_outside_the_venv_says_how_to_set_up_in_one_line(module):
     assert result.returncode == 2 and result.stdout == ""
     [line] = result.stderr.splitlines()
     assert "bash scripts/setup.sh" in line and f".venv/bin/python -m {module}" in line and len(line) <= 100
+
+
+def test_local_run_says_what_each_injected_failure_plays_in_one_place():
+    # The injected failures are explained by their --help only; the module docstring shows examples and points there.
+    import trainer.local.run as run
+    group = next(g for g in run.build_parser()._action_groups if g.title == "injected failures")
+    flags = [action.option_strings[0] for action in group._group_actions]
+    assert {"--fail-at", "--kill-slice-at", "--preempt-slice-at", "--add-slice-at"} <= set(flags)
+    assert all(action.help for action in group._group_actions)
+    explained = [line for line in run.__doc__.splitlines() if line.lstrip().startswith("--")]
+    assert not explained, explained

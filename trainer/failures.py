@@ -66,7 +66,7 @@ _OUT_OF_HBM = re.compile(r"RESOURCE_EXHAUSTED[^\n]*?(hbm|device buffer|at the bo
 
 def is_out_of_hbm(exc: BaseException) -> bool:
     """XLA ran out of the TPU's HBM, here or in anything `exc` wraps."""
-    return any(_OUT_OF_HBM.search(str(item)) for item in _causes(exc))
+    return any(_OUT_OF_HBM.search(str(item)) for item in errors_in(exc))
 class NoProgressError(NotRetryable):
     """The run holds its slices without training (trainer/watchdog.py)."""
     exit_code = exit_codes.NO_PROGRESS
@@ -79,13 +79,15 @@ def _is_runtime_env_failure(exc: BaseException) -> bool:
     return type(exc).__name__ == "RuntimeEnvSetupError" and type(exc).__module__ == "ray.exceptions"
 
 
-def _causes(exc: BaseException):
-    """The exception, what Ray wrapped inside it, and its cause/context chain (each visited once)."""
+def errors_in(exc: BaseException):
+    """The exception, what Ray Train and Ray wrapped inside it, and its cause/context chain, each visited once
+    (Ray 2.60: ray/train/v2/api/exceptions.py, ray/train/v2/_internal/exceptions.py, ray/exceptions.py). The
+    trainer's exit codes and the smoke test's verdicts read failures through this one walk."""
     seen: set[int] = set()
-    stack = [exc]
+    stack: list[object] = [exc]
     while stack:
         current = stack.pop()
-        if current is None or id(current) in seen:
+        if not isinstance(current, BaseException) or id(current) in seen:
             continue
         seen.add(id(current))
         yield current
@@ -111,7 +113,7 @@ def exit_code_of(exc: BaseException) -> int:
     trainer.maxtext_runtime's MaxText version and model checks (EnvironmentImportError subclasses); XLA's
     out-of-HBM (RESOURCE_EXHAUSTED on the TPU's memory, at compile or run time) is OUT_OF_HBM."""
     codes = []
-    for item in _causes(exc):
+    for item in errors_in(exc):
         code = getattr(item, "exit_code", None)
         if isinstance(item, NotRetryable) and code in exit_codes.NOT_RETRYABLE:
             codes.append(code)
@@ -148,7 +150,7 @@ def _first_line(error: BaseException, code: int) -> str:
     around it run to hundreds of lines)."""
     text = str(error)
     if code == exit_codes.OUT_OF_HBM:
-        for item in _causes(error):
+        for item in errors_in(error):
             match = _OUT_OF_HBM.search(str(item))
             if match:
                 return str(item)[match.start():].splitlines()[0]

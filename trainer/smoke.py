@@ -38,6 +38,7 @@ from typing import Any, Sequence
 
 from core import exit_codes
 from core.cli_errors import OneLineParser
+from trainer.failures import errors_in, exit_code_of
 
 # Distinct from a runtime failure: the JobSet's failure policy ends the run on it instead of restarting onto the
 # same nodes, and the RayJob's driver stops before training (core/exit_codes.py).
@@ -217,24 +218,6 @@ def run_ray(args: argparse.Namespace) -> int:
     return 0
 
 
-def _errors_in(exc: BaseException):
-    """`exc` and everything Ray Train and Ray wrapped in it: ControllerError.controller_failure,
-    WorkerGroupError.worker_failures, RayTaskError.cause, UserExceptionWithTraceback._base_exc, and the
-    cause/context chain (ray/train/v2/api/exceptions.py, ray/train/v2/_internal/exceptions.py in Ray 2.60)."""
-    seen: set[int] = set()
-    stack = [exc]
-    while stack:
-        current = stack.pop()
-        if not isinstance(current, BaseException) or id(current) in seen:
-            continue
-        seen.add(id(current))
-        yield current
-        failures = getattr(current, "worker_failures", None)
-        stack += list(failures.values()) if isinstance(failures, dict) else []
-        stack += [getattr(current, name, None) for name in ("controller_failure", "cause", "_base_exc")]
-        stack += [current.__cause__, current.__context__]
-
-
 def _infrastructure_types() -> tuple[type, ...]:
     """Ray's errors for what happens to the run rather than in the checks: the runtime env not installing,
     placement and scheduling (a worker group that cannot be reserved, started or kept healthy), dead actors and
@@ -256,7 +239,7 @@ def infrastructure_error(exc: BaseException) -> BaseException | None:
     from ray.train.v2._internal import exceptions as train_errors
 
     kinds = _infrastructure_types()
-    found = [item for item in _errors_in(exc) if isinstance(item, kinds)]
+    found = [item for item in errors_in(exc) if isinstance(item, kinds)]
     wrappers = (train_errors.WorkerGroupStartupFailedError, train_errors.WorkerHealthCheckFailedError)
     return next((item for item in found if not isinstance(item, wrappers)), found[0] if found else None)
 
@@ -264,12 +247,10 @@ def infrastructure_error(exc: BaseException) -> BaseException | None:
 def ray_failure_code(exc: BaseException) -> int:
     """Exit code for an error out of the Ray smoke test (module docstring): a not-retryable configuration, import
     or data error first, then a check that failed, then infrastructure, and anything else as a failed check."""
-    from trainer.failures import exit_code_of
-
     code = exit_code_of(exc)
     if code in exit_codes.NOT_RETRYABLE:
         return code
-    if any(isinstance(item, SmokeFailure) for item in _errors_in(exc)):
+    if any(isinstance(item, SmokeFailure) for item in errors_in(exc)):
         return EXIT_FAILED
     if infrastructure_error(exc) is not None:
         return EXIT_INFRASTRUCTURE

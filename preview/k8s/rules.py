@@ -80,7 +80,10 @@ def _ray_cluster_sites(spec: Mapping[str, Any], base: FieldPath) -> Iterator[Pod
         if not isinstance(group, dict) or not isinstance(group.get("template"), dict):
             continue
         group_path = base + ("workerGroupSpecs", index)
-        replicas = HostsField(group_path + ("replicas",), group["replicas"]) if "replicas" in group else None
+        # The slices the group can come to want: up to maxReplicas (an elastic group starts at its minimum and
+        # the driver, or an autoscaler, raises replicas to it), else replicas.
+        key = "maxReplicas" if "maxReplicas" in group else "replicas"
+        replicas = HostsField(group_path + (key,), group[key]) if key in group else None
         yield PodSite(group_path + ("template",), group["template"],
                       hosts=[HostsField(group_path + ("numOfHosts",), group.get("numOfHosts", 1))],
                       replicas=replicas)

@@ -10,6 +10,8 @@ Sources (MaxText 0.2.5 as installed; re-read here from the package where a test 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import importlib.resources
 import inspect
 
@@ -227,6 +229,12 @@ def test_the_text_test_model_fits_the_llama2_tokenizer_maxtext_ships():
                                                   dataset_path="/d/*.parquet")))
     assert (keys["tokenizer_path"], keys["tokenizer_type"], keys["grain_file_type"],
             keys["tokenize_train_data"]) == ("tokenizer.llama2", "sentencepiece", "parquet", "true")
+    # The same CPU model as `tiny` but for the vocabulary: MaxText is told the same dimensions, vocab_size aside.
+    tiny, text = PRESETS["tiny"], PRESETS["tiny-text"]
+    differing = {f.name for f in dataclasses.fields(tiny) if getattr(tiny, f.name) != getattr(text, f.name)}
+    assert differing == {"name", "vocab_size", "dimension_overrides", "source"}
+    assert ({**tiny.dimension_overrides, "vocab_size": "32000"} == dict(text.dimension_overrides)
+            and text.param_count - tiny.param_count == 2 * (32000 - 32) * tiny.emb_dim)
 
 
 def test_the_workers_find_the_tokenizers_maxtext_ships(tmp_path):

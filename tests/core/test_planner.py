@@ -399,3 +399,22 @@ def test_one_scan_gives_both_batch_bounds_the_two_scans_gave():
                     PlanRequest("llama3-70b", "v6e", "4x8", slices=2)):
         chosen = plan(request)
         assert batch_bounds(chosen) == (_scan(chosen, (FITS,)), _scan(chosen, (FITS, NEAR_LIMIT)))
+
+
+def test_advice_answers_from_the_plans_own_batch_scan(monkeypatch):
+    """advise() plans once and reads the largest batch from the scan the plan's notes were written from: one
+    scan per advice, the same answer as scanning the plan again."""
+    import core.planner as planner
+
+    request = PlanRequest("llama3-8b", "v6e", "4x4", slices=2)
+    expected = planner.largest_batch(plan(request))
+    scans = []
+    real = planner.batch_bounds
+    monkeypatch.setattr(planner, "batch_bounds", lambda chosen, *a, **k: scans.append(chosen) or real(chosen, *a, **k))
+    advice = planner.advise(request)
+    assert len(scans) == 1 and advice.largest_batch == expected
+    # A plan kept over the limit (memory check off) has no scan in its notes: advice scans it once.
+    over = PlanRequest("llama3-70b", "v6e", "2x4", slices=1, per_device_batch_size=4, memory_check=False)
+    scans.clear()
+    kept = planner.advise(over)
+    assert len(scans) == 1 and kept.largest_batch == kept.plan.per_device_batch_size

@@ -152,7 +152,24 @@ def test_pods_must_match_a_node_pool_of_the_stack():
 def test_more_slices_than_pools_is_a_warning():
     report = check(base_objects() + [ray_cluster(replicas=3)])
     assert report.errors == []
-    assert paths(report.warnings) == {"spec.workerGroupSpecs[0].replicas"}
+    assert paths(report.warnings) == {"spec.workerGroupSpecs[0].maxReplicas"}
+
+
+def test_an_elastic_group_is_matched_with_pools_at_its_maximum():
+    # An elastic group starts at replicas = minReplicas and the driver raises replicas to maxReplicas
+    # (trainer/grow.py), so the pools must hold maxReplicas slices.
+    elastic = ray_cluster(replicas=1)
+    elastic["spec"]["workerGroupSpecs"][0]["maxReplicas"] = 3
+    report = check(base_objects() + [elastic])
+    assert report.errors == []
+    assert paths(report.warnings) == {"spec.workerGroupSpecs[0].maxReplicas"}
+    assert "3 slices" in report.warnings[0].message
+    elastic["spec"]["workerGroupSpecs"][0]["maxReplicas"] = 2
+    assert check(base_objects() + [elastic]).warnings == []
+    # A group without maxReplicas is matched by its replicas.
+    fixed = ray_cluster(replicas=3)
+    del fixed["spec"]["workerGroupSpecs"][0]["maxReplicas"]
+    assert paths(check(base_objects() + [fixed]).warnings) == {"spec.workerGroupSpecs[0].replicas"}
 
 
 def test_ray_job_rules():

@@ -119,3 +119,22 @@ def test_run_ray_maps_what_fit_raises(monkeypatch, capsys, tmp_path):
     assert code == exit_codes.IMPORT_ERROR
     err = capsys.readouterr().err
     assert "SMOKE NOT RUN (import/environment error): RuntimeEnvSetupError: Failed to set up runtime environment." in err
+
+
+def test_the_smoke_verdict_and_the_exit_code_read_the_same_walk_of_wrapped_errors():
+    """One walk over what Ray wrapped (trainer/failures.py errors_in): the smoke test's verdict and the trainer's
+    exit code cannot disagree about what an error holds. A Ray wrapper attribute that is not an exception (the
+    controller_failure Ray sets to None, a cause that is a string) is stepped over."""
+    import inspect
+
+    from trainer import failures
+
+    assert "__context__" not in inspect.getsource(smoke)
+    setup = runtime_env_failure_at_start()
+    walked = list(failures.errors_in(setup))
+    assert [type(e).__name__ for e in walked][:1] == ["ControllerError"]
+    assert "RuntimeEnvSetupError" in {type(e).__name__ for e in walked}
+    odd = RuntimeError("wrapped")
+    odd.cause = "not an exception"
+    odd.controller_failure = None
+    assert list(failures.errors_in(odd)) == [odd]

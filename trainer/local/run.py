@@ -1,4 +1,4 @@
-"""Run the real job on this machine: fake TPU slices, real Ray Train, real MaxText (tiny model, on CPU).
+"""Run the real job here: fake TPU slices, real Ray Train, real MaxText (tiny model, on CPU).
 
     python -m trainer.local                       # 2 x v6e 2x4 slices, 30 steps, checkpoint every 5
     python -m trainer.local --fail-at 12 --json out.json
@@ -8,20 +8,8 @@
 
 It starts a local Ray cluster whose nodes impersonate the TPU hosts (trainer.local.cluster), then runs
 `python -m trainer.entrypoint --local-cpu` against it: the same entrypoint, the same use_tpu=True scaling
-config. Failures are injected from outside, as they happen on GKE:
-Steps are numbered as MaxText logs them (0 .. steps-1); a failure at STEP happens once step STEP is done.
-  --fail-at STEP        SIGKILL one host's training worker; Ray Train restarts the worker group in place.
-  --kill-slice-at STEP  SIGKILL every process of one slice's hosts. Elastic runs continue on fewer slices;
-                        fixed-size runs get the slice back at once (as a replacement node pool would be).
-  --recovery cold       at --fail-at, kill the driver and the whole cluster, start both again; MaxText resumes
-                        from its last checkpoint (a job resubmitted after losing its cluster).
-  --preempt-slice-at STEP  the preemption notice, as GKE gives it to a Spot slice: SIGTERM to every host's
-                        `ray start` (a pod's main process), SIGKILL of what is left after --grace-period seconds;
-                        the trainer saves at the step all hosts agree on. A fixed-size run gets the slice back.
-  --start-slices N --add-slice-at STEP  elastic growth: start with N slices; at STEP capacity arrives for the
-                        slices the job's RayCluster wants (the driver asks KubeRay for all of them when it starts,
-                        trainer/grow.py, here through trainer/local/kuberay.py); the group saves before it
-                        re-forms bigger.
+config. Failures are injected from outside, as they happen on GKE (the "injected failures" options of --help
+say what each plays).
 Data: synthetic by default; --dataset-type grain --dataset-path FILES trains on files (ArrayRecord or Parquet,
 text tokenized with the model's tokenizer, or token ids with --pretokenized; trainer/local/tiny_data.py writes
 some), --load-parameters-path starts from saved weights, --trace-data records which records each host read.
@@ -74,29 +62,39 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_plan_arguments(parser, LOCAL_DEFAULTS)
     cli.add_run_arguments(parser, {**LOCAL_DEFAULTS, "run_name": "local"})
+    # What each injected failure plays on GKE is said here only (the module docstring points to --help).
+    f = parser.add_argument_group("injected failures", "STEP as MaxText numbers steps (0 .. steps-1); each comes "
+                                                       "once step STEP is done")
+    f.add_argument("--fail-at", type=int, metavar="STEP",
+                   help="SIGKILL one host's training worker; Ray Train restarts the group in place")
+    f.add_argument("--recovery", choices=("retry", "cold"), default="retry",
+                   help="cold: --fail-at kills the driver and cluster too; both start again and MaxText "
+                        "resumes from its checkpoint")
+    f.add_argument("--kill-slice-at", type=int, metavar="STEP",
+                   help="SIGKILL one slice's processes; elastic runs go on smaller, fixed-size ones get it "
+                        "back (a new node pool)")
+    f.add_argument("--preempt-slice-at", type=int, metavar="STEP",
+                   help="a Spot notice: SIGTERM to each host's `ray start`, SIGKILL after --grace-period "
+                        "(saves first)")
+    f.add_argument("--grace-period", type=float, default=GKE_POD_GRACE_S, metavar="S",
+                   help="seconds from notice to SIGKILL, and Ray's drain deadline")
+    f.add_argument("--start-slices", type=int, metavar="N", help="elastic: start with N slices")
+    f.add_argument("--add-slice-at", type=int, metavar="STEP",
+                   help="elastic: the slices the driver asked KubeRay for (trainer/grow.py) arrive; the "
+                        "group saves, re-forms")
     g = parser.add_argument_group("local run")
-    g.add_argument("--fail-at", type=int, metavar="STEP", help="kill one host's training worker at this step")
-    g.add_argument("--kill-slice-at", type=int, metavar="STEP", help="kill a whole slice at this step")
-    g.add_argument("--preempt-slice-at", type=int, metavar="STEP",
-                   help="deliver a Spot preemption notice to every host of one slice at this step")
-    g.add_argument("--grace-period", type=float, default=GKE_POD_GRACE_S, metavar="S",
-                   help="seconds between the notice (SIGTERM) and SIGKILL, and Ray's drain deadline")
-    g.add_argument("--start-slices", type=int, metavar="N", help="elastic: start with N slices")
-    g.add_argument("--add-slice-at", type=int, metavar="STEP", help="elastic: add the missing slices at this step")
-    g.add_argument("--recovery", choices=("retry", "cold"), default="retry",
-                   help="how --fail-at recovers: Ray Train in-place retry, or a new cluster and driver")
     g.add_argument("--max-failures", type=int, default=3)
     g.add_argument("--resize-interval", type=float, default=5.0, metavar="S", help="elastic: seconds between resize checks")
-    g.add_argument("--workdir", help="keep everything here (default: a fresh temporary directory, removed after a "
-                                     "run that reached its target unless --keep)")
+    g.add_argument("--workdir", help="keep everything here (default: a temporary directory, removed after a run that "
+                                     "reached its target)")
     g.add_argument("--keep", action="store_true",
-                   help="keep the work directory (checkpoints, logs) after a successful run too")
+                   help="keep the work directory after a successful run too")
     g.add_argument("--verbose", action="store_true",
-                   help="print the driver's whole log (default: progress lines, notices counted at the end)")
+                   help="the driver's whole log (default: progress lines)")
     g.add_argument("--json", dest="json_path", help="write the outcome as JSON here")
     g.add_argument("--trace-data", action="store_true",
-                   help="record each batch's Grain position and first tokens per row in WORKDIR/data-trace "
-                        "(which records each host trained on)")
+                   help="record which records each host trained on (Grain positions, first tokens) in "
+                        "WORKDIR/data-trace")
     g.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     return parser
 
