@@ -41,6 +41,10 @@ except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
 for warning in run_facts.warnings:
     pulumi.log.warn(warning)
+# What the planner says of the run (the largest batch that fits, the expected step, a step kept near or over XLA's
+# HBM limit): memory notes are warnings, the rest information.
+for note in config.workload.plan.notes:
+    (pulumi.log.warn if note.startswith("memory") else pulumi.log.info)(f"plan: {note}")
 
 services = ProjectServices("apis", config.gcp.project, required_apis(config.worker_image is not None))
 network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)

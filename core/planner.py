@@ -385,7 +385,9 @@ def _plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] |
 
     tried: list[Plan] = []
     host_problems: list[str] = []
-    first: Plan | None = None
+    # With the memory check off and nothing fitting: the first (requested or largest) batch's layout that needs the
+    # fewest bytes per device (FSDP across slices where that is what comes closest), as a compile would check it.
+    kept: tuple[Plan, Plan] | None = None
     # The largest batch first; at one batch a fit on any DCN layout before one near the limit (data parallel across
     # slices first within each).
     for pdbs in batches:
@@ -394,11 +396,12 @@ def _plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] |
             candidate = Plan(dcn_data=dcn_data, dcn_fsdp=dcn_fsdp, per_device_batch_size=pdbs,
                              memory=None, **base)  # type: ignore[arg-type]
             candidate = dataclasses.replace(candidate, memory=_estimate(candidate))
-            first = first or candidate
             # Every slice count the run may have; the fewest slices hold the most bytes per device.
             worst = max((candidate.at_slices(n) for n in counts), key=lambda p: p.memory.total)
             tried.append(worst)
             candidates.append((candidate, worst))
+        if kept is None:
+            kept = min(candidates, key=lambda pair: pair[1].memory.total)
         for wanted in (FITS, NEAR_LIMIT):
             for candidate, worst in candidates:
                 if worst.memory.verdict == wanted:
@@ -410,10 +413,11 @@ def _plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] |
                     return (dataclasses.replace(candidate, notes=_notes(request, candidate, model, bounds, worst)),
                             bounds)
     if not request.memory_check:
-        assert first is not None
+        assert kept is not None
+        first, worst = kept
         return dataclasses.replace(first, notes=(
-            f"memory check off: estimated {first.memory.total / GIB:.1f} GiB per device, over the "
-            f"{first.memory.usable / GIB:.2f} GiB XLA compiles against; run it only if XLA's compile fits it "
+            f"memory check off: estimated {worst.memory.total / GIB:.1f} GiB per device, over the "
+            f"{worst.memory.usable / GIB:.2f} GiB XLA compiles against; run it only if XLA's compile fits it "
             f"({_compile_hint(request, first)})",)), None
     best = min(tried, key=lambda p: p.memory.total)
     resized = f" (elastic: at {best.slices} of {min_slices}..{request.slices} slices)" if elastic else ""
@@ -424,7 +428,7 @@ def _plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] |
                     f" remat {best.remat_policy}, weights {best.weight_dtype}): {best.memory.describe()}."
                     f" This is an estimate (core/xla_calibration.json: within {ESTIMATE_ERROR:.0%} of XLA near the"
                     f" limit, above it elsewhere); only a compile of this exact step that fits accepts it: {hint}"
-                    " --no-memory-check (then the trainer's --no-memory-check runs it; a stack cannot)"
+                    " --no-memory-check (if it fits, the trainer's --no-memory-check or a stack's memoryCheck: false runs it)"
                     + "".join(f". Not tried: {reason}" for reason in dict.fromkeys(problems.values()))
                     + (f". Host memory: {host_problems[0]}" if host_problems else ""), best)
 

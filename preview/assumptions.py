@@ -147,4 +147,7 @@ def _hbm_estimate(config: StackConfig) -> str:
     return (f"HBM: the plan's {memory.total / 2**30:.1f} GiB per device ({memory.verdict}) is an estimate held to XLA's "
             f"memory assignment compiled here with {', '.join(pairs)} (core/xla_calibration.json); the workers run "
             f"jax {lock.get('jax', '?')} + libtpu {lock.get('libtpu', '?')}, whose jax front end this machine cannot "
-            "install (Python 3.12): check with `python -m preview --stack NAME --compile` where it can")
+            "install (Python 3.12): check with `python -m preview --stack NAME --compile` where it can"
+            + ("" if config.workload.memory_check else
+               "; memoryCheck is false: this step runs on your word that XLA's compile of it fits (a step that "
+               "does not ends the run with exit 6, out of HBM)"))

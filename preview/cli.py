@@ -150,6 +150,10 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
               f"spot {usd(estimate.spot_usd_per_hour)}\n")
     out.write(f"    ({estimate.spot_assumption}; TPU VMs only; source {estimate.source})\n")
     render_cost(plan.cost, out)
+    if plan.planner:
+        out.write("\nPlanner (the run's plan is the plan export):\n")
+        for note in plan.planner:
+            out.write("\n".join(fit_line(f"  {note}")) + "\n")
 
     out.write("\nExports\n")
     for key, value in plan.exports.items():

@@ -342,6 +342,8 @@ class Plan:
     # The save at a Spot notice and what a preemption costs (core/preemption.py ShutdownBudget.as_dict(), plus
     # "summary": its lines for the text plan); its "warnings" are the plan's preemption warnings.
     preemption: dict[str, Any] = field(default_factory=dict)
+    # The planner's notes on the run (core/planner.py Plan.notes): largest batch, expected step, memory warnings.
+    planner: list[str] = field(default_factory=list)
     compile: dict[str, Any] | None = None   # `--compile`: preview/compile.py CompileResult.as_dict()
 
     def as_dict(self) -> dict[str, Any]:
@@ -358,6 +360,7 @@ class Plan:
             "assumptions": self.assumptions,
             "recipe": self.recipe,
             "preemption": self.preemption,
+            "planner": self.planner,
         }
         if self.compile is not None:
             document["compile"] = self.compile
@@ -414,4 +417,4 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
         deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
         dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config),
         recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology),
-        preemption=_preemption(config))
+        preemption=_preemption(config), planner=list(config.workload.plan.notes))

@@ -149,6 +149,9 @@ class WorkloadSettings:
     worker_environment: str    # "runtime": install the lock at start; "image": run the image built from it
     shutdown: ShutdownBudget   # what the TPU pods and Spot pools get to save at a notice (infra/config/preemption.py)
     run: TrainingRun           # data, starting weights, further MaxText settings, run name
+    # False: the plan is kept over XLA's HBM limit (memoryCheck: false, after a compile that fits); the Ray
+    # entrypoint, which plans again, is told so.
+    memory_check: bool = True
 
     @property
     def model(self) -> str:

@@ -448,8 +448,14 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
     if min_slices is not None and not 1 <= min_slices <= slices:
         problems.append(problem("elasticMinSlices", min_slices, f"whole slices from 1 to slices={slices}"))
         return None
+    if not v["memoryCheck"] and batch is None:
+        # Without a batch the planner would keep its own largest candidate over the limit: not a step any
+        # compile checked.
+        problems.append(f"{NAMESPACE}:memoryCheck=false keeps the exact step a compile fitted: set "
+                        f"{NAMESPACE}:perDeviceBatchSize too (the batch that compile used)")
+        return None
     request = PlanRequest(model=model, generation=shape.generation.name, topology=shape.topology, slices=slices,
-                          min_slices=min_slices, per_device_batch_size=batch)
+                          min_slices=min_slices, per_device_batch_size=batch, memory_check=v["memoryCheck"])
     if maxtext_settings:
         try:
             request = with_maxtext_keys(request, maxtext_settings)[0]
@@ -458,9 +464,10 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
             return None
     if min_slices is None and v["capacity"] == Capacity.SPOT.value:
         # Spot: keep training on as few slices as the model fits on while preempted slices come back.
+        # The fewest that fit by the estimate (memoryCheck=false would keep the first); none: a fixed-size run.
         for candidate in range(1, slices + 1):
             try:
-                return plan(dataclasses.replace(request, min_slices=candidate))
+                return plan(dataclasses.replace(request, min_slices=candidate, memory_check=True))
             except PlanError:
                 continue
     try:

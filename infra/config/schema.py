@@ -187,6 +187,10 @@ KEYS: tuple[Key, ...] = (
         "devices) must split evenly over the mesh's data/fsdp shards, which on this planner's fully sharded meshes "
         "means a whole number. Unset lets the planner pick the preset's tuned value, lowered until it fits HBM.",
         DERIVED, check=check.positive_number),
+    Key("memoryCheck", "boolean", "false keeps a step the planner estimates over XLA's HBM limit (refused "
+        "otherwise), for when a compile of that exact step fits: python -m preview --stack NAME --compile, or the "
+        "python -m preview.compile command the refusal prints. Needs perDeviceBatchSize (the step the compile "
+        "checked). A step that does not fit ends the run with exit 6 (out of HBM), never retried.", True),
     Key("elasticMinSlices", "integer", "Elastic training: the fewest slices the job keeps running on. Unset: on "
         "spot, the fewest slices the model fits on; otherwise all slices (fixed size).", DERIVED,
         applies_to=(AppliesTo("workloadBackend", ("rayjob",), "elastic training on fewer slices is Ray Train's; "

@@ -159,6 +159,20 @@ def test_ray_smoke_expects_two_devices_per_tpu7x_chip():
     assert (expected["devices"], expected["slices"]) == (32, 2)
 
 
+def test_the_smoke_test_of_a_run_kept_over_the_memory_limit_still_plans():
+    """The smoke test reads only devices and slices from the plan: a stack kept over XLA's HBM limit
+    (memoryCheck: false, after a compile that fits) has its smoke test too, where no batch fits the estimate."""
+    from core.errors import PlanError
+    from core.planner import PlanRequest, plan
+    from trainer.smoke import build_parser, ray_expectation, ray_plan
+
+    with pytest.raises(PlanError):
+        plan(PlanRequest("llama3-70b", "v6e", "2x4", slices=2))
+    args = build_parser().parse_args(["--ray", "--model", "llama3-70b", "--topology", "2x4", "--slices", "2"])
+    expected = ray_expectation(ray_plan(args))
+    assert (expected["devices"], expected["slices"]) == (16, 2)
+
+
 def test_elastic_ray_smoke_checks_the_slices_the_group_got():
     """An elastic 1..2 run that got one slice passes its smoke test on that slice: the workers expect the
     devices of the whole slices in their group (world size / hosts per slice), not the configured maximum; the

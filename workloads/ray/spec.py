@@ -116,6 +116,8 @@ def entrypoint(config: StackConfig) -> list[str]:
     ]
     if plan.elastic:
         command += ["--elastic", f"{plan.min_slices},{plan.slices}"]
+    if not workload.memory_check:
+        command.append("--no-memory-check")      # the step config build kept over the limit (memoryCheck: false)
     # The planned maxtextSettings (context parallelism, vocabulary tiling, mu_dtype) travel as --set too: the
     # entrypoint's planner takes them in again (trainer/cli.py plan_request), so it plans what config build did.
     command += [flag for key, value in maxtext_keys_of(plan).items() for flag in ("--set", f"{key}={value}")]

@@ -1,0 +1,109 @@
+"""memoryCheck: false keeps a step the planner estimates over XLA's HBM limit, for when a compile of that exact step
+fits; and the planner's notes on a run reach the user (the offline plan and `pulumi up`).
+
+The case is one XLA compiled although the estimate is over its limit (core/xla_calibration.json
+`llama3-70b-2xv6e-16-fsdp-b2`: llama3-70b on 2 x v6e-16, FSDP across the slices, batch 2)."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pytest
+
+from core.planner import PlanRequest, plan
+from infra.config import ConfigError, build
+from preview.compile import CALIBRATION_PATH
+from preview.harness import run_program
+from preview.stack_files import load_stack_config
+from tests.conftest import REPO
+from workloads.ray import spec as ray_spec
+
+OVER = {"model": "llama3-70b", "tpuTopology": "4x4", "slices": "2", "perDeviceBatchSize": "2"}
+
+
+def _raw(stack: str, **changes: str) -> dict:
+    return {**load_stack_config(stack, REPO), **OVER, **changes}
+
+
+def _problems(raw: dict) -> list[str]:
+    with pytest.raises(ConfigError) as refused:
+        build(raw)
+    return refused.value.problems
+
+
+def test_the_compiled_case_is_over_the_estimate():
+    [row] = [r for r in json.loads(CALIBRATION_PATH.read_text())["rows"]
+             if r["case"] == "llama3-70b-2xv6e-16-fsdp-b2"]
+    assert row["compiled"] and (row["dcn_data"], row["dcn_fsdp"], row["per_device_batch_size"]) == (1, 2, 2)
+    # With the memory check off and the layout left to the planner, it keeps the layout that compiled (the one
+    # needing the fewest bytes per device), not the first it tried (data parallel across slices).
+    kept = plan(PlanRequest("llama3-70b", "v6e", "4x4", slices=2, per_device_batch_size=2, memory_check=False))
+    assert (kept.dcn_data, kept.dcn_fsdp) == (1, 2)
+    assert "--dcn-data 1 --dcn-fsdp 2" in kept.notes[0]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "jobset"])
+def test_refused_by_default_and_the_refusal_names_the_key(stack):
+    [line] = [p for p in _problems(_raw(stack)) if " is over HBM: " in p]
+    assert "memoryCheck: false" in " ".join(line.split())
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "jobset"])
+def test_memory_check_false_keeps_the_step(stack):
+    config = build(_raw(stack, memoryCheck="false"))
+    chosen = config.workload.plan
+    assert not config.workload.memory_check
+    assert (chosen.per_device_batch_size, chosen.dcn_data, chosen.dcn_fsdp) == (2, 1, 2)
+    assert chosen.memory.total > chosen.memory.hbm          # kept over the limit, and it says so
+    assert chosen.notes[0].startswith("memory check off")
+    # Spot (dev) looks for the fewest slices that fit by the estimate; none does, so the run is fixed-size.
+    assert chosen.min_slices == chosen.slices
+
+
+def test_the_ray_entrypoint_plans_again_with_the_memory_check_off():
+    command = ray_spec.entrypoint(build(_raw("prod", memoryCheck="false")))
+    assert "--no-memory-check" in command
+    assert "--no-memory-check" not in ray_spec.entrypoint(build(load_stack_config("prod", REPO)))
+    # The entrypoint plans it again from its own command (trainer/entrypoint.py prepare): the same step, kept.
+    from trainer.entrypoint import prepare
+    _, again, _ = prepare(command[3:])
+    assert (again.dcn_data, again.dcn_fsdp, again.per_device_batch_size) == (1, 2, 2)
+    with pytest.raises(Exception, match="does not fit"):
+        prepare([flag for flag in command[3:] if flag != "--no-memory-check"])
+
+
+def test_memory_check_false_needs_the_batch_a_compile_checked():
+    raw = _raw("prod", memoryCheck="false")
+    del raw["perDeviceBatchSize"]
+    problems = _problems(raw)
+    assert problems == ["tpu-multislice:memoryCheck=false keeps the exact step a compile fitted: set "
+                        "tpu-multislice:perDeviceBatchSize too (the batch that compile used)"]
+
+
+def test_memory_check_false_changes_nothing_for_a_step_that_fits():
+    fits = load_stack_config("dev", REPO)
+    on, off = build(fits), build({**fits, "perDeviceBatchSize": "4", "memoryCheck": "false"})
+    assert off.workload.plan == on.workload.plan       # the same plan, elastic minimum found by the estimate too
+
+
+def test_the_offline_plan_and_pulumi_up_show_the_planners_notes(caplog):
+    from preview.cli import render_text
+    from preview.model import build_plan
+
+    raw = _raw("prod", memoryCheck="false")
+    with caplog.at_level(logging.INFO):
+        run = run_program(raw, stack="prod")
+    logged = {r.levelno: r.getMessage() for r in caplog.records if r.getMessage().startswith("plan: ")}
+    assert logged[logging.WARNING].startswith("plan: memory check off: estimated 31.9 GiB per device")
+    text = io.StringIO()
+    render_text(build_plan(run, build(raw), "prod", None), None, text)
+    section = text.getvalue().split("\nPlanner")[1].split("\nExports")[0]
+    assert "memory check off" in section and "python -m preview.compile --model llama3-70b" in " ".join(section.split())
+    assert "memoryCheck is false: this step runs on your word" in " ".join(text.getvalue().split())
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        run_program(load_stack_config("prod", REPO), stack="prod")
+    info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and r.getMessage().startswith("plan: ")]
+    assert any(line.startswith("plan: shape: per_device_batch_size up to") for line in info), info
