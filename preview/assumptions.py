@@ -99,8 +99,7 @@ def assumptions(config: StackConfig) -> list[str]:
         if backend.runs_worker_environment and install_cache.cache_kind(config) == "node":
             lines.append("install cache: the pods keep uv's cache in the hostPath "
                          "/var/lib/tpu-multislice/install-cache, assumed allowed in the namespace (no restrictive "
-                         "Pod Security level) and the Ray image's user assumed to be uid 1000; check a worker's "
-                         "`ls -ld /var/cache/install`")
+                         "Pod Security level); check a worker's `ls -ld /var/cache/install`")
     lines.append("dashboard: per-slice charts group by the node-pool label and TPU charts read libtpu's metrics "
                  "port 8431; check them once in Metrics Explorer")
     lines.append("TPU pod size: a 2 vCPU / 4 GiB allowance for the node's DaemonSets is assumed "
@@ -144,10 +143,17 @@ def _hbm_estimate(config: StackConfig) -> str:
     pairs = sorted({f"jax {row['jax']} + libtpu {row['libtpu']}" for row in rows})
     lock = load_pins(PROJECT_ROOT)
     memory = config.workload.plan.memory
+    backend = backend_for(config)
+    if backend.runs_worker_environment:
+        workers = (f"the workers run jax {lock.get('jax', '?')} + libtpu {lock.get('libtpu', '?')}, whose jax front "
+                   "end this machine cannot install (Python 3.12)")
+    else:
+        # Its images bring their own jax and libtpu (e.g. Pathways' servers and MaxText image).
+        workers = (f"the {backend.name} images ({', '.join(image.split('@')[0] for image in backend.images(config))}) "
+                   "bring jax and libtpu of their own, which the stack does not choose")
     return (f"HBM: the plan's {memory.total / 2**30:.1f} GiB per device ({memory.verdict}) is an estimate held to XLA's "
-            f"memory assignment compiled here with {', '.join(pairs)} (core/xla_calibration.json); the workers run "
-            f"jax {lock.get('jax', '?')} + libtpu {lock.get('libtpu', '?')}, whose jax front end this machine cannot "
-            "install (Python 3.12): check with `python -m preview --stack NAME --compile` where it can"
+            f"memory assignment compiled here with {', '.join(pairs)} (core/xla_calibration.json); {workers}: "
+            "check with `python -m preview --stack NAME --compile` where it can"
             + ("" if config.workload.memory_check else
                "; memoryCheck is false: this step runs on your word that XLA's compile of it fits (a step that "
                "does not ends the run with exit 6, out of HBM)"))

@@ -111,6 +111,16 @@ def render_dashboard(dashboard: DashboardSummary, out: TextIO) -> None:
         out.write(f"  {line}\n")
 
 
+def _first_clause(text: str) -> tuple[str, str]:
+    """(the text up to its first "; " outside parentheses, the rest): a backend's own "(...; ...)" stays whole."""
+    depth = 0
+    for index, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth == 0 and text.startswith("; ", index):
+            return text[:index], text[index + 2:]
+    return text, ""
+
+
 def render_cost(cost: CostSummary, out: TextIO) -> None:
     """What runs when and what it costs, in lines of at most 100 columns."""
     def usd(value: float | None) -> str:
@@ -121,7 +131,7 @@ def render_cost(cost: CostSummary, out: TextIO) -> None:
     warm = f", {cost.warm_chips} warm chips" if cost.warm_chips else ""
     out.write(f"  cost while idle: {usd(cost.idle_usd_per_hour)} (TPU {usd(cost.tpu_idle_usd_per_hour)}{warm}; "
               "system pool, GKE fee)\n")
-    when, _, after = cost.released.partition("; ")
+    when, after = _first_clause(cost.released)
     out.write(f"  slices released {when}\n")
     if after:
         out.write(f"    {after}\n")

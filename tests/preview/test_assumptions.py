@@ -51,3 +51,24 @@ def test_what_a_first_real_up_reads_from_the_project_is_listed():
         assert any(words in line for line in lines), words
     dev = assumptions(build(load_stack_config("dev", REPO)))
     assert not any("imports a bucket" in line for line in dev)   # dev's bucket is deleted with the stack
+
+
+def test_the_image_user_the_install_cache_is_handed_to_is_the_ray_backends_assumption_alone():
+    """Ray pods run as the Ray image's user (uid 1000: ray-project/ray docker/base-deps/Dockerfile RAY_UID) and an
+    init container hands the node's cache directory to it; JobSet pods install as root with no such step."""
+    from workloads.backends import backend_for
+
+    dev = build(load_stack_config("dev", REPO))
+    assert any("uid 1000" in line for line in backend_for(dev).assumptions(dev))
+    jobset = assumptions(build(load_stack_config("jobset", REPO)))
+    assert any(line.startswith("install cache:") for line in jobset)
+    assert not any("Ray image" in line or "uid 1000" in line for line in jobset), jobset
+
+
+def test_the_hbm_assumption_names_what_the_workers_really_run():
+    """The lock's jax and libtpu where the backend runs the worker environment; a backend with images of its own
+    (Pathways) is not said to run the lock."""
+    prod = [line for line in assumptions(build(load_stack_config("prod", REPO))) if line.startswith("HBM")]
+    assert "the workers run jax" in prod[0]
+    pathways = [line for line in assumptions(build(load_stack_config("pathways", REPO))) if line.startswith("HBM")]
+    assert "the workers run jax" not in pathways[0] and "pathways/server" in pathways[0]

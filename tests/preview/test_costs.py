@@ -13,6 +13,7 @@ from preview.harness import run_program
 from preview.k8s.validation import default_schemas_dir
 from preview.model import build_plan
 from preview.stack_files import load_stack_config
+from workloads.backends import backend_for
 from tests.conftest import COMMITTED_STACKS, MINIMAL, REPO, committed_stack_run
 
 
@@ -41,6 +42,11 @@ def test_no_committed_stack_pays_for_a_tpu_while_idle(stack):
     assert any(line.startswith("  cost while idle: ") for line in lines)
     assert any(line.startswith("  slices released when ") for line in lines)
     assert max(len(line) for line in lines) <= 100
+    # When, on its own line (whole, with any "(...; ...)" of the backend's), and what GKE does after, on the next.
+    [released] = [line for line in lines if line.startswith("  slices released ")]
+    assert released == "  slices released " + backend_for(build(raw)).slices_released
+    after = lines[lines.index(released) + 1]
+    assert after.startswith("    ") and ("GKE removes the slice nodes" in after or "Autopilot" in after)
 
 
 def test_prod_costs_what_its_32_on_demand_v6e_chips_and_system_pool_cost():

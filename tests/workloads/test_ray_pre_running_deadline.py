@@ -118,5 +118,8 @@ def test_the_plan_shows_the_deadline():
     config = build({**MINIMAL, "capacity": "spot", "rayPreRunningDeadlineSeconds": 1800})
     notes = " ".join(cost_summary([], config).notes)
     assert "after 1800 s (30 min)" in notes and "rayPreRunningDeadlineSeconds" in notes
+    # What happens then, as the controller does it: the RayCluster goes with its pods (shutdownAfterJobFinishes) and
+    # backoffLimit 0 does not retry it.
+    assert "RayCluster is deleted with every pod that did come up" in notes and "nothing retries it" in notes
     notes = " ".join(cost_summary([], build({**MINIMAL, "rayPreRunningDeadlineSeconds": 0})).notes)
     assert "no limit (rayPreRunningDeadlineSeconds=0)" in notes

@@ -7,6 +7,7 @@ from typing import Any
 from core.maxtext_args import maxtext_overrides
 from core.run_bounds import limits_for, preemption_budget
 from infra.config import StackConfig
+from workloads import install_cache
 from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.failure_policy import OUT_OF_HBM_ASSUMPTION
 from workloads.next_steps import FOLLOW_LOG, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
@@ -79,7 +80,8 @@ class RayBackend:
                      "job pays for its head and any slices that did arrive"]
         else:
             notes = [f"waiting for capacity: the RayJob fails after {deadline} s ({deadline / 60:.0f} min) without "
-                     "its cluster up (rayPreRunningDeadlineSeconds; KubeRay preRunningDeadlineSeconds) and its pods go"]
+                     "its cluster up (rayPreRunningDeadlineSeconds; KubeRay preRunningDeadlineSeconds); its RayCluster is "
+                     "deleted with every pod that did come up (shutdownAfterJobFinishes), and nothing retries it"]
         plan = config.workload.plan
         if plan.min_slices < plan.slices:
             notes.append(f"elastic {plan.min_slices}..{plan.slices}: the job starts once {plan.min_slices} slice(s) "
@@ -121,6 +123,10 @@ class RayBackend:
                          "served CRD without it) is assumed to end only a job whose cluster never came up; after one "
                          "did not, `kubectl get rayjob -n NAMESPACE -o jsonpath='{.items[*].status.reason}'` prints "
                          "PreRunningDeadlineExceeded and its RayCluster is gone")
+        if install_cache.cache_kind(config) == "node":
+            lines.append(f"install cache owner: the Ray image ({config.ray.image}) is assumed to run as uid "
+                         f"{install_cache.RAY_UID} (ray-project/ray docker/base-deps/Dockerfile RAY_UID), the user "
+                         "the init container hands the node's cache directory to; check a worker's `id -u`")
         budget = config.workload.shutdown
         if budget.sees_notice and budget.spot:
             lines.append("Ray workers: the notice (SIGTERM to the worker pod) is assumed to reach `ray start`, whose "
