@@ -68,7 +68,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
             smoke_test=v["smokeTest"], worker_environment=v["workerEnvironment"],
             shutdown=shutdown,
             run=data_rules.training_run(v, maxtext_settings, rules.checkpoint_period(v)),
-            memory_check=v["memoryCheck"]),
+            memory_check=v["memoryCheck"] is not False),
         backend=_backend_settings(v, raw, shape.chips),
         worker_image=(WorkerImageSettings(repository_id=naming.fit(f"{v['clusterName']}-images", 63))
                       if v["workerEnvironment"] == "image" else None),

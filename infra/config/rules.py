@@ -448,14 +448,16 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
     if min_slices is not None and not 1 <= min_slices <= slices:
         problems.append(problem("elasticMinSlices", min_slices, f"whole slices from 1 to slices={slices}"))
         return None
-    if not v["memoryCheck"] and batch is None:
+    # None: memoryCheck was not a boolean (refused on its own); a batch that did not parse is refused on its own too.
+    memory_check = v["memoryCheck"] is not False
+    if not memory_check and "perDeviceBatchSize" not in raw:
         # Without a batch the planner would keep its own largest candidate over the limit: not a step any
         # compile checked.
         problems.append(f"{NAMESPACE}:memoryCheck=false keeps the exact step a compile fitted: set "
                         f"{NAMESPACE}:perDeviceBatchSize too (the batch that compile used)")
         return None
     request = PlanRequest(model=model, generation=shape.generation.name, topology=shape.topology, slices=slices,
-                          min_slices=min_slices, per_device_batch_size=batch, memory_check=v["memoryCheck"])
+                          min_slices=min_slices, per_device_batch_size=batch, memory_check=memory_check)
     if maxtext_settings:
         try:
             request = with_maxtext_keys(request, maxtext_settings)[0]
