@@ -24,8 +24,25 @@ CODE_MOUNT = "/opt/tpu-multislice"
 CODE_VOLUME = "trainer-code"
 
 
+# Every job object and pod of a run carries the run's name (runName: DNS-1035, at most 40 characters, so a valid
+# label value): `kubectl get pods -l tpu-multislice/run=NAME`, and one Cloud Logging query for the whole run across
+# its jobs, restarts and re-ups.
+RUN_LABEL = "tpu-multislice/run"
+
+
 def labels(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**APP_LABEL, **(extra or {})}
+
+
+def run_labels(run_name: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """labels() of the run's job objects and pods."""
+    return labels({RUN_LABEL: run_name, **(extra or {})})
+
+
+def run_logs_condition(run_name: str) -> str:
+    """The Cloud Logging condition on the run's pods (Logging keeps pod labels as k8s-pod/<key>, dots turned into
+    underscores)."""
+    return f'labels."k8s-pod/{RUN_LABEL.replace(".", "_")}"="{run_name}"'
 
 
 # ---- TPU pods -----------------------------------------------------------------------------------------------

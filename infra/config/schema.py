@@ -222,8 +222,8 @@ KEYS: tuple[Key, ...] = (
         "MaxText).", "rayproject/ray:2.60.0-py312",
         check=check.pinned_image("rayproject/ray:2.60.0-py312"), applies_to=(_ON_RAY,)),
     Key("rayClusterName", "string", "Name of the job's Ray cluster as the stack labels it: its pods carry "
-        "tpu-multislice/ray-cluster=NAME, which the head's Service NAME-head-svc, the dashboard load balancer and "
-        "the log query select (KubeRay names the RayCluster itself after the RayJob; at most 53 characters).",
+        "tpu-multislice/ray-cluster=NAME, which the head's Service NAME-head-svc and the dashboard load balancer "
+        "select (KubeRay names the RayCluster itself after the RayJob; at most 53 characters).",
         "maxtext",
         check=check.dns1035(naming.RAYCLUSTER_NAME_MAX), applies_to=(_ON_RAY,)),
     Key("rayJobName", "string", "Prefix of the RayJob name; a hash of the job's inputs is appended (at most 47 "

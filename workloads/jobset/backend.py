@@ -32,7 +32,7 @@ class JobSetBackend:
         workload = JobSetWorkload("jobset", config, context.bundle, context.namespace, context.service_account,
                                   context.cluster, opts=context.provider_options, worker_image=context.worker_image,
                                   worker_image_ready=context.worker_image_ready, nodes_ready=context.nodes_ready)
-        return jobset_exports(config, workload.jobset_name, workload.smoke_jobset_name)
+        return jobset_exports(config, context.cluster_location, workload.jobset_name, workload.smoke_jobset_name)
 
     def run_name(self, config: StackConfig) -> str:
         return jobset_spec.run_name(config)

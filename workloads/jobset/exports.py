@@ -9,9 +9,13 @@ from workloads.smoke_exports import smoke_result_command
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
-def jobset_exports(config: StackConfig, jobset_name: str, smoke_jobset_name: str | None) -> dict[str, str]:
+def jobset_exports(config: StackConfig, cluster_location: str, jobset_name: str,
+                   smoke_jobset_name: str | None) -> dict[str, str]:
     ns = config.kubernetes.namespace
-    tensorboard = common.tensorboard_directory(config, jobset_inputs.run_name(config))
+    run = jobset_inputs.run_name(config)
+    tensorboard = common.tensorboard_directory(config, run)
+    # Every pod of the run (smoke test and training JobSets, restarts, re-ups under the same run name).
+    logs_query = common.container_logs_query(config, common.run_logs_condition(run))
     exports = {
         "jobsetName": jobset_name,
         "jobsetStatusCommand": f"kubectl get jobset -n {ns} {jobset_name}",
@@ -25,6 +29,7 @@ def jobset_exports(config: StackConfig, jobset_name: str, smoke_jobset_name: str
         "kueueQueueCommand": f"kubectl describe clusterqueue {jobset_inputs.CLUSTER_QUEUE}",
         "tensorboardLogDir": tensorboard,
         "tensorboardCommand": f"tensorboard --logdir {tensorboard}",
+        **common.console_urls(config, cluster_location, logs_query),
     }
     if smoke_jobset_name:
         # The smoke test is the first thing the training pods run: its verdict (SMOKE PASSED/FAILED, one line

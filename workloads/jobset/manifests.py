@@ -15,7 +15,7 @@ from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOUR
 from core.tpu_env import MEGASCALE_PORT, tpu_worker_env
 from core.pod_sizing import TpuPodSize
 from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S
-from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, labels, tpu_node_selector,
+from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, labels, run_labels, tpu_node_selector,
                               tpu_pod_resources_memory_bounded)
 from workloads import failure_policy
 from workloads.kueue_config import DRANET_QUOTA_RESOURCE
@@ -41,6 +41,7 @@ class JobSetSpec:
 
     namespace: str
     service_account: str
+    run_name: str                              # the run's label value on the JobSet and its pods (common.RUN_LABEL)
     image: str
     shape: SliceShape
     pod_size: TpuPodSize                       # each TPU pod's requests and limits (core/pod_sizing.py)
@@ -223,7 +224,7 @@ def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: in
             "name": name,
             "namespace": spec.namespace,
             # Kueue admits the whole JobSet at once (all slices) through the LocalQueue.
-            "labels": labels({QUEUE_LABEL: spec.local_queue, PRIORITY_LABEL: priority_class}),
+            "labels": run_labels(spec.run_name, {QUEUE_LABEL: spec.local_queue, PRIORITY_LABEL: priority_class}),
             "annotations": dict(EXCLUSIVE_TOPOLOGY),
         },
         "spec": {
@@ -245,7 +246,7 @@ def jobset(*, name: str, spec: JobSetSpec, priority_class: str, max_restarts: in
                     "backoffLimit": 0,
                     "podFailurePolicy": failure_policy.pod_failure_policy(container["name"], notice_exit=True),
                     "template": {
-                        "metadata": {"labels": labels()},
+                        "metadata": {"labels": run_labels(spec.run_name)},
                         "spec": _pod_spec(spec, container, volumes or []),
                     },
                 }},

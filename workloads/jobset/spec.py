@@ -27,6 +27,7 @@ def jobset_spec(config: StackConfig, worker_image: str | None = None) -> jm.JobS
     return jm.JobSetSpec(
         namespace=config.kubernetes.namespace,
         service_account=config.kubernetes.service_account,
+        run_name=run_name(config),
         image=worker_image or config.jobset.image,
         shape=config.tpu.shape,
         pod_size=common.tpu_pod_size(config),

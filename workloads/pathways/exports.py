@@ -9,10 +9,11 @@ from workloads.pathways.manifests import HEAD_JOB, TRAINER_CONTAINER, WORKER_JOB
 def pathways_exports(config: StackConfig, cluster_location: str, jobset_name: str) -> dict[str, str]:
     ns = config.kubernetes.namespace
     jobset_selector = f"jobset.sigs.k8s.io/jobset-name={jobset_name}"
+    run = pathways_inputs.run_name(config)
+    # The MaxText client's log of every JobSet that ran the run (recreated or re-upped under the same run name).
     logs_query = common.container_logs_query(
-        config, f'resource.labels.container_name="{TRAINER_CONTAINER}"',
-        f'labels."k8s-pod/jobset_sigs_k8s_io/jobset-name"="{jobset_name}"')
-    run_dir = common.run_directory(config, pathways_inputs.run_name(config))
+        config, f'resource.labels.container_name="{TRAINER_CONTAINER}"', common.run_logs_condition(run))
+    run_dir = common.run_directory(config, run)
     # The MaxText container of the head pod: elastic recovery shows up in this one log stream.
     logs = (f"kubectl logs -n {ns} -f -l {jobset_selector},"
             f"jobset.sigs.k8s.io/replicatedjob-name={HEAD_JOB} -c {TRAINER_CONTAINER}")

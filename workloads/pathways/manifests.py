@@ -20,7 +20,7 @@ from core.pod_sizing import TpuPodSize
 from core.tpu_catalog import SliceShape
 from core.tpu_env import dcn_transport_flags
 from workloads import failure_policy
-from workloads.common import (TPU_METRICS_PORT, code_mount, code_volume, labels, tpu_node_selector,
+from workloads.common import (TPU_METRICS_PORT, code_mount, code_volume, labels, run_labels, tpu_node_selector,
                               tpu_pod_resources_memory_bounded)
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -42,6 +42,7 @@ class PathwaysSpec:
     """Everything the Pathways JobSet depends on, as plain values."""
 
     name: str                       # JobSet name (also the headless Service / DNS subdomain)
+    run_name: str                   # the run's label value on the JobSet and its pods (common.RUN_LABEL)
     namespace: str
     service_account: str
     shape: SliceShape
@@ -192,7 +193,7 @@ def _head_job(spec: PathwaysSpec) -> dict:
                 "parallelism": 1,
                 "template": {
                     # The GCS FUSE CSI driver injects its sidecar only into pods that ask (data mounted).
-                    "metadata": {"labels": labels(),
+                    "metadata": {"labels": run_labels(spec.run_name),
                                  **({"annotations": {"gke-gcsfuse/volumes": "true"}} if spec.data_volumes else {})},
                     "spec": _host_network_pod(
                         spec, restart_policy="Never", node_selector=dict(spec.head_node_selector),
@@ -258,7 +259,7 @@ def _worker_job(spec: PathwaysSpec) -> dict:
                 "completions": shape.hosts,
                 "parallelism": shape.hosts,
                 "template": {
-                    "metadata": {"labels": labels()},
+                    "metadata": {"labels": run_labels(spec.run_name)},
                     # A crashed worker restarts in place and re-registers with the resource manager; that is
                     # the "slice restart" the elastic run waits for.
                     "spec": _host_network_pod(
@@ -298,7 +299,7 @@ def pathways_jobset(spec: PathwaysSpec) -> dict:
     return {
         "apiVersion": JOBSET_API,
         "kind": "JobSet",
-        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": labels()},
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": run_labels(spec.run_name)},
         "spec": {
             "coordinator": {"replicatedJob": HEAD_JOB, "jobIndex": 0, "podIndex": 0},
             # Stable DNS names for the pods; workers must resolve the head before it reports Ready.

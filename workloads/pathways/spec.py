@@ -105,6 +105,7 @@ def pathways_spec(config: StackConfig, bundle: TrainerBundle) -> PathwaysSpec:
     pathways = settings(config)
     return PathwaysSpec(
         name=pathways.job_name,
+        run_name=run_name(config),
         namespace=config.kubernetes.namespace,
         service_account=config.kubernetes.service_account,
         shape=config.tpu.shape,

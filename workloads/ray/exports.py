@@ -7,15 +7,15 @@ from infra.config import StackConfig
 from workloads import common
 from workloads.ray import spec as ray_inputs
 from workloads.next_steps import ray_token_command, with_ray_token
-from workloads.ray.manifests import DASHBOARD_PORT, RAY_CLUSTER_LABEL, head_service_name
+from workloads.ray.manifests import DASHBOARD_PORT, head_service_name
 
 def ray_exports(config: StackConfig, cluster_location: str, job_name: str) -> dict[str, str]:
     ns, ray_cluster = config.kubernetes.namespace, config.ray.cluster_name
     head = head_service_name(ray_cluster)
-    # Cloud Logging keeps pod labels as k8s-pod/<key> with dots turned into underscores.
-    label = "k8s-pod/" + RAY_CLUSTER_LABEL.replace(".", "_")
-    logs_query = common.container_logs_query(config, f'labels."{label}"="{ray_cluster}"')
-    tensorboard = common.tensorboard_directory(config, ray_inputs.run_name(config))
+    # The run's pods (head, workers, submitter) across its jobs, restarts and re-ups under the same run name.
+    run = ray_inputs.run_name(config)
+    logs_query = common.container_logs_query(config, common.run_logs_condition(run))
+    tensorboard = common.tensorboard_directory(config, run)
     return {
         "rayDashboardInClusterUrl": f"http://{head}.{ns}.svc.cluster.local:{DASHBOARD_PORT}",
         "rayDashboardPortForward": f"kubectl port-forward -n {ns} svc/{head} {DASHBOARD_PORT}:{DASHBOARD_PORT}",

@@ -21,8 +21,8 @@ from core.tpu_catalog import SliceShape
 from core.tpu_env import tpu_worker_env
 from workloads import install_cache
 from core.pod_sizing import TpuPodSize
-from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, code_volume, labels, tpu_node_selector,
-                              tpu_pod_resources)
+from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, code_volume, labels, run_labels,
+                              tpu_node_selector, tpu_pod_resources)
 
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 DASHBOARD_PORT = 8265
@@ -97,6 +97,7 @@ class RaySpec:
     namespace: str
     service_account: str
     cluster_name: str           # the job cluster's label value (RAY_CLUSTER_LABEL); KubeRay names the cluster
+    run_name: str               # the run's label value on the RayJob and every pod (common.RUN_LABEL)
     image: str
     shape: SliceShape
     pod_size: TpuPodSize        # each TPU worker pod's requests, limits and Ray object store (core/pod_sizing.py)
@@ -167,7 +168,7 @@ def _head_group(spec: RaySpec) -> dict:
         "serviceType": "ClusterIP",
         "template": {
             # The GCS FUSE CSI driver injects its sidecar only into pods that ask for it.
-            "metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name}),
+            "metadata": {"labels": run_labels(spec.run_name, {RAY_CLUSTER_LABEL: spec.cluster_name}),
                          "annotations": {"gke-gcsfuse/volumes": "true"}},
             "spec": pod_spec,
         },
@@ -238,7 +239,7 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         # Planned, not Ray's default of 30 % of the memory limit: the object store lives in /dev/shm, in the
         # same memory as the activations the remat policy offloads to the host.
         "rayStartParams": {"object-store-memory": str(spec.pod_size.object_store_gib * 1024**3)},
-        "template": {"metadata": {"labels": labels({RAY_CLUSTER_LABEL: spec.cluster_name}),
+        "template": {"metadata": {"labels": run_labels(spec.run_name, {RAY_CLUSTER_LABEL: spec.cluster_name}),
                                   # The GCS FUSE CSI driver injects its sidecar only into pods that ask.
                                   **({"annotations": {"gke-gcsfuse/volumes": "true"}} if spec.data_volumes else {})},
                      "spec": pod_spec},
@@ -276,7 +277,7 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
-        "metadata": {"name": name, "namespace": spec.namespace, "labels": labels()},
+        "metadata": {"name": name, "namespace": spec.namespace, "labels": run_labels(spec.run_name)},
         "spec": {
             # What the job runs, shown by `kubectl get rayjob`; the submitter is given the same two values.
             "entrypoint": job_entrypoint,
@@ -297,7 +298,7 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
             "runtimeEnvYAML": yaml.safe_dump(job_runtime_env, sort_keys=True),
             "submissionMode": "K8sJobMode",
             "submitterPodTemplate": {
-                "metadata": {"labels": labels()},
+                "metadata": {"labels": run_labels(spec.run_name)},
                 "spec": {
                     "restartPolicy": "Never",
                     "serviceAccountName": spec.service_account,

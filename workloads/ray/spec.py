@@ -37,6 +37,7 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         namespace=config.kubernetes.namespace,
         service_account=config.kubernetes.service_account,
         cluster_name=ray.cluster_name,
+        run_name=run_name(config),
         image=worker_image or ray.image,
         shape=tpu.shape,
         pod_size=common.tpu_pod_size(config),
