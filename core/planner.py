@@ -428,7 +428,8 @@ def _plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] |
                     f" remat {best.remat_policy}, weights {best.weight_dtype}): {best.memory.describe()}."
                     f" This is an estimate (core/xla_calibration.json: within {ESTIMATE_ERROR:.0%} of XLA near the"
                     f" limit, above it elsewhere); only a compile of this exact step that fits accepts it: {hint}"
-                    " --no-memory-check (if it fits, the trainer's --no-memory-check or a stack's memoryCheck: false runs it)"
+                    " --no-memory-check (if it fits, the trainer's --no-memory-check or a stack's"
+                    " memoryCheck: false runs it)"
                     + "".join(f". Not tried: {reason}" for reason in dict.fromkeys(problems.values()))
                     + (f". Host memory: {host_problems[0]}" if host_problems else ""), best)
 

@@ -149,8 +149,9 @@ def _hbm_estimate(config: StackConfig) -> str:
                    "end this machine cannot install (Python 3.12)")
     else:
         # Its images bring their own jax and libtpu (e.g. Pathways' servers and MaxText image).
-        workers = (f"the {backend.name} images ({', '.join(image.split('@')[0] for image in backend.images(config))}) "
-                   "bring jax and libtpu of their own, which the stack does not choose")
+        images = ", ".join(image.split("@")[0] for image in backend.images(config))
+        workers = (f"the {backend.name} images ({images}) bring jax and libtpu of their own, which the stack does "
+                   "not choose")
     return (f"HBM: the plan's {memory.total / 2**30:.1f} GiB per device ({memory.verdict}) is an estimate held to XLA's "
             f"memory assignment compiled here with {', '.join(pairs)} (core/xla_calibration.json); {workers}: "
             "check with `python -m preview --stack NAME --compile` where it can"
