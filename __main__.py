@@ -18,7 +18,8 @@ from infra.worker_image import WorkerImage, WorkerImageSpec, image_tag
 from workloads.backend import WorkloadContext
 from workloads.backends import backend_for, deploy_workload, run_name
 from workloads.bundle import load_bundle
-from workloads.next_steps import next_steps, watch_command, why_pending_command
+from workloads.common import RUN_LABEL
+from workloads.next_steps import next_steps, run_pods_command, watch_command, why_pending_command
 from workloads.run_summary import run_summary
 
 try:
@@ -97,7 +98,9 @@ pulumi.export("plan", config.workload.plan.describe())
 # What this up trains: the run's name, whether its job starts, resumes or finds the run finished, and its data.
 pulumi.export("run", run_summary(config, run_facts))
 pulumi.export("dashboardUrl", dashboard.url)
-# Why pods are Pending (quota, capacity); each backend exports its driver's log (and on Ray the token).
+# The run's pods and why pods are Pending (quota, capacity); each backend exports its driver's log (and on Ray the
+# token).
+workload_exports["runPodsCommand"] = run_pods_command(config.kubernetes.namespace, RUN_LABEL, run_name(config))
 workload_exports["whyPendingCommand"] = why_pending_command(config.kubernetes.namespace)
 for key, value in workload_exports.items():
     pulumi.export(key, value)

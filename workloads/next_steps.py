@@ -10,6 +10,7 @@ from typing import Mapping, Sequence
 
 FOLLOW_LOG = "logsFollowCommand"
 WHY_PENDING = ("whyPendingCommand", "pods Pending? why: FailedScaleUp names quota or capacity")
+RUN_PODS = ("runPodsCommand", "the run's pods and the nodes they run on (Pending until their slice is up)")
 TENSORBOARD = ("tensorboardCommand", "loss, step time, tokens/s (needs: pip install tensorboard gcsfs)")
 SMOKE_RESULT = ("smokeResultCommand", "the multislice smoke test's verdict")
 # Events that say why a pod is Pending: the scheduler's FailedScheduling, and the cluster autoscaler's
@@ -40,6 +41,11 @@ def why_pending_command(namespace: str) -> str:
     """The events that say why the namespace's pods are Pending (quota, capacity, scheduling)."""
     return (f"kubectl get events -n {namespace} --field-selector involvedObject.kind=Pod "
             f"--sort-by=.lastTimestamp | grep -E '{'|'.join(PENDING_REASONS)}'")
+
+
+def run_pods_command(namespace: str, run_label: str, run_name: str) -> str:
+    """Every pod of the run (workloads/common.py RUN_LABEL), with its node."""
+    return f"kubectl get pods -n {namespace} -l {run_label}={run_name} -o wide"
 
 
 def watch_command(exports: Mapping[str, str]) -> str:

@@ -43,6 +43,9 @@ def test_every_job_and_pod_of_a_committed_stack_carries_its_run(stack):
     _labelled(_objects(run), config.workload.run.run_name)
     query = unquote(run.outputs["consoleLogsUrl"])
     assert f'labels."k8s-pod/tpu-multislice/run"="{config.workload.run.run_name}"' in query
+    # The run's pods, from nextSteps as from their own export.
+    command = f"kubectl get pods -n tpu-training -l tpu-multislice/run={config.workload.run.run_name} -o wide"
+    assert run.outputs["runPodsCommand"] == command and command in run.outputs["nextSteps"]
 
 
 @pytest.mark.parametrize("stack", ["dev", "jobset", "pathways"])

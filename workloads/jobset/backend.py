@@ -10,7 +10,7 @@ from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.common import MEMORY_BOUND_ASSUMPTION
 from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION, OUT_OF_HBM_ASSUMPTION
 from workloads.jobset import spec as jobset_spec
-from workloads.next_steps import FOLLOW_LOG, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
+from workloads.next_steps import FOLLOW_LOG, RUN_PODS, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
 from workloads.jobset.component import JobSetWorkload
 from workloads.jobset.exports import jobset_exports
 
@@ -23,7 +23,7 @@ class JobSetBackend:
         ("kueueWorkloadsCommand", "is the JobSet admitted by Kueue?"),
         ("jobsetStatusCommand", "the JobSet's state (add --watch to follow it)"),
         (FOLLOW_LOG, "follow the training log (slice 0, host 0)"),
-        WHY_PENDING, SMOKE_RESULT,
+        RUN_PODS, WHY_PENDING, SMOKE_RESULT,
         ("jobsetLogsCommand", "the training pods' last lines"),
         TENSORBOARD,
     )

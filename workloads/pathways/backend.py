@@ -8,7 +8,7 @@ from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.common import MEMORY_BOUND_ASSUMPTION
 from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION
-from workloads.next_steps import FOLLOW_LOG, WHY_PENDING
+from workloads.next_steps import FOLLOW_LOG, RUN_PODS, WHY_PENDING
 from workloads.pathways import spec as pathways_spec
 from workloads.pathways.component import PathwaysWorkload
 from workloads.pathways.exports import pathways_exports
@@ -20,7 +20,7 @@ class PathwaysBackend:
     next_steps = (
         ("pathwaysStatusCommand", "the JobSet's state (add --watch to follow it)"),
         (FOLLOW_LOG, "follow MaxText's log on the Pathways head, elastic recoveries included"),
-        WHY_PENDING,
+        RUN_PODS, WHY_PENDING,
     )
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:

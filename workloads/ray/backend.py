@@ -10,7 +10,7 @@ from infra.config import StackConfig
 from workloads import install_cache
 from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.failure_policy import OUT_OF_HBM_ASSUMPTION
-from workloads.next_steps import FOLLOW_LOG, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
+from workloads.next_steps import FOLLOW_LOG, RUN_PODS, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
 from workloads.ray import spec as ray_spec
 from workloads.ray.component import RayWorkload
 from workloads.ray.deadline import pre_running_deadline_seconds
@@ -38,7 +38,7 @@ class RayBackend:
     next_steps = (
         ("rayJobStatusCommand", "the job's state (add --watch to follow it)"),
         (FOLLOW_LOG, "follow the training driver's log (the submitter streams it)"),
-        WHY_PENDING, SMOKE_RESULT,
+        RUN_PODS, WHY_PENDING, SMOKE_RESULT,
         ("rayAuthTokenCommand", "the Ray token: the dashboard asks for it, `ray job` reads it"),
         ("rayDashboardPortForward", "then open http://localhost:8265 (Ray dashboard, TPU charts per node)"),
         TENSORBOARD,
