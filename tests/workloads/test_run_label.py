@@ -54,3 +54,26 @@ def test_a_run_name_the_user_sets_labels_the_run_and_its_logs(stack):
     run = run_program(raw, stack=stack)
     _labelled(_objects(run), "c4-v1")
     assert 'labels."k8s-pod/tpu-multislice/run"="c4-v1"' in unquote(run.outputs["consoleLogsUrl"])
+
+
+def test_the_longest_derived_run_name_is_a_label_value():
+    """Unset runName is the job prefix and the model (infra/config/data_rules.py default_run_name); at their longest
+    it is still a Kubernetes label value: at most 63 characters, alphanumeric at both ends, [-._a-zA-Z0-9] between
+    (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#syntax-and-character-set)."""
+    import re
+
+    from core.presets import PRESETS
+    from infra import naming
+
+    value = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+    prefixes = {"rayJobName": naming.RAYJOB_NAME_MAX - naming.HASH_SUFFIX, "jobsetName": naming.JOBSET_PREFIX_MAX,
+                "pathwaysJobName": naming.PATHWAYS_NAME_MAX}
+    backends = {"rayJobName": "rayjob", "jobsetName": "jobset", "pathwaysJobName": "pathways"}
+    from infra.config.data_rules import default_run_name
+
+    model = max((name for name, p in PRESETS.items() if not p.cpu_only), key=len)
+    for key, length in prefixes.items():
+        v = {"runName": None, "workloadBackend": backends[key], "model": model, **{k: None for k in prefixes},
+             key: "r" * length}
+        name = default_run_name(v)
+        assert name is not None and len(name) <= 63 and value.match(name), name
