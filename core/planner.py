@@ -418,7 +418,7 @@ def _plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] |
         return dataclasses.replace(first, notes=(
             f"memory check off: estimated {worst.memory.total / GIB:.1f} GiB per device, over the "
             f"{worst.memory.usable / GIB:.2f} GiB XLA compiles against; run it only if XLA's compile fits it "
-            f"({_compile_hint(request, first)})",)), None
+            f"({_compile_hint(request, worst)})",)), None     # an elastic run's compile: at its fewest slices
     best = min(tried, key=lambda p: p.memory.total)
     resized = f" (elastic: at {best.slices} of {min_slices}..{request.slices} slices)" if elastic else ""
     hint = _compile_hint(request, best)

@@ -107,3 +107,14 @@ def test_the_offline_plan_and_pulumi_up_show_the_planners_notes(caplog):
         run_program(load_stack_config("prod", REPO), stack="prod")
     info = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and r.getMessage().startswith("plan: ")]
     assert any(line.startswith("plan: shape: per_device_batch_size up to") for line in info), info
+
+
+def test_an_elastic_step_kept_over_the_limit_names_the_compile_at_its_fewest_slices():
+    # The fewest slices hold the most bytes per device (the same model over fewer FSDP ways): that is the step the
+    # compile must fit, as the refusal's own compile command is.
+    kept = plan(PlanRequest("llama3-70b", "v6e", "4x4", slices=2, min_slices=1, per_device_batch_size=2,
+                            memory_check=False))
+    assert (kept.min_slices, kept.slices) == (1, 2)
+    assert "--slices 1 --dcn-data 1 --dcn-fsdp 1" in kept.notes[0]
+    fewest = kept.at_slices(1).memory.total
+    assert fewest > kept.memory.total and f"estimated {fewest / 2**30:.1f} GiB" in kept.notes[0]
