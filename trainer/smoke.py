@@ -19,6 +19,12 @@ training (trainer/failures.py: exit 3, `SMOKE NOT RUN (import/environment error)
 import or data error inside a worker, each with its own code; anything else a check raised is a failed smoke
 test.
 
+A smoke test that reaches no verdict within its deadline (`--deadline`; by default: on Ray, the start-up allowance
+a run gets, core/run_time.STARTUP_ALLOWANCE_S, since Ray Train retries a worker group that cannot start without
+limit; with `--distributed`, the join's own timeout plus core/run_bounds.STALL_FLOOR_S for the collectives) exits 1
+with `SMOKE NOT RUN (infrastructure): no verdict within N s`: a hung join or collective must not hold every slice
+(on Spot no job deadline would end it), and a restart on new pods may fix it.
+
 Modes:
     python -m trainer.smoke --expect-devices 32 --expect-slices 2 --distributed   # JobSet pod (TPU, GKE env)
     python -m trainer.smoke --ray --model llama3-8b --topology 4x4 --slices 2     # RayJob driver (JaxTrainer)
@@ -32,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 import time
 from typing import Any, Sequence
 
@@ -47,6 +55,9 @@ EXIT_BAD_INPUT = exit_codes.CONFIG_ERROR
 # The checks never ran to a verdict because of the cluster (runtime env, placement, a dead node): what a retry
 # may fix, like any runtime failure; never the retry-proof SMOKE_FAILED.
 EXIT_INFRASTRUCTURE = exit_codes.RUNTIME_FAILURE
+# jax.distributed.initialize's own default initialization_timeout (jax/_src/distributed.py), when --init-timeout
+# is not given.
+JAX_INIT_TIMEOUT_S = 300
 
 
 class SmokeFailure(RuntimeError):
@@ -276,6 +287,38 @@ def report_ray_failure(exc: BaseException) -> int:
     return code
 
 
+def deadline_seconds(args: argparse.Namespace) -> float | None:
+    """Seconds the smoke test may take to a verdict (module docstring), or None for a local run without a
+    distributed join."""
+    from core.run_bounds import STALL_FLOOR_S
+    from core.run_time import STARTUP_ALLOWANCE_S
+
+    if args.deadline is not None:
+        return float(args.deadline)
+    if args.ray:
+        return float(STARTUP_ALLOWANCE_S)
+    if args.distributed or args.coordinator:
+        return float(args.init_timeout or JAX_INIT_TIMEOUT_S) + STALL_FLOOR_S
+    return None
+
+
+def start_deadline(seconds: float | None) -> threading.Timer | None:
+    """Ends the process with EXIT_INFRASTRUCTURE unless it reaches a verdict within `seconds`."""
+    if seconds is None:
+        return None
+
+    def expire() -> None:
+        print(f"SMOKE NOT RUN (infrastructure): no verdict within {seconds:.0f} s (a join or collective that does "
+              "not return, or a worker group that never starts)", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_INFRASTRUCTURE)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m trainer.smoke", description=__doc__.split("\n\n")[0])
     parser.add_argument("--expect-devices", type=int, help="slices x JAX devices per slice (2 per chip on TPU7x)")
@@ -286,6 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--process-id", type=int)
     parser.add_argument("--init-timeout", type=int, help="seconds jax.distributed.initialize waits for every "
                         "process (JAX's default: 300)")
+    parser.add_argument("--deadline", type=float, metavar="S", help="exit 1 without a verdict after S seconds "
+                        "(default: Ray 3600; --distributed: the init timeout + 600; else none)")
     ray_group = parser.add_argument_group("Ray (RayJob driver)")
     ray_group.add_argument("--ray", action="store_true", help="run the checks on the TPU workers via JaxTrainer")
     ray_group.add_argument("--model", default="llama3-8b")
@@ -302,6 +347,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.deadline is not None and args.deadline <= 0:
+        print(f"smoke: --deadline={args.deadline:g} must be a positive number of seconds", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    timer = start_deadline(deadline_seconds(args))
+    try:
+        return _run(args)
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.ray:
         from core.errors import PlanError
 

@@ -213,3 +213,41 @@ def test_elastic_stacks_smoke_test_takes_the_jobs_bounds():
     assert one_slice["slices"] == 1 and one_slice["devices"] == full.devices // full.slices
     fixed = ray_inputs.smoke_command(build(load_stack_config("prod", REPO)))
     assert "--elastic" not in fixed
+
+
+def test_a_smoke_test_that_reaches_no_verdict_ends_at_its_deadline():
+    """A join that never completes (here: process 1 of 2 whose coordinator never comes up, with JAX told to wait
+    120 s) ends at the smoke test's deadline as an infrastructure failure (exit 1, retried), not after JAX's wait
+    or never: on Spot no job deadline would end it while every slice bills."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]          # nothing listens there
+    result = smoke(["--expect-devices", "16", "--expect-slices", "2", "--coordinator", f"127.0.0.1:{port}",
+                    "--num-processes", "2", "--process-id", "1", "--init-timeout", "120", "--deadline", "5"])
+    assert result.returncode == exit_codes.RUNTIME_FAILURE == 1, result.stderr
+    assert "SMOKE NOT RUN (infrastructure): no verdict within 5 s" in result.stderr
+    assert "SMOKE PASSED" not in result.stdout and "SMOKE FAILED" not in result.stderr
+
+
+def test_the_deadline_follows_the_mode():
+    """Ray: the start-up allowance a run gets (Ray Train retries a worker group that cannot start without limit);
+    a distributed join: its own timeout (JAX's default 300 s, jax/_src/distributed.py initialize) plus the stall
+    floor for the collectives; a local single-process check: none."""
+    from core.run_bounds import STALL_FLOOR_S
+    from core.run_time import STARTUP_ALLOWANCE_S
+    from trainer.smoke import build_parser, deadline_seconds, main
+
+    def deadline(*argv):
+        return deadline_seconds(build_parser().parse_args(list(argv)))
+
+    assert deadline("--ray") == STARTUP_ALLOWANCE_S
+    assert deadline("--distributed", "--expect-devices", "8", "--init-timeout", "1680") == 1680 + STALL_FLOOR_S
+    assert deadline("--distributed", "--expect-devices", "8") == 300 + STALL_FLOOR_S
+    assert deadline("--expect-devices", "8") is None
+    assert deadline("--ray", "--deadline", "90") == 90
+    assert main(["--expect-devices", "8", "--deadline", "0"]) == exit_codes.CONFIG_ERROR
+    # The JobSet's smoke command relies on the default (its join waits as long as Kueue lets the JobSet wait).
+    from workloads.jobset.spec import jobset_spec
+    from workloads.jobset.manifests import smoke_argv
+    argv = smoke_argv(jobset_spec(build({**MINIMAL, "workloadBackend": "jobset"})))
+    assert deadline(*argv[3:]) == float(argv[argv.index("--init-timeout") + 1]) + STALL_FLOOR_S
