@@ -118,3 +118,14 @@ def test_an_elastic_step_kept_over_the_limit_names_the_compile_at_its_fewest_sli
     assert "--slices 1 --dcn-data 1 --dcn-fsdp 1" in kept.notes[0]
     fewest = kept.at_slices(1).memory.total
     assert fewest > kept.memory.total and f"estimated {fewest / 2**30:.1f} GiB" in kept.notes[0]
+
+
+def test_the_preflight_compile_of_a_kept_step_targets_that_step():
+    """`python -m preview --stack NAME --compile` builds the argv the workers would run (preview/compile.py
+    stack_target, through trainer.entrypoint --print-argv): the kept step, FSDP across the slices at batch 2."""
+    from preview.compile import stack_target
+
+    target = stack_target(build(_raw("prod", memoryCheck="false")))
+    keys = dict(item.split("=", 1) for item in target.argv if "=" in item)
+    assert (keys["dcn_data_parallelism"], keys["dcn_fsdp_parallelism"], keys["per_device_batch_size"]) == ("1", "2", "2")
+    assert "does not fit" in target.plan          # the estimate says so; the compile decides
