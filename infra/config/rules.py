@@ -505,7 +505,12 @@ def hbm_refusal(setting: str, where: str, nearest: str, why: str) -> str:
     lines += textwrap.wrap(f"why: {why.strip()}", 100, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ",
                            break_on_hyphens=False, break_long_words=False)
     if marker:
+        # The command alone on its line (what to copy); what follows it is prose, wrapped below.
+        command, opening, rest = command.partition(" (")
         lines.append(_INDENT + "  " + marker + command)
+        if opening:
+            lines += textwrap.wrap("(" + rest, 100, initial_indent=_INDENT + "  ", subsequent_indent=_INDENT + "  ",
+                                   break_on_hyphens=False, break_long_words=False)
     return "\n".join(lines)
 
 

@@ -51,6 +51,10 @@ def test_the_first_line_is_short_and_the_why_follows():
     assert lines[2].startswith("    why: llama3-8b does not fit")
     [command] = [line for line in lines if "python -m preview.compile" in line]
     assert command.strip().startswith("python -m preview.compile --model llama3-8b")
+    # The command alone on its line, as it is copied; what follows (how a stack keeps a step that compiles) below.
+    assert command.endswith("--no-memory-check")
+    after = " ".join(line.strip() for line in lines[lines.index(command) + 1:])
+    assert "memoryCheck: false" in after
     assert len("python -m preview: ") + len(lines[0]) <= 100      # the only line the prefix goes in front of
     assert all(len(line) <= 100 for line in lines if line != command)
 
