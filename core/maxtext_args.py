@@ -6,7 +6,7 @@ so the same plan produces the same MaxText run whichever way it is launched.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from core import data
 from core.errors import PlanError
@@ -239,6 +239,12 @@ STACK_KEYS: dict[str, str] = {
     # The custom remat policy's tensors (key=offload|remat|device): the planner's memory policy.
     **{tensor: "model (the planner's remat policy)" for tensor in OFFLOADABLE},
 }
+
+
+def settings_of(argv: Sequence[str]) -> dict[str, str]:
+    """The MaxText key=value settings of an argv, as a map (items without "=", e.g. a module or a base config
+    file, are not settings)."""
+    return dict(item.split("=", 1) for item in argv if "=" in item)
 
 
 def pre_train_argv(plan: Plan, run: RunSettings, base_config: str, elastic_run: bool | None = None) -> list[str]:

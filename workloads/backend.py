@@ -58,10 +58,6 @@ class Backend(Protocol):
         """Register the backend's component under the cluster's provider; return the stack exports it adds."""
         ...
 
-    def run_name(self, config: StackConfig) -> str:
-        """The MaxText run_name it launches: its checkpoints' directory and the goodput job name."""
-        ...
-
     def maxtext_settings(self, config: StackConfig) -> dict[str, str]:
         """MaxText's key=value settings of the run it launches, as data."""
         ...

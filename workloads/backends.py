@@ -27,6 +27,8 @@ def deploy_workload(config: StackConfig, context: WorkloadContext) -> dict[str, 
 
 
 def run_name(config: StackConfig) -> str:
-    """MaxText also uses the run name as the goodput job name, which is the workload_id of the goodput series the
-    dashboard charts (maxtext/common/goodput.py get_goodput_job_name)."""
-    return backend_for(config).run_name(config)
+    """The MaxText run_name every backend launches: runName, or its job's name and the model (config build,
+    infra/config/data_rules.py default_run_name), stable across relaunches so a relaunched job resumes from its
+    checkpoints. MaxText also uses it as the goodput job name, the workload_id of the goodput series the dashboard
+    charts (maxtext/common/goodput.py get_goodput_job_name)."""
+    return config.workload.run.run_name

@@ -25,7 +25,7 @@ def written_prefixes() -> dict[str, str]:
 
     output = relative(ray, common.output_directory(ray))
     command = ray_spec.entrypoint(ray)
-    return {"checkpoints": f"{output}{ray_spec.run_name(ray)}/",
+    return {"checkpoints": f"{output}{ray.workload.run.run_name}/",
             "compile cache": f"{output}jax_cache/",    # core/maxtext_args.py: <base_output_directory>/jax_cache
             "ray results": relative(ray, command[command.index("--storage-path") + 1]),
             "pathways scratch": relative(pathways, pathways_spec.scratch_location(pathways))}

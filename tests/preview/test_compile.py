@@ -230,7 +230,7 @@ def test_the_compiled_argv_is_the_backends_own(stack):
     else:
         from workloads.ray import spec
         keys = target.keys
-        assert keys["run_name"] == spec.run_name(config)
+        assert keys["run_name"] == config.workload.run.run_name
         for key, value in config.workload.plan.overrides().items():
             assert keys[key] == value, key
         run_keys = {k: v for k, v in keys.items() if k not in config.workload.plan.overrides()}
@@ -247,7 +247,7 @@ def _ray_run_settings(config, keys):
     from core.maxtext_args import RunSettings
     from workloads.ray import spec
 
-    return RunSettings(run_name=spec.run_name(config), base_output_directory=keys["base_output_directory"],
+    return RunSettings(run_name=config.workload.run.run_name, base_output_directory=keys["base_output_directory"],
                        steps=int(keys["steps"]), checkpoint_period=int(keys["checkpoint_period"]))
 
 

@@ -10,7 +10,7 @@ from infra.config import build
 from infra.config.schema import KEYS_BY_NAME
 from preview.stack_files import load_stack_config
 from tests.conftest import COMMITTED_STACKS, REPO
-from workloads.backends import BACKENDS, backend_for
+from workloads.backends import BACKENDS, backend_for, run_name
 
 # A comparison of something named *backend with a string literal (or a tuple of them).
 NAME_BRANCH = re.compile(r"backend\w*[\"'\]]*\s*(==|!=|\bin\b|\bnot in\b)\s*[\(\[{]?\s*[\"']", re.IGNORECASE)
@@ -49,5 +49,5 @@ def test_the_launched_settings_are_the_backends_run(stack):
     config = build(load_stack_config(stack, REPO))
     backend = backend_for(config)
     settings = backend.maxtext_settings(config)
-    assert settings["run_name"] == backend.run_name(config)
+    assert settings["run_name"] == run_name(config)
     assert settings["steps"] == str(config.workload.train_steps)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.maxtext_args import settings_of
 from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S, PODS_READY_TIMEOUT_S, READY_TO_JOIN_S, SLICE_START_S
 from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
@@ -34,11 +35,8 @@ class JobSetBackend:
                                   worker_image_ready=context.worker_image_ready, nodes_ready=context.nodes_ready)
         return jobset_exports(config, context.cluster_location, workload.jobset_name, workload.smoke_jobset_name)
 
-    def run_name(self, config: StackConfig) -> str:
-        return jobset_spec.run_name(config)
-
     def maxtext_settings(self, config: StackConfig) -> dict[str, str]:
-        return dict(item.split("=", 1) for item in jobset_spec.training_argv(config) if "=" in item)
+        return settings_of(jobset_spec.training_argv(config))
 
     def training_launch(self, config: StackConfig) -> TrainingLaunch:
         return TrainingLaunch(argv=tuple(jobset_spec.training_argv(config)),

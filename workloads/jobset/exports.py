@@ -12,7 +12,7 @@ JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 def jobset_exports(config: StackConfig, cluster_location: str, jobset_name: str,
                    smoke_jobset_name: str | None) -> dict[str, str]:
     ns = config.kubernetes.namespace
-    run = jobset_inputs.run_name(config)
+    run = config.workload.run.run_name
     tensorboard = common.tensorboard_directory(config, run)
     # Every pod of the run (smoke test and training JobSets, restarts, re-ups under the same run name).
     logs_query = common.container_logs_query(config, common.run_logs_condition(run))

@@ -27,7 +27,7 @@ def jobset_spec(config: StackConfig, worker_image: str | None = None) -> jm.JobS
     return jm.JobSetSpec(
         namespace=config.kubernetes.namespace,
         service_account=config.kubernetes.service_account,
-        run_name=run_name(config),
+        run_name=config.workload.run.run_name,
         image=worker_image or config.jobset.image,
         shape=config.tpu.shape,
         pod_size=common.tpu_pod_size(config),
@@ -47,16 +47,11 @@ def jobset_spec(config: StackConfig, worker_image: str | None = None) -> jm.JobS
     )
 
 
-def run_name(config: StackConfig) -> str:
-    """runName, or the JobSet prefix and the model: stable across relaunches, so a relaunched JobSet resumes from
-    its checkpoints (infra/config/data_rules.py default_run_name)."""
-    return config.workload.run.run_name
-
 
 def run_settings(config: StackConfig) -> RunSettings:
     # MaxText joins the slices itself too (max_utils.maybe_initialize_jax_distributed_system): without a smoke test
     # it is the first to, and must wait for a late slice as long as the smoke test would (core/slice_wait.py).
-    return RunSettings(run_name=run_name(config), base_output_directory=common.output_directory(config),
+    return RunSettings(run_name=config.workload.run.run_name, base_output_directory=common.output_directory(config),
                        steps=config.workload.train_steps, checkpoint_period=config.workload.checkpoint_period,
                        checkpoints_to_keep=config.workload.checkpoints_to_keep, **common.run_inputs(config),
                        extra={**dict(config.workload.run.maxtext_settings),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.maxtext_args import settings_of
 from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.common import MEMORY_BOUND_ASSUMPTION
@@ -29,11 +30,8 @@ class PathwaysBackend:
                                     bundle=context.bundle)
         return pathways_exports(config, context.cluster_location, workload.jobset_name)
 
-    def run_name(self, config: StackConfig) -> str:
-        return pathways_spec.run_name(config)
-
     def maxtext_settings(self, config: StackConfig) -> dict[str, str]:
-        return dict(item.split("=", 1) for item in pathways_spec.maxtext_argv(config) if "=" in item)
+        return settings_of(pathways_spec.maxtext_argv(config))
 
     def training_launch(self, config: StackConfig) -> TrainingLaunch:
         # trainer.pathways_run runs exactly this argv (workloads/pathways/spec.py trainer_command).

@@ -51,6 +51,6 @@ class PathwaysWorkload(pulumi.ComponentResource):
             ))
         jobset = objects["pathways-jobset"]
         self.jobset_name = jobset["metadata"]["name"]
-        self.run_name = pathways_inputs.run_name(config)
+        self.run_name = config.workload.run.run_name
         self.register_outputs({"pathwaysJobSet": self.jobset_name, "namespace": config.kubernetes.namespace,
                                "runName": self.run_name})

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from infra.config import StackConfig
 from workloads import common
-from workloads.pathways import spec as pathways_inputs
 from workloads.pathways.manifests import HEAD_JOB, TRAINER_CONTAINER, WORKER_JOB, head_address
 
 def pathways_exports(config: StackConfig, cluster_location: str, jobset_name: str) -> dict[str, str]:
     ns = config.kubernetes.namespace
     jobset_selector = f"jobset.sigs.k8s.io/jobset-name={jobset_name}"
-    run = pathways_inputs.run_name(config)
+    run = config.workload.run.run_name
     # The MaxText client's log of every JobSet that ran the run (recreated or re-upped under the same run name).
     logs_query = common.container_logs_query(
         config, f'resource.labels.container_name="{TRAINER_CONTAINER}"', common.run_logs_condition(run))

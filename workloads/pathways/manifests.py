@@ -20,7 +20,7 @@ from core.pod_sizing import TpuPodSize
 from core.tpu_catalog import SliceShape
 from core.tpu_env import dcn_transport_flags
 from workloads import failure_policy
-from workloads.common import (TPU_METRICS_PORT, code_mount, code_volume, labels, run_labels, tpu_node_selector,
+from workloads.common import (TPU_METRICS_PORT, code_mount, code_volume, run_labels, tpu_node_selector,
                               tpu_pod_resources_memory_bounded)
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"

@@ -23,11 +23,6 @@ def settings(config: StackConfig) -> PathwaysSettings:
     return config.pathways
 
 
-def run_name(config: StackConfig) -> str:
-    """runName, or the job name and the model: stable across relaunches, so a recreated JobSet resumes from its
-    checkpoints (infra/config/data_rules.py default_run_name)."""
-    return config.workload.run.run_name
-
 
 def scratch_location(config: StackConfig) -> str:
     """GCS directory the resource manager, proxy and workers share (xpk --pathways-gcs-location)."""
@@ -63,7 +58,7 @@ def maxtext_extra(config: StackConfig) -> dict[str, str]:
 def run_settings(config: StackConfig) -> RunSettings:
     workload = config.workload
     return RunSettings(
-        run_name=run_name(config),
+        run_name=config.workload.run.run_name,
         # gs:// rather than a FUSE mount: Orbax writes commit_success markers there, which elastic recovery
         # relies on to discard a checkpoint cut off by the failure (docs/platform-notes.md §6).
         base_output_directory=common.output_directory(config),
@@ -105,7 +100,7 @@ def pathways_spec(config: StackConfig, bundle: TrainerBundle) -> PathwaysSpec:
     pathways = settings(config)
     return PathwaysSpec(
         name=pathways.job_name,
-        run_name=run_name(config),
+        run_name=config.workload.run.run_name,
         namespace=config.kubernetes.namespace,
         service_account=config.kubernetes.service_account,
         shape=config.tpu.shape,

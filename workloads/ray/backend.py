@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.maxtext_args import maxtext_overrides
+from core.maxtext_args import maxtext_overrides, settings_of
 from core.run_bounds import limits_for, preemption_budget
 from infra.config import StackConfig
 from workloads import install_cache
@@ -53,14 +53,10 @@ class RayBackend:
             exports.update(ray_smoke_exports(config.kubernetes.namespace, workload.smoke_job_name))
         return exports
 
-    def run_name(self, config: StackConfig) -> str:
-        return ray_spec.run_name(config)
-
     def maxtext_settings(self, config: StackConfig) -> dict[str, str]:
         # The workers' own builder on the run settings the entrypoint carries (tests/workloads/test_goodput.py
         # runs the trainer's parser on the RayJob's command and gets the same keys).
-        argv = maxtext_overrides(config.workload.plan, ray_spec.run_settings(config))
-        return dict(item.split("=", 1) for item in argv)
+        return settings_of(maxtext_overrides(config.workload.plan, ray_spec.run_settings(config)))
 
     def training_launch(self, config: StackConfig) -> TrainingLaunch:
         command = ray_spec.entrypoint(config)

@@ -13,7 +13,7 @@ def ray_exports(config: StackConfig, cluster_location: str, job_name: str) -> di
     ns, ray_cluster = config.kubernetes.namespace, config.ray.cluster_name
     head = head_service_name(ray_cluster)
     # The run's pods (head, workers, submitter) across its jobs, restarts and re-ups under the same run name.
-    run = ray_inputs.run_name(config)
+    run = config.workload.run.run_name
     logs_query = common.container_logs_query(config, common.run_logs_condition(run))
     tensorboard = common.tensorboard_directory(config, run)
     return {

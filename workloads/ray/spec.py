@@ -37,7 +37,7 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         namespace=config.kubernetes.namespace,
         service_account=config.kubernetes.service_account,
         cluster_name=ray.cluster_name,
-        run_name=run_name(config),
+        run_name=config.workload.run.run_name,
         image=worker_image or ray.image,
         shape=tpu.shape,
         pod_size=common.tpu_pod_size(config),
@@ -59,11 +59,6 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         data_mounts=tuple(common.data_mounts(config)),
     )
 
-
-def run_name(config: StackConfig) -> str:
-    """runName, or the job name and the model: stable across relaunches, so a relaunched job resumes from its
-    checkpoints (infra/config/data_rules.py default_run_name)."""
-    return config.workload.run.run_name
 
 
 # trainer/cli.py flags of what the run reads (core.maxtext_args.RunSettings fields of common.run_inputs).
@@ -90,7 +85,7 @@ def run_settings(config: StackConfig) -> RunSettings:
     """The run the workers launch: they build MaxText's argv from these (carried by entrypoint's flags) with the
     same core builder (trainer.worker), so the plan reads them here rather than off the command."""
     workload = config.workload
-    return RunSettings(run_name=run_name(config), base_output_directory=common.output_directory(config),
+    return RunSettings(run_name=config.workload.run.run_name, base_output_directory=common.output_directory(config),
                        steps=workload.train_steps, checkpoint_period=workload.checkpoint_period,
                        checkpoints_to_keep=workload.checkpoints_to_keep, **common.run_inputs(config),
                        extra=dict(workload.run.maxtext_settings))
