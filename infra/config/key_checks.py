@@ -181,9 +181,12 @@ def checkpoint_path(value: str) -> str | None:
 
 
 def run_name(limit: int) -> Check:
-    """A run's name: a directory under the bucket's maxtext/ and a Kubernetes name, so DNS-1035."""
+    """A run's name: a directory under the bucket's maxtext/ and a Kubernetes name, so DNS-1035 (dns1035's rule,
+    with a message that says what the name is for)."""
+    label = dns1035(limit)
+
     def check(value: str) -> str | None:
-        if naming.DNS1035_LABEL.match(value) and len(value) <= limit:
+        if label(value) is None:
             return None
         return (f"a run name of at most {limit} characters: lowercase letters, digits and '-', starting with a "
                 "letter (it names the run's folder in the bucket and its job), e.g. llama3-8b-c4-v1")
