@@ -22,7 +22,7 @@ from core.cli_errors import OneLineParser, refuse
 from infra.config import ConfigError, StackConfig, build
 from preview.overrides import OverrideError, apply_overrides
 from preview.graph import CriticalPath, write_graph
-from preview.k8s.validation import default_schemas_dir
+from preview.k8s import crd_fetch
 from preview.costs import CostSummary
 from preview.model import DashboardSummary, Plan, PlannedResource
 from preview.stack_files import StackFileError, load_stack_config
@@ -41,7 +41,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="write Kubernetes objects (YAML) and GCP resources (JSON) here")
     parser.add_argument("--graph", type=Path, help="write the dependency graph (.svg/.png/.pdf via Graphviz, or .dot)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-    parser.add_argument("--schemas", type=Path, help="directory of CRD YAML files (default: ../shared/schemas)")
+    parser.add_argument("--schemas", type=Path, help="directory of CRD YAML files, used as they are (default: the "
+                                                     "pinned CRDs, SHA-256 checked: TPU_MULTISLICE_CRDS, "
+                                                     "../shared/schemas, then the cache setup.sh fills)")
+    parser.add_argument("--no-crd-check", action="store_true",
+                        help="plan without checking custom resources against their CRDs (exit 0 without them)")
     parser.add_argument("--compile", action="store_true",
                         help="also compile the stack's MaxText training step for its TPU target and slice count "
                              "(MaxText's AOT compiler, on this CPU; 1.5-10 min): XLA's peak HBM per device, or why "
@@ -226,6 +230,15 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, file=sys.stderr)
         return EXIT_CONFIG
 
+    schemas_dir, crd_notice = None, [crd_fetch.OPTED_OUT] if args.no_crd_check else []
+    if args.schemas is not None and not args.no_crd_check:
+        schemas_dir = args.schemas
+    elif not args.no_crd_check:
+        lookup = crd_fetch.find_schemas(args.root)
+        if lookup.refused:
+            return refuse("python -m preview", lookup.refused)
+        schemas_dir, crd_notice = lookup.directory, [] if lookup.directory else list(crd_fetch.MISSING)
+
     # Imported only now: the mocks pull in the Pulumi runtime, which a config error never needs.
     from preview.harness import run_program
     from preview.files import write_plan_files
@@ -237,7 +250,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the program failed under mocks: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_PROGRAM
 
-    schemas_dir = args.schemas if args.schemas is not None else default_schemas_dir(args.root)
     plan = build_plan(run, config, args.stack, schemas_dir)
     messages: list[str] = []
     if args.out is not None:
@@ -258,10 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         document = plan.as_dict()
         document["files"] = messages
+        document["validation"]["crd_check"] = " ".join(" ".join(crd_notice).split()) or None
         json.dump(document, sys.stdout, indent=2, sort_keys=False, default=str)
         sys.stdout.write("\n")
     else:
         text = io.StringIO()
+        text.writelines(line + "\n" for line in crd_notice)   # first: the plan's verdict does not cover CRDs
         render_text(plan, None if plan.validation.cr_check_skipped else schemas_dir, text)
         for message in messages:
             text.write(message + "\n")
@@ -272,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
                 text.write(f"  nearest to try: tpu-multislice:perDeviceBatchSize={retry:g} (the largest smaller "
                            "batch the planner lays out; compile again to check)\n")
         sys.stdout.write(fit(text.getvalue()))
-    if not plan.validation.ok:
+    if crd_notice and args.json:
+        print(f"python -m preview: {crd_notice[0]}", file=sys.stderr)
+    if not plan.validation.ok or (crd_notice and not args.no_crd_check):
         return EXIT_INVALID
     if compiled is not None and not compiled.compiled:
         print(f"compile: {compiled.reason}", file=sys.stderr)

@@ -150,11 +150,12 @@ SERVED_CRDS: dict[str, dict] = {}
 
 @functools.lru_cache(maxsize=None)
 def bundled_crd_spec(name: str) -> dict | None:
-    """The spec of CRD `name` (plural.group) from the shared schema bundle, or None without the bundle."""
+    """The spec of CRD `name` (plural.group) from the pinned CRDs (preview/k8s/crd_fetch.py), or None without them."""
+    from preview.k8s.crd_fetch import find_schemas
     from preview.k8s.crd_schemas import load_crd_documents
-    from preview.k8s.validation import default_schemas_dir
     plural, group = name.split(".", 1)
-    for path in sorted(default_schemas_dir().rglob(f"{group}_{plural}.yaml")):
+    directory = find_schemas().directory
+    for path in sorted(directory.rglob(f"{group}_{plural}.yaml") if directory else ()):
         for document in load_crd_documents(path):
             if isinstance(document, dict) and document.get("kind") == "CustomResourceDefinition":
                 return document["spec"]
