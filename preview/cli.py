@@ -1,6 +1,6 @@
 """Offline plan: everything `pulumi up` would create, with no cloud, credentials or Pulumi CLI.
 
-    python -m preview --stack prod [--set slices=8] [--out DIR] [--graph FILE.svg] [--json] [--schemas DIR] [--compile]
+    python -m preview --stack prod [--set slices=8] [--out DIR] [--graph FILE.svg] [--json[=summary]] [--schemas DIR] [--compile]
 
 Runs the real program (__main__.py) under the project's mocks, then prints the resource tree, TPU
 capacity and price, the exports, the validation of every Kubernetes object, and the critical paths of
@@ -14,12 +14,14 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from core.cli_errors import OneLineParser, refuse
 from infra.config import ConfigError, StackConfig, build
+from preview.errors_document import error_rows, errors_document
 from preview.overrides import OverrideError, apply_overrides
 from preview.graph import CriticalPath, write_graph
 from preview.k8s import crd_fetch
@@ -40,7 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "e.g. --set slices=8 --set dcnSubnets[0]=10.70.0.0/16")
     parser.add_argument("--out", type=Path, help="write Kubernetes objects (YAML) and GCP resources (JSON) here")
     parser.add_argument("--graph", type=Path, help="write the dependency graph (.svg/.png/.pdf via Graphviz, or .dot)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument("--json", nargs="?", const="full", choices=("full", "summary"),
+                        help="print one JSON document instead of text (a refusal: its errors); --json=summary leaves "
+                             "out the Kubernetes objects and resource inputs (what --out writes)")
     parser.add_argument("--schemas", type=Path, help="directory of CRD YAML files, used as they are (default: the "
                                                      "pinned CRDs, SHA-256 checked: TPU_MULTISLICE_CRDS, "
                                                      "../shared/schemas, then the cache setup.sh fills)")
@@ -54,12 +58,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="give up on the compile after this long (default 3600)")
     parser.add_argument("--root", type=Path, default=PROJECT_ROOT, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
-
-
-def load_config(stack: str, root: Path, overrides: list[str]) -> tuple[dict[str, Any], StackConfig]:
-    """Raw config and its validated form; raises StackFileError, OverrideError or ConfigError."""
-    raw = apply_overrides(load_stack_config(stack, root), overrides)
-    return raw, build(raw)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -217,9 +215,14 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    raw: dict[str, Any] = {}
     try:
-        raw, config = load_config(args.stack, args.root, args.overrides)
+        raw = apply_overrides(load_stack_config(args.stack, args.root), args.overrides)
+        config = build(raw)
     except (StackFileError, OverrideError, ConfigError) as error:
+        if args.json:
+            option = ("--set", args.overrides) if isinstance(error, OverrideError) else ("--stack", args.stack)
+            print_json(errors_document(error_rows(error, raw, option)))
         # One line per mistake, each naming the key, the value and what is allowed.
         for problem in getattr(error, "problems", None) or [str(error)]:
             # A refusal's first line names the key; lines after it (a refusal over HBM: the nearest fit and the
@@ -236,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.no_crd_check:
         lookup = crd_fetch.find_schemas(args.root)
         if lookup.refused:
+            if args.json:
+                print_json(errors_document(error_rows(ValueError(lookup.refused), raw,
+                                                      (crd_fetch.ENV_OVERRIDE, os.environ[crd_fetch.ENV_OVERRIDE]))))
             return refuse("python -m preview", lookup.refused)
         schemas_dir, crd_notice = lookup.directory, [] if lookup.directory else list(crd_fetch.MISSING)
 
@@ -268,11 +274,10 @@ def main(argv: list[str] | None = None) -> int:
             plan.compile["nearest_to_try"] = {"perDeviceBatchSize": retry}
 
     if args.json:
-        document = plan.as_dict()
+        document = plan.as_dict(summary=args.json == "summary")
         document["files"] = messages
         document["validation"]["crd_check"] = " ".join(" ".join(crd_notice).split()) or None
-        json.dump(document, sys.stdout, indent=2, sort_keys=False, default=str)
-        sys.stdout.write("\n")
+        print_json(document)
     else:
         text = io.StringIO()
         text.writelines(line + "\n" for line in crd_notice)   # first: the plan's verdict does not cover CRDs
@@ -294,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compile: {compiled.reason}", file=sys.stderr)
         return EXIT_COMPILE
     return EXIT_OK
+
+
+def print_json(document: dict[str, Any]) -> None:
+    json.dump(document, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
 
 
 def batch_to_try(config: StackConfig, compiled) -> float | None:
