@@ -6,8 +6,9 @@ Runs the real program (__main__.py) under the project's mocks, then prints the r
 capacity and price, the exports, the validation of every Kubernetes object, and the critical paths of
 deploy and destroy. `--compile` then compiles the MaxText training step the stack launches for its TPU target
 and slice count with MaxText's ahead-of-time compiler (preview/compile.py) and prints XLA's peak HBM per device.
-Exit codes: 0 plan valid · 1 Kubernetes validation errors · 2 bad config or arguments · 3 the program
-failed under mocks · 4 (`--compile`) the step does not fit or does not compile.
+Exit codes: 0 plan valid · 1 Kubernetes validation errors, or no pinned CRDs to check custom resources against
+(without --no-crd-check) · 2 bad config or arguments · 3 the program failed under mocks · 4 (`--compile`) the step
+does not fit or does not compile.
 """
 from __future__ import annotations
 

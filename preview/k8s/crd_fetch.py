@@ -17,7 +17,6 @@ https://raw.githubusercontent.com/OWNER/REPO/TAG/PATH):
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import sys
@@ -27,6 +26,8 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from core.cli_errors import OneLineParser
 
 ENV_OVERRIDE = "TPU_MULTISLICE_CRDS"
 RAW_BASE_URL = "https://raw.githubusercontent.com"
@@ -202,8 +203,8 @@ def _host(url: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m preview.k8s.crd_fetch",
-                                     description=f"Download the pinned CRDs ({VERSIONS}) into the cache.")
+    parser = OneLineParser(prog="python -m preview.k8s.crd_fetch",
+                           description=f"Download the pinned CRDs ({VERSIONS}) into the cache.")
     parser.add_argument("--timeout", type=float, default=10.0, help="give up after this many seconds (default 10)")
     parser.add_argument("--base-url", default=RAW_BASE_URL, help="a mirror with GitHub's raw file layout")
     parser.add_argument("--dest", type=Path, help="download here instead of the cache")
