@@ -234,17 +234,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(line, file=sys.stderr)
         return EXIT_CONFIG
 
-    schemas_dir, crd_notice = None, [crd_fetch.OPTED_OUT] if args.no_crd_check else []
-    if args.schemas is not None and not args.no_crd_check:
-        schemas_dir = args.schemas
-    elif not args.no_crd_check:
-        lookup = crd_fetch.find_schemas(args.root)
-        if lookup.refused:
-            if args.json:
-                print_json(errors_document(error_rows(ValueError(lookup.refused), raw,
-                                                      (crd_fetch.ENV_OVERRIDE, os.environ[crd_fetch.ENV_OVERRIDE]))))
-            return refuse("python -m preview", lookup.refused)
-        schemas_dir, crd_notice = lookup.directory, [] if lookup.directory else list(crd_fetch.MISSING)
+    schemas_dir, crd_notice, refused = crd_schemas(args)
+    if refused:
+        if args.json:
+            option = (crd_fetch.ENV_OVERRIDE, os.environ.get(crd_fetch.ENV_OVERRIDE))
+            print_json(errors_document(error_rows(ValueError(refused), raw, option)))
+        return refuse("python -m preview", refused)
 
     # Imported only now: the mocks pull in the Pulumi runtime, which a config error never needs.
     from preview.harness import run_program
@@ -300,6 +295,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compile: {compiled.reason}", file=sys.stderr)
         return EXIT_COMPILE
     return EXIT_OK
+
+
+def crd_schemas(args: argparse.Namespace) -> tuple[Path | None, list[str], str | None]:
+    """(the CRD directory, the lines the plan opens with when custom resources go unchecked, a refusal): --schemas
+    as given, else the pinned CRDs (preview/k8s/crd_fetch.py)."""
+    if args.no_crd_check:
+        return None, [crd_fetch.OPTED_OUT], None
+    if args.schemas is not None:
+        return args.schemas, [], None
+    lookup = crd_fetch.find_schemas(args.root)
+    if lookup.directory or lookup.refused:
+        return lookup.directory, [], lookup.refused
+    return None, [*crd_fetch.MISSING, *(f"  {note}" for note in lookup.notes)], None
 
 
 def print_json(document: dict[str, Any]) -> None:
