@@ -1,28 +1,31 @@
 """Offline plan: everything `pulumi up` would create, with no cloud, credentials or Pulumi CLI.
 
-    python -m preview --stack prod [--set slices=8] [--out DIR] [--graph FILE.svg] [--json] [--schemas DIR] [--compile]
+    python -m preview --stack prod [--set slices=8] [--out DIR] [--graph FILE.svg] [--json[=summary]] [--schemas DIR] [--compile]
 
 Runs the real program (__main__.py) under the project's mocks, then prints the resource tree, TPU
 capacity and price, the exports, the validation of every Kubernetes object, and the critical paths of
 deploy and destroy. `--compile` then compiles the MaxText training step the stack launches for its TPU target
 and slice count with MaxText's ahead-of-time compiler (preview/compile.py) and prints XLA's peak HBM per device.
-Exit codes: 0 plan valid · 1 Kubernetes validation errors · 2 bad config or arguments · 3 the program
-failed under mocks · 4 (`--compile`) the step does not fit or does not compile.
+Exit codes: 0 plan valid · 1 Kubernetes validation errors, or no pinned CRDs to check custom resources against
+(without --no-crd-check) · 2 bad config or arguments · 3 the program failed under mocks · 4 (`--compile`) the step
+does not fit or does not compile.
 """
 from __future__ import annotations
 
 import argparse
 import io
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
 from core.cli_errors import OneLineParser, refuse
 from infra.config import ConfigError, StackConfig, build
+from preview.errors_document import error_rows, errors_document
 from preview.overrides import OverrideError, apply_overrides
 from preview.graph import CriticalPath, write_graph
-from preview.k8s.validation import default_schemas_dir
+from preview.k8s import crd_fetch
 from preview.costs import CostSummary
 from preview.model import DashboardSummary, Plan, PlannedResource
 from preview.stack_files import StackFileError, load_stack_config
@@ -40,8 +43,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "e.g. --set slices=8 --set dcnSubnets[0]=10.70.0.0/16")
     parser.add_argument("--out", type=Path, help="write Kubernetes objects (YAML) and GCP resources (JSON) here")
     parser.add_argument("--graph", type=Path, help="write the dependency graph (.svg/.png/.pdf via Graphviz, or .dot)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
-    parser.add_argument("--schemas", type=Path, help="directory of CRD YAML files (default: ../shared/schemas)")
+    parser.add_argument("--json", nargs="?", const="full", choices=("full", "summary"),
+                        help="print one JSON document instead of text (a refusal: its errors); --json=summary leaves "
+                             "out the Kubernetes objects and resource inputs (what --out writes)")
+    parser.add_argument("--schemas", type=Path, help="directory of CRD YAML files, used as they are (default: the "
+                                                     "pinned CRDs, SHA-256 checked: TPU_MULTISLICE_CRDS, "
+                                                     "../shared/schemas, then the cache setup.sh fills)")
+    parser.add_argument("--no-crd-check", action="store_true",
+                        help="plan without checking custom resources against their CRDs (exit 0 without them)")
     parser.add_argument("--compile", action="store_true",
                         help="also compile the stack's MaxText training step for its TPU target and slice count "
                              "(MaxText's AOT compiler, on this CPU; 1.5-10 min): XLA's peak HBM per device, or why "
@@ -50,12 +59,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="give up on the compile after this long (default 3600)")
     parser.add_argument("--root", type=Path, default=PROJECT_ROOT, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
-
-
-def load_config(stack: str, root: Path, overrides: list[str]) -> tuple[dict[str, Any], StackConfig]:
-    """Raw config and its validated form; raises StackFileError, OverrideError or ConfigError."""
-    raw = apply_overrides(load_stack_config(stack, root), overrides)
-    return raw, build(raw)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -213,9 +216,14 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    raw: dict[str, Any] = {}
     try:
-        raw, config = load_config(args.stack, args.root, args.overrides)
+        raw = apply_overrides(load_stack_config(args.stack, args.root), args.overrides)
+        config = build(raw)
     except (StackFileError, OverrideError, ConfigError) as error:
+        if args.json:
+            option = ("--set", args.overrides) if isinstance(error, OverrideError) else ("--stack", args.stack)
+            print_json(errors_document(error_rows(error, raw, option)))
         # One line per mistake, each naming the key, the value and what is allowed.
         for problem in getattr(error, "problems", None) or [str(error)]:
             # A refusal's first line names the key; lines after it (a refusal over HBM: the nearest fit and the
@@ -225,6 +233,13 @@ def main(argv: list[str] | None = None) -> int:
             for line in rest:
                 print(line, file=sys.stderr)
         return EXIT_CONFIG
+
+    schemas_dir, crd_notice, refused = crd_schemas(args)
+    if refused:
+        if args.json:
+            option = (crd_fetch.ENV_OVERRIDE, os.environ.get(crd_fetch.ENV_OVERRIDE))
+            print_json(errors_document(error_rows(ValueError(refused), raw, option)))
+        return refuse("python -m preview", refused)
 
     # Imported only now: the mocks pull in the Pulumi runtime, which a config error never needs.
     from preview.harness import run_program
@@ -237,7 +252,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the program failed under mocks: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_PROGRAM
 
-    schemas_dir = args.schemas if args.schemas is not None else default_schemas_dir(args.root)
     plan = build_plan(run, config, args.stack, schemas_dir)
     messages: list[str] = []
     if args.out is not None:
@@ -256,12 +270,13 @@ def main(argv: list[str] | None = None) -> int:
             plan.compile["nearest_to_try"] = {"perDeviceBatchSize": retry}
 
     if args.json:
-        document = plan.as_dict()
+        document = plan.as_dict(summary=args.json == "summary")
         document["files"] = messages
-        json.dump(document, sys.stdout, indent=2, sort_keys=False, default=str)
-        sys.stdout.write("\n")
+        document["validation"]["crd_check"] = " ".join(" ".join(crd_notice).split()) or None
+        print_json(document)
     else:
         text = io.StringIO()
+        text.writelines(line + "\n" for line in crd_notice)   # first: the plan's verdict does not cover CRDs
         render_text(plan, None if plan.validation.cr_check_skipped else schemas_dir, text)
         for message in messages:
             text.write(message + "\n")
@@ -272,12 +287,32 @@ def main(argv: list[str] | None = None) -> int:
                 text.write(f"  nearest to try: tpu-multislice:perDeviceBatchSize={retry:g} (the largest smaller "
                            "batch the planner lays out; compile again to check)\n")
         sys.stdout.write(fit(text.getvalue()))
-    if not plan.validation.ok:
+    if crd_notice and args.json:
+        print(f"python -m preview: {crd_notice[0]}", file=sys.stderr)
+    if not plan.validation.ok or (crd_notice and not args.no_crd_check):
         return EXIT_INVALID
     if compiled is not None and not compiled.compiled:
         print(f"compile: {compiled.reason}", file=sys.stderr)
         return EXIT_COMPILE
     return EXIT_OK
+
+
+def crd_schemas(args: argparse.Namespace) -> tuple[Path | None, list[str], str | None]:
+    """(the CRD directory, the lines the plan opens with when custom resources go unchecked, a refusal): --schemas
+    as given, else the pinned CRDs (preview/k8s/crd_fetch.py)."""
+    if args.no_crd_check:
+        return None, [crd_fetch.OPTED_OUT], None
+    if args.schemas is not None:
+        return args.schemas, [], None
+    lookup = crd_fetch.find_schemas(args.root)
+    if lookup.directory or lookup.refused:
+        return lookup.directory, [], lookup.refused
+    return None, [*crd_fetch.MISSING, *(f"  {note}" for note in lookup.notes)], None
+
+
+def print_json(document: dict[str, Any]) -> None:
+    json.dump(document, sys.stdout, indent=2, sort_keys=False, default=str)
+    sys.stdout.write("\n")
 
 
 def batch_to_try(config: StackConfig, compiled) -> float | None:

@@ -10,6 +10,7 @@ import asyncio
 import functools
 import hashlib
 import json
+import logging
 import re
 import runpy
 from dataclasses import dataclass, field
@@ -131,6 +132,20 @@ OFFLINE_STORAGE = "offline: no Cloud Storage"
 GCS_OBJECTS: dict[str, dict[str, str]] | None = None
 
 
+class _WithoutOfflineStorage(logging.Filter):
+    """Drops the program's warnings that only say Cloud Storage was not reached: offline that is every run's normal
+    state, which the plan states once among its assumptions (preview/assumptions.py), not as a warning per look-up.
+    Every other warning of the program goes on as the Pulumi mocks log it (the root logger: stderr, caplog)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return OFFLINE_STORAGE not in record.getMessage()
+
+
+# The logger the mocked engine writes the program's pulumi.log messages to.
+PROGRAM_LOG = logging.getLogger("tpu-multislice.program")
+PROGRAM_LOG.addFilter(_WithoutOfflineStorage())
+
+
 def gcs_glob(pattern: str) -> re.Pattern:
     """A Cloud Storage matchGlob as a regex: '*' within one path part, '**' across parts, '?' one character."""
     parts = re.split(r"(\*\*|\*|\?)", pattern)
@@ -150,11 +165,12 @@ SERVED_CRDS: dict[str, dict] = {}
 
 @functools.lru_cache(maxsize=None)
 def bundled_crd_spec(name: str) -> dict | None:
-    """The spec of CRD `name` (plural.group) from the shared schema bundle, or None without the bundle."""
+    """The spec of CRD `name` (plural.group) from the pinned CRDs (preview/k8s/crd_fetch.py), or None without them."""
+    from preview.k8s.crd_fetch import find_schemas
     from preview.k8s.crd_schemas import load_crd_documents
-    from preview.k8s.validation import default_schemas_dir
     plural, group = name.split(".", 1)
-    for path in sorted(default_schemas_dir().rglob(f"{group}_{plural}.yaml")):
+    directory = find_schemas().directory
+    for path in sorted(directory.rglob(f"{group}_{plural}.yaml") if directory else ()):
         for document in load_crd_documents(path):
             if isinstance(document, dict) and document.get("kind") == "CustomResourceDefinition":
                 return document["spec"]
@@ -318,7 +334,8 @@ def run_program(raw_config: dict[str, Any], stack: str = "test",
         settings.ROOT.set(None)
         set_all_config(to_pulumi_config(raw_config))
         monitor = monitor or RecordingMonitor(GcpMocks())
-        pulumi.runtime.set_mocks(monitor.mocks, project=NAMESPACE, stack=stack, preview=False, monitor=monitor)
+        pulumi.runtime.set_mocks(monitor.mocks, project=NAMESPACE, stack=stack, preview=False, monitor=monitor,
+                                 logger=PROGRAM_LOG)
         settings.ROOT.set(None)  # set_mocks made a throw-away root; run_in_stack makes the real one
         loop.run_until_complete(run_in_stack(lambda: runpy.run_path(str(program), run_name="__main__")))
         return ProgramRun(resources=monitor.registrations, outputs=monitor.stack_outputs,

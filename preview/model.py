@@ -22,6 +22,7 @@ from preview.harness import ProgramRun, Registration
 from core.tpu_catalog import CATALOG, Generation, MachineType
 from core.maxtext_args import GOODPUT_OVERRIDES
 from infra.dashboard import chart_summaries
+from core.planner import Plan as CorePlan, batch_bounds
 from core.recipes import recipe_summary
 from preview.assumptions import assumptions
 from workloads.backends import backend_for
@@ -344,13 +345,18 @@ class Plan:
     preemption: dict[str, Any] = field(default_factory=dict)
     # The planner's notes on the run (core/planner.py Plan.notes): largest batch, expected step, memory warnings.
     planner: list[str] = field(default_factory=list)
+    planner_fields: dict[str, Any] = field(default_factory=dict)   # the same as numbers (planner_fields below)
     compile: dict[str, Any] | None = None   # `--compile`: preview/compile.py CompileResult.as_dict()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, summary: bool = False) -> dict[str, Any]:
+        """The plan as JSON; `summary` leaves out what --out writes (the Kubernetes objects, resource inputs)."""
+        resources = [r.as_dict() for r in self.resources]
+        if summary:
+            resources = [{key: value for key, value in r.items() if key != "inputs"} for r in resources]
         document = {
             "stack": self.stack,
-            "resources": [r.as_dict() for r in self.resources],
-            "manifests": [m.obj for m in self.manifests],
+            "resources": resources,
+            "manifests": None if summary else [m.obj for m in self.manifests],
             "exports": self.exports,
             "validation": self.validation.as_dict(),
             "cost": {**self.tpu.as_dict(), **self.cost.as_dict()},
@@ -360,7 +366,7 @@ class Plan:
             "assumptions": self.assumptions,
             "recipe": self.recipe,
             "preemption": self.preemption,
-            "planner": self.planner,
+            "planner": {"notes": self.planner, **self.planner_fields},
         }
         if self.compile is not None:
             document["compile"] = self.compile
@@ -417,4 +423,24 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
         deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
         dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config),
         recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology),
-        preemption=_preemption(config), planner=list(config.workload.plan.notes))
+        preemption=_preemption(config), planner=list(config.workload.plan.notes),
+        planner_fields=planner_fields(config.workload.plan))
+
+
+def planner_fields(chosen: CorePlan) -> dict[str, Any]:
+    """The planner's verdict as numbers: XLA's per-device estimate against its limit, the largest per-device batch
+    with everything else kept (core/planner.py batch_bounds), and for each slice count the run may have (an elastic
+    run resizes) the global batch and the estimate there."""
+    memory = chosen.memory
+    fits_outright, accepted = batch_bounds(chosen)
+
+    def at(slices: int) -> dict[str, Any]:
+        sized = chosen.at_slices(slices)
+        return {"slices": slices, "global_batch_size": sized.global_batch_size,
+                "estimate_bytes": sized.memory.total, "verdict": sized.memory.verdict}
+
+    return {"per_device_batch_size": chosen.per_device_batch_size, "estimate_bytes": memory.total,
+            "need_range_bytes": list(memory.need_range), "limit_bytes": memory.hbm,
+            "recompute_point_bytes": memory.recompute_point, "verdict": memory.verdict,
+            "largest_batch": accepted, "largest_batch_fits_outright": fits_outright,
+            "per_slice_count": [at(n) for n in range(chosen.min_slices, chosen.slices + 1)]}

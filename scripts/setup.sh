@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 HEARTBEAT_S=${SETUP_HEARTBEAT_S:-30}
-STEPS=4
+STEPS=5
 started=$SECONDS
 
 elapsed() { local s=$((SECONDS - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
@@ -51,8 +51,13 @@ install_graphviz() {
   fi
 }
 
+# The pinned KubeRay/JobSet/Kueue CRDs the plan checks custom resources against (preview/k8s/crd_fetch.py): a few
+# seconds at most, and never a failed setup: offline it says in one line how to provide them.
+fetch_crds() { .venv/bin/python -m preview.k8s.crd_fetch --timeout 10 || true; }
+
 step 1 "virtual environment .venv ($("$PYTHON" --version 2>&1))" make_venv
 step 2 "pinned packages: requirements.txt and requirements-trainer.txt (the long step)" install_requirements
 step 3 "MaxText 0.2.5 (scripts/install_maxtext.sh)" bash scripts/install_maxtext.sh .venv/bin/python
 step 4 "Graphviz for the plan's --graph (optional)" install_graphviz
+step 5 "pinned CRDs for the plan's schema check (from GitHub; optional)" fetch_crds
 echo "setup done in $(elapsed "$started"): $(.venv/bin/python --version), venv in .venv"

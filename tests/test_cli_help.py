@@ -9,7 +9,8 @@ import pytest
 
 from tests.conftest import REPO
 
-CLIS = ("trainer.local", "preview", "preview.deployer_roles", "trainer.entrypoint", "trainer.smoke")
+CLIS = ("trainer.local", "preview", "preview.deployer_roles", "trainer.entrypoint", "trainer.smoke",
+        "preview.k8s.crd_fetch")
 
 
 @pytest.mark.parametrize("module", CLIS)

@@ -6,8 +6,9 @@ workload backend's own settings are exactly one of RaySettings, JobSetSettings o
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Mapping, Union
 
 from core.planner import Plan
 from core.pod_sizing import TpuPodSize
@@ -16,12 +17,43 @@ from core.tpu_catalog import SliceShape
 from infra import naming, versions
 
 
+class Problem(str):
+    """One refusal as printed (a str, so it joins and compares as the line it is) that also keeps its parts: the
+    key the user set, the value and what is allowed, for a reader that is a program (the plan's --json)."""
+
+    key: str | None
+    value: Any
+    allowed: Any        # a sentence, or the list of values a key accepts
+
+    def __new__(cls, text: str, key: str | None = None, value: Any = None, allowed: Any = None) -> "Problem":
+        made = super().__new__(cls, text)
+        made.key, made.value, made.allowed = key, value, allowed
+        return made
+
+
+# The key a refusal line names first (every line names the key the user set: docs/configuration.md).
+_NAMED_KEY = re.compile(r"\btpu-multislice:([A-Za-z][A-Za-z0-9]*)")
+
+
 class ConfigError(ValueError):
     """Bad stack config; the message lists every problem, one per line."""
 
     def __init__(self, problems: list[str]):
         self.problems = problems
         super().__init__("invalid stack config:\n  " + "\n  ".join(problems))
+
+    def details(self, raw: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Each problem as {key, value, message, allowed}. A Problem carries its parts; a rule between keys that
+        wrote its line whole gives the key it names first, that key's value as the user set it (`raw`) and no
+        separate `allowed` (its message says what is)."""
+        rows = []
+        for text in self.problems:
+            key = getattr(text, "key", None)
+            if key is None and (named := _NAMED_KEY.search(str(text).split("\n", 1)[0])):
+                key = named.group(1)
+            value = text.value if isinstance(text, Problem) else raw.get(key) if key else None
+            rows.append({"key": key, "value": value, "message": str(text), "allowed": getattr(text, "allowed", None)})
+        return rows
 
 
 class ClusterMode(str, enum.Enum):

@@ -9,6 +9,7 @@ import difflib
 import json
 from typing import Any, Mapping
 
+from infra.config.model import Problem
 from infra.config.schema import KEYS, KEYS_BY_NAME, NAMESPACE, REQUIRED, Key
 
 _TYPE_WORDS = {"integer": "an integer", "boolean": "true or false", "array": "a list of strings", "string": "a string",
@@ -24,9 +25,9 @@ def _setting_text(value: Any) -> str:
     raise ValueError(value)
 
 
-def problem(key: str, value: Any, allowed: str) -> str:
+def problem(key: str, value: Any, allowed: str) -> Problem:
     """The one shape of a refusal: the key the user set, the value, what is allowed."""
-    return f"{NAMESPACE}:{key}={value!r} is not valid; {allowed}"
+    return Problem(f"{NAMESPACE}:{key}={value!r} is not valid; {allowed}", key, value, allowed)
 
 
 def _parse_value(key: Key, raw: Any) -> Any:
@@ -65,21 +66,25 @@ def parse_values(raw: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
         if name not in KEYS_BY_NAME:
             close = difflib.get_close_matches(name, KEYS_BY_NAME, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(sorted(KEYS_BY_NAME))}"
-            problems.append(f"{NAMESPACE}:{name} is not a config key of this stack{hint}")
+            problems.append(Problem(f"{NAMESPACE}:{name} is not a config key of this stack{hint}", name, raw[name],
+                                    f"a config key, e.g. {close[0]}" if close else "a config key of this stack"))
     for key in KEYS:
         if key.name not in raw:
             if key.default is REQUIRED:
-                problems.append(f"{NAMESPACE}:{key.name} is required: {key.description}")
+                problems.append(Problem(f"{NAMESPACE}:{key.name} is required: {key.description}", key.name, None,
+                                        key.description))
             values[key.name] = None if key.default is REQUIRED else key.default
             continue
         try:
             value = _parse_value(key, raw[key.name])
         except (ValueError, TypeError):
-            problems.append(f"{NAMESPACE}:{key.name}={raw[key.name]!r} must be {_TYPE_WORDS[key.type]}")
+            problems.append(Problem(f"{NAMESPACE}:{key.name}={raw[key.name]!r} must be {_TYPE_WORDS[key.type]}",
+                                    key.name, raw[key.name], _TYPE_WORDS[key.type]))
             values[key.name] = None
             continue
         if key.choices and value not in key.choices:
-            problems.append(f"{NAMESPACE}:{key.name}={value!r} is not allowed; allowed: {', '.join(key.choices)}")
+            problems.append(Problem(f"{NAMESPACE}:{key.name}={value!r} is not allowed; allowed: "
+                                    f"{', '.join(key.choices)}", key.name, value, list(key.choices)))
             value = None
         elif key.check is not None and (allowed := key.check(value)) is not None:
             problems.append(problem(key.name, value, allowed))

@@ -21,7 +21,7 @@ from core.tpu_catalog import CATALOG, CatalogError, SliceShape, slice_shape
 from core.worker_lock import LOCK_PATH, PYTHON, load_pins
 from infra import naming, versions
 from infra.config import tpu_zones
-from infra.config.model import Capacity, ClusterMode
+from infra.config.model import Capacity, ClusterMode, Problem
 from infra.config.parse import problem
 from infra.config.schema import (DEFAULT_CHECKPOINT_PERIOD, DEFAULT_SYSTEM_POOL_MACHINE_TYPE, KEYS, KEYS_BY_NAME,
                                  NAMESPACE, PATHWAYS_SYSTEM_POOL_MACHINE_TYPE, show)
@@ -485,7 +485,8 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         nearest = nearest_config(request, on_ray=v["workloadBackend"] == "rayjob")
         where = f"{model} on {slices} x {shape.pod_type}" + (
             f", elasticMinSlices={min_slices}" if min_slices is not None else "")
-        problems.append(hbm_refusal(_setting(blamed, value, raw), where, nearest, str(error)))
+        problems.append(Problem(hbm_refusal(_setting(blamed, value, raw), where, nearest, str(error)), blamed, value,
+                                nearest or None))
         return None
 
 

@@ -59,6 +59,15 @@ def test_every_committed_stack_plans_and_validates(cli_plans, stack):
 
 
 @pytest.mark.parametrize("stack", COMMITTED_STACKS)
+def test_offline_is_said_once_inside_the_plan_not_as_a_warning(cli_plans, stack):
+    """No Cloud Storage offline is every plan's normal state: one assumption line, nothing on stderr (issue 37)."""
+    proc, _ = cli_plans(stack)
+    assert "Cloud Storage" not in proc.stderr
+    offline = [line for line in json.loads(proc.stdout)["assumptions"] if "offline plan reaches no Cloud Storage" in line]
+    assert len(offline) == 1
+
+
+@pytest.mark.parametrize("stack", COMMITTED_STACKS)
 def test_secrets_are_never_printed(cli_plans, stack):
     proc, _ = cli_plans(stack)
     document = json.loads(proc.stdout)
@@ -112,6 +121,70 @@ def test_bad_config_exits_2_with_the_message_and_no_traceback(args, expected):
     assert proc.returncode == 2
     assert expected in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("args, key, value, allowed", [
+    (["--stack", "prod", "--set", "slices=0"], "slices", 0, "at least 1"),
+    (["--stack", "prod", "--set", "slicez=3"], "slicez", "3", "a config key, e.g. slices"),
+    (["--stack", "prod", "--set", "capacity=cheap"], "capacity", "cheap",
+     ["on-demand", "spot", "reservation", "flex-start"]),
+    (["--stack", "dev", "--set", "perDeviceBatchSize=40"], "perDeviceBatchSize", "40",
+     "tpu-multislice:perDeviceBatchSize=21"),
+    # A rule between keys that wrote its line whole: the key it names first, with the value the user set.
+    (["--stack", "prod", "--set", "dcnSubnets[0]=10.0.0.0/16"], "dcnSubnets", ["10.0.0.0/16", "10.60.0.0/16"],
+     None),
+    (["--stack", "prod", "--set", "slices"], "--set", ["slices"], None),
+    (["--stack", "nosuchstack"], "--stack", "nosuchstack", None),
+])
+def test_a_json_refusal_prints_an_errors_document_on_stdout(args, key, value, allowed):
+    """--json is for programs on a refusal too: the rows of the refusal on stdout, exit 2, the prose on stderr."""
+    proc = run_cli(*args, "--json")
+    assert proc.returncode == 2
+    rows = json.loads(proc.stdout)["errors"]
+    assert [set(row) for row in rows] == [{"key", "value", "message", "allowed"}] * len(rows)
+    row = next(row for row in rows if row["key"] == key)
+    assert (row["value"], row["allowed"]) == (value, allowed)
+    assert row["message"].split("\n")[0] in proc.stderr
+
+
+def test_json_summary_leaves_out_the_objects_and_the_planner_gives_numbers():
+    proc = run_cli("--stack", "prod", "--json=summary")
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)
+    assert document["manifests"] is None and all("inputs" not in r for r in document["resources"])
+    assert len(proc.stdout) < 150_000
+    chosen = build(load_stack_config("prod", REPO)).workload.plan
+    planner = document["planner"]
+    assert planner["notes"] == list(chosen.notes)
+    assert (planner["estimate_bytes"], planner["limit_bytes"], planner["verdict"]) == (
+        chosen.memory.total, chosen.memory.hbm, chosen.memory.verdict)
+    from core.planner import batch_bounds
+    assert (planner["largest_batch_fits_outright"], planner["largest_batch"]) == batch_bounds(chosen)
+    assert planner["per_slice_count"] == [{"slices": chosen.slices, "global_batch_size": chosen.global_batch_size,
+                                           "estimate_bytes": chosen.memory.total, "verdict": chosen.memory.verdict}]
+
+
+def test_an_elastic_runs_planner_fields_cover_every_slice_count():
+    from core.planner import PlanRequest, plan
+    from preview.model import planner_fields
+    chosen = plan(PlanRequest("qwen3-0.6b", "v6e", "2x4", slices=2, min_slices=1))
+    rows = planner_fields(chosen)["per_slice_count"]
+    assert [(r["slices"], r["global_batch_size"]) for r in rows] == [(1, 32), (2, 64)]
+
+
+def _keys_documented(keys: set[str]) -> set[str]:
+    page = (REPO / "docs" / "offline-plan.md").read_text()
+    return {key for key in keys if f"`{key}`" not in page}
+
+
+def test_every_json_key_is_documented(cli_plans):
+    """docs/offline-plan.md names every key of the document, of its validation and planner sections, and of an
+    errors row."""
+    document = json.loads(cli_plans("prod")[0].stdout)
+    keys = set(document) | set(document["validation"]) | set(document["planner"]) | {"compile"}
+    keys |= set(document["planner"]["per_slice_count"][0]) | set(document["resources"][0])
+    keys |= {"errors", "key", "value", "message", "allowed"}
+    assert _keys_documented(keys) == set()
 
 
 BROKEN_PROGRAM = '''
