@@ -18,6 +18,7 @@ from typing import Callable
 
 from core.presets import PRESETS, ModelPreset
 from infra.config import NAMESPACE, ConfigError, StackConfig
+from infra.config.data_globs import maxtext_reads
 from infra.config.key_checks import split_gs_path
 
 _INVOKE_FAILED = re.compile(r"^invoke of \S+ failed: |\s*\(\w+\)$")
@@ -102,6 +103,10 @@ def look_up(config: StackConfig, lookups: Lookups) -> RunFacts:
             continue
         bucket, pattern = _glob_of(path)
         names, failure = _attempt(lambda: lookups.list_objects(bucket, pattern))
+        if failure is None:
+            # matchGlob's answer, narrowed to the files MaxText's glob reads on the mount (config/data_globs.py:
+            # names that start with '.' under a wildcard): the count shown is what the run will read.
+            names = [name for name in names if maxtext_reads(pattern, name)]
         if failure == "not found" or (failure is None and not names):
             why = "its bucket does not exist" if failure else "no object matches it"
             problems.append(f"{NAMESPACE}:{key}={path!r} matches no file ({why}, listed through the Cloud Storage "

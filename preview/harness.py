@@ -132,10 +132,45 @@ GCS_OBJECTS: dict[str, dict[str, str]] | None = None
 
 
 def gcs_glob(pattern: str) -> re.Pattern:
-    """A Cloud Storage matchGlob as a regex: '*' within one path part, '**' across parts, '?' one character."""
-    parts = re.split(r"(\*\*|\*|\?)", pattern)
-    table = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
-    return re.compile("".join(table.get(part, re.escape(part)) for part in parts))
+    """A Cloud Storage matchGlob as a regex, per "List objects and prefixes using glob"
+    (https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-objects-and-prefixes-using-glob):
+    '*' any characters but '/', '**' any characters including '/', '?' one character but '/', '[chars]',
+    '[a-z]' and '[!chars]' one of (or none of) the characters, '{a,b}' one of the comma-separated strings, '\\'
+    makes the next character literal. Nothing else is special: a name that starts with '.' is matched like
+    any other."""
+    out, index = [], 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\" and index + 1 < len(pattern):
+            out.append(re.escape(pattern[index + 1]))
+            index += 2
+            continue
+        if pattern.startswith("**", index):
+            out.append(".*")
+            index += 2
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            if (end := pattern.find("]", index + 1)) == -1:
+                # The table gives an unclosed '[' no meaning: played as a pattern Cloud Storage refuses.
+                raise re.error(f"unclosed '[' in {pattern!r}")
+            body = pattern[index + 1:end]
+            negate = body.startswith("!")
+            body = body[1:] if negate else body
+            out.append(("[^" if negate else "[") + body.replace("\\", "\\\\") + "]")
+            index = end + 1
+            continue
+        elif char == "{" and (end := pattern.find("}", index + 1)) != -1:
+            out.append("(?:" + "|".join(gcs_glob(part).pattern for part in pattern[index + 1:end].split(",")) + ")")
+            index = end + 1
+            continue
+        else:
+            out.append(re.escape(char))
+        index += 1
+    return re.compile("".join(out))
 
 
 # What the bucket look-up reads of an existing bucket (name -> get_bucket result, wire keys: location,
