@@ -372,9 +372,15 @@ def test_rendered_stack_trains_on_the_data_from_the_weights_under_the_run_name(s
         assert volume["csi"]["volumeAttributes"]["bucketName"] == "my-data"
         options = volume["csi"]["volumeAttributes"]["mountOptions"].split(",")
         assert "file-cache:enable-parallel-downloads:true" in options and "metadata-cache:ttl-secs:-1" in options
+        # Only the dataset's folder is mounted (the driver's only-dir: gcs-fuse-csi-driver
+        # docs/sub-directory-mounts.md), where MaxText's path expects it.
+        assert "only-dir=c4" in options
         [mount] = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
-        assert mount == {"name": volume["name"], "mountPath": f"{common.DATA_MOUNT}/my-data", "readOnly": True}
+        assert mount == {"name": volume["name"], "mountPath": f"{common.DATA_MOUNT}/my-data/c4", "readOnly": True}
+        assert mounted.startswith(mount["mountPath"] + "/")
         assert ("hostNetworkPodKSA" in volume["csi"]["volumeAttributes"]) == bool(template["spec"].get("hostNetwork"))
+        # The file cache is on the pod's own disk, not the node's boot disk (tests/workloads/test_fuse_cache.py).
+        assert any(v["name"] == "gke-gcsfuse-cache" and "ephemeral" in v for v in template["spec"]["volumes"])
     # The identity reads the data and weights buckets and writes neither: objectViewer only (objects.get and
     # objects.list; IAM "Cloud Storage roles"), while the checkpoint bucket keeps its object user role.
     bindings = _objects(run, "BucketIAMMember")

@@ -29,6 +29,7 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | 
     job_digest = short_digest(bundle.digest, repr((job_inputs, cluster_spec)))
     code_name = f"{config.ray.job_name}-code-{bundle.short_digest}"
     objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
+    objects.update(common.data_storage_classes(config, on_tpu=True))
     if ray_manifests.grows(spec):
         # An elastic run's driver asks KubeRay for its other slices once it has started (trainer/grow.py): the
         # admission policy that keeps it to `replicas` first, then the Role that lets it patch.
