@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 import runpy
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_in_stack
 
+from infra import data_lookups
 from infra.config.schema import NAMESPACE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -88,16 +90,8 @@ class GcpMocks(pulumi.runtime.Mocks):
                 return {"name": args.args["name"], "location": args.args.get("location")}
             return {}, [("name", f"projects/{args.args.get('project')}/locations/{args.args.get('location')}/"
                                  f"clusters/{args.args.get('name')} not found")]
-        if args.token in (LIST_OBJECTS_TOKEN, READ_OBJECT_TOKEN) and GCS_OBJECTS is None:
+        if args.token == READ_OBJECT_TOKEN and GCS_OBJECTS is None:
             return {}, [("bucket", OFFLINE_STORAGE)]
-        if args.token == LIST_OBJECTS_TOKEN:
-            bucket = args.args.get("bucket")
-            if bucket not in GCS_OBJECTS:
-                return {}, [("bucket", "googleapi: Error 404: The specified bucket does not exist., notFound")]
-            pattern = gcs_glob(args.args.get("matchGlob") or "**")
-            return {"bucket": bucket, "id": bucket, "matchGlob": args.args.get("matchGlob"),
-                    "bucketObjects": [{"name": name} for name in sorted(GCS_OBJECTS[bucket])
-                                      if pattern.fullmatch(name)]}
         if args.token == READ_OBJECT_TOKEN:
             bucket, name = args.args.get("bucket"), args.args.get("name")
             if name not in GCS_OBJECTS.get(bucket, {}):
@@ -125,10 +119,35 @@ EXISTING: dict[str, set[str]] = {"buckets": set(), "clusters": set()}
 # ask, and every look-up fails with OFFLINE_STORAGE, which the program reports as "could not be listed" (a
 # warning, never a refusal). A dict plays Cloud Storage: bucket → object name → content, and a bucket not in it
 # does not exist (404); tests put data files, checkpoints and checkpoint metadata here.
-LIST_OBJECTS_TOKEN = "gcp:storage/getBucketObjects:getBucketObjects"
 READ_OBJECT_TOKEN = "gcp:storage/getBucketObjectContent:getBucketObjectContent"
 OFFLINE_STORAGE = "offline: no Cloud Storage"
 GCS_OBJECTS: dict[str, dict[str, str]] | None = None
+
+
+# Every objects.list request the program made (URL), in order, while tests look (infra/data_lookups.py lists
+# through the JSON API, not an invoke).
+LIST_REQUESTS: list[str] = []
+real_storage_get = data_lookups.storage_get
+
+
+def play_objects_list(url: str, token: str) -> dict:
+    """Cloud Storage's objects.list (https://cloud.google.com/storage/docs/json_api/v1/objects/list) over
+    GCS_OBJECTS: names in lexicographic order, matchGlob, pages of maxResults with nextPageToken."""
+    LIST_REQUESTS.append(url)
+    if GCS_OBJECTS is None:
+        raise RuntimeError(OFFLINE_STORAGE)
+    parsed = urllib.parse.urlparse(url)
+    bucket = urllib.parse.unquote(parsed.path.split("/b/", 1)[1].split("/o", 1)[0])
+    query = dict(urllib.parse.parse_qsl(parsed.query))
+    if bucket not in GCS_OBJECTS:
+        raise RuntimeError("Error 404: The specified bucket does not exist., notFound")
+    pattern = gcs_glob(query.get("matchGlob") or "**")
+    names = [name for name in sorted(GCS_OBJECTS[bucket]) if pattern.fullmatch(name)]
+    start, size = int(query.get("pageToken") or 0), int(query.get("maxResults") or 1000)
+    answer: dict = {"items": [{"name": name} for name in names[start:start + size]]}
+    if start + size < len(names):
+        answer["nextPageToken"] = str(start + size)
+    return answer
 
 
 def gcs_glob(pattern: str) -> re.Pattern:
@@ -355,10 +374,13 @@ def run_program(raw_config: dict[str, Any], stack: str = "test",
         monitor = monitor or RecordingMonitor(GcpMocks())
         pulumi.runtime.set_mocks(monitor.mocks, project=NAMESPACE, stack=stack, preview=False, monitor=monitor)
         settings.ROOT.set(None)  # set_mocks made a throw-away root; run_in_stack makes the real one
+        # The data look-ups' objects.list requests go to the played Cloud Storage, never to the network.
+        data_lookups.storage_get = play_objects_list
         loop.run_until_complete(run_in_stack(lambda: runpy.run_path(str(program), run_name="__main__")))
         return ProgramRun(resources=monitor.registrations, outputs=monitor.stack_outputs,
                           secret_outputs=monitor.secret_stack_outputs)
     finally:
+        data_lookups.storage_get = real_storage_get
         # A run that failed half-way (an apply raising RunError) leaves output tasks of this loop in Pulumi's
         # process-wide settings; the next run would wait on them after this loop is closed.
         pending = asyncio.all_tasks(loop)

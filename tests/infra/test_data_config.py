@@ -188,10 +188,10 @@ def test_every_wrong_value_is_refused_in_one_line_naming_key_value_and_what_is_a
 
 def _lookups(objects: dict[str, dict[str, str]]) -> Lookups:
     """The look-ups against an in-memory Cloud Storage, as the mocks play it."""
-    def list_objects(bucket, pattern):
+    def list_objects(bucket, pattern, page_token):
         if bucket not in objects:
             raise RuntimeError("googleapi: Error 404: The specified bucket does not exist., notFound")
-        return [name for name in objects[bucket] if harness.gcs_glob(pattern).fullmatch(name)]
+        return [name for name in objects[bucket] if harness.gcs_glob(pattern).fullmatch(name)], None
 
     def read_object(bucket, name):
         if name not in objects.get(bucket, {}):
@@ -261,7 +261,7 @@ def test_the_run_s_checkpoints_say_whether_an_up_starts_resumes_or_finds_it_fini
     assert finished.action(200) == "finished"
     assert any("name a new run" in warning for warning in finished.warnings)
 
-    def forbidden(bucket, pattern):
+    def forbidden(bucket, pattern, page_token):
         raise RuntimeError("googleapi: Error 403: caller does not have storage.objects.list access, forbidden")
     unknown = look_up(config, Lookups(forbidden, lambda b, n: ""))
     assert unknown.action(200) == "unknown" and "not listed (googleapi: Error 403" in unknown.warnings[0]

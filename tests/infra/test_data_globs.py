@@ -103,8 +103,8 @@ def test_the_look_up_counts_what_maxtext_reads_not_what_matchglob_lists():
     """A dot-file beside the shards (here a half-written upload) is not counted: the run would not read it."""
     bucket = {name: "" for name in OBJECTS}
 
-    def list_objects(name, pattern):
-        return [obj for obj in bucket if gcs_glob(pattern).fullmatch(obj)]
+    def list_objects(name, pattern, page_token):
+        return [obj for obj in bucket if gcs_glob(pattern).fullmatch(obj)], None
 
     config = build({**MINIMAL, "datasetType": "grain", "datasetPath": "gs://my-data/c4/*.array_record"})
     facts = look_up(config, Lookups(list_objects, lambda b, n: (_ for _ in ()).throw(RuntimeError("404"))))
@@ -114,7 +114,7 @@ def test_the_look_up_counts_what_maxtext_reads_not_what_matchglob_lists():
 def test_a_glob_that_only_dot_files_match_is_refused_as_matching_nothing():
     bucket = {"c4/.train-000.array_record": ""}
     config = build({**MINIMAL, "datasetType": "grain", "datasetPath": "gs://my-data/c4/*.array_record"})
-    lookups = Lookups(lambda b, p: [n for n in bucket if gcs_glob(p).fullmatch(n)], lambda b, n: "")
+    lookups = Lookups(lambda b, p, t: ([n for n in bucket if gcs_glob(p).fullmatch(n)], None), lambda b, n: "")
     with pytest.raises(ConfigError) as error:
         look_up(config, lookups)
     assert "matches no file" in error.value.problems[0]
