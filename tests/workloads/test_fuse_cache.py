@@ -182,3 +182,12 @@ def test_a_synthetic_run_has_no_data_cache_cost():
     raw = load_stack_config("prod", REPO)
     plan = build_plan(run_program(raw, stack="prod"), build(raw), "prod", default_schemas_dir())
     assert plan.cost.data_cache_usd_per_hour == 0 and not any("data cache" in n for n in plan.cost.notes)
+
+
+@pytest.mark.parametrize("stack", ["prod", "jobset", "pathways"])
+def test_the_job_whose_pods_claim_cache_disks_waits_for_their_storage_class(stack):
+    """A claim of a StorageClass that does not exist yet stays Pending: the class is registered first."""
+    run = run_program(_with_data(stack), stack=stack)
+    [storage_class] = [r for r in run.resources if r.type == "kubernetes:storage.k8s.io/v1:StorageClass"]
+    jobs = [r for r in run.resources if r.type.endswith((":RayJob", ":JobSet")) and "smoke" not in r.name]
+    assert jobs and all(storage_class.urn in job.dependencies for job in jobs)
