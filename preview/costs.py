@@ -3,9 +3,9 @@
 TPU chip-hours come from preview/prices.py. The CPU node pool (system pods, the Ray head, the Pathways head) is
 priced from Compute Engine's list prices below; GKE's cluster management fee is shown apart. The disks of
 Cloud Storage FUSE's file cache (one per pod that reads data, workloads/fuse_cache.py) bill while the run's pods
-exist. Boot disks, network, Cloud Storage and logging are not included. Idle means no job runs: TPU pools that may scale to zero hold no VM
-then (GKE removes a slice pool's nodes once no pod needs them, after its scale-down delay), so the idle TPU cost
-is what the warm pools (config warmSlices) keep.
+exist. Boot disks, network, Cloud Storage and logging are not included. Idle means no job runs: TPU pools that
+may scale to zero hold no VM then (GKE removes a slice pool's nodes once no pod needs them, after its scale-down
+delay), so the idle TPU cost is what the warm pools (config warmSlices) keep.
 """
 from __future__ import annotations
 
