@@ -118,9 +118,13 @@ def _training_run(config: StackConfig) -> list[str]:
              "another model"]
     if run.dataset_type == "grain":
         lines.append("data through Cloud Storage FUSE: the mount options (metadata caches, parallel downloads into a "
-                     "50Gi file cache on the node's boot disk) follow GKE's FUSE performance guide and were not "
+                     "file cache on each pod's own disk) follow GKE's FUSE performance guide and were not "
                      "measured here; the sidecar's default CPU and memory are assumed enough; check a step's time "
                      "with data against the synthetic run's")
+        lines.append(f"data cache disk: each pod that reads data is assumed to get its {run.data_cache_gib} GiB "
+                     "disk from GKE's Persistent Disk CSI driver (on by default) within its start-up, in the "
+                     "slice's zone; the Hyperdisk Balanced price is assumed (preview/prices.py). Check `kubectl get "
+                     "pvc -n NAMESPACE` shows each pod's gke-gcsfuse-cache claim Bound")
         if config.pods_use_host_network:
             lines.append("host-network pods mount the data as their Kubernetes service account (hostNetworkPodKSA: "
                          "GKE >= 1.33.3-gke.1226000 per GKE's FUSE docs; not among the stack's version floors); "

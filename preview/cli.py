@@ -129,8 +129,10 @@ def render_cost(cost: CostSummary, out: TextIO) -> None:
     def usd(value: float | None) -> str:
         return f"{value:,.2f} USD/h" if value is not None else "unknown"
 
+    # The data cache disks (a run that mounts data) on a line of their own, within the total.
+    cache = (f",\n    data cache {usd(cost.data_cache_usd_per_hour)}" if cost.data_cache_usd_per_hour != 0 else "")
     out.write(f"  cost while training: {usd(cost.training_usd_per_hour)} (TPU {usd(cost.tpu_training_usd_per_hour)}"
-              f", system pool {usd(cost.system_usd_per_hour)}, GKE fee {usd(cost.gke_fee_usd_per_hour)})\n")
+              f", system pool {usd(cost.system_usd_per_hour)}, GKE fee {usd(cost.gke_fee_usd_per_hour)}{cache})\n")
     warm = f", {cost.warm_chips} warm chips" if cost.warm_chips else ""
     out.write(f"  cost while idle: {usd(cost.idle_usd_per_hour)} (TPU {usd(cost.tpu_idle_usd_per_hour)}{warm}; "
               "system pool, GKE fee)\n")

@@ -1,10 +1,11 @@
 """What a stack costs per hour while it trains and while it idles, and when its slices are released.
 
 TPU chip-hours come from preview/prices.py. The CPU node pool (system pods, the Ray head, the Pathways head) is
-priced from Compute Engine's list prices below; GKE's cluster management fee is shown apart. Disks, network,
-Cloud Storage and logging are not included. Idle means no job runs: TPU pools that may scale to zero hold no VM
-then (GKE removes a slice pool's nodes once no pod needs them, after its scale-down delay), so the idle TPU cost
-is what the warm pools (config warmSlices) keep.
+priced from Compute Engine's list prices below; GKE's cluster management fee is shown apart. The disks of
+Cloud Storage FUSE's file cache (one per pod that reads data, workloads/fuse_cache.py) bill while the run's pods
+exist. Boot disks, network, Cloud Storage and logging are not included. Idle means no job runs: TPU pools that
+may scale to zero hold no VM then (GKE removes a slice pool's nodes once no pod needs them, after its scale-down
+delay), so the idle TPU cost is what the warm pools (config warmSlices) keep.
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 
 from infra.config import Capacity, StackConfig
 from preview import prices as tpu_prices
+from workloads import fuse_cache
 from workloads.backends import backend_for
+from workloads.common import data_buckets
 
 # Compute Engine on-demand list prices per VM-hour in us-central1 (https://cloud.google.com/compute/vm-instance-pricing,
 # E2 and N2 predefined machine types, as published in 2025; not re-checked offline). Regions differ.
@@ -56,6 +59,8 @@ class CostSummary:
     warm_chips: int
     released: str                                 # when the slices go back to zero
     notes: list[str] = field(default_factory=list)
+    # The FUSE file cache disks while the run's pods exist (0: no data mounted; None: unpriced disk type).
+    data_cache_usd_per_hour: float | None = 0.0
 
     @staticmethod
     def _total(*parts: float | None) -> float | None:
@@ -63,7 +68,8 @@ class CostSummary:
 
     @property
     def training_usd_per_hour(self) -> float | None:
-        return self._total(self.tpu_training_usd_per_hour, self.system_usd_per_hour, self.gke_fee_usd_per_hour)
+        return self._total(self.tpu_training_usd_per_hour, self.system_usd_per_hour, self.gke_fee_usd_per_hour,
+                           self.data_cache_usd_per_hour)
 
     @property
     def idle_usd_per_hour(self) -> float | None:
@@ -73,7 +79,8 @@ class CostSummary:
         return {"per_hour": {
                     "training_usd": self.training_usd_per_hour, "idle_usd": self.idle_usd_per_hour,
                     "tpu_training_usd": self.tpu_training_usd_per_hour, "tpu_idle_usd": self.tpu_idle_usd_per_hour,
-                    "system_pool_usd": self.system_usd_per_hour, "gke_fee_usd": self.gke_fee_usd_per_hour},
+                    "system_pool_usd": self.system_usd_per_hour, "gke_fee_usd": self.gke_fee_usd_per_hour,
+                    "data_cache_usd": self.data_cache_usd_per_hour},
                 "warm_chips": self.warm_chips, "slices_released": self.released, "cost_notes": self.notes,
                 "cpu_price_source": CPU_PRICE_SOURCE}
 
@@ -124,6 +131,25 @@ def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
         if unknown:
             notes.append(f"no list price here for {', '.join(unknown)}: system pool cost unknown")
     notes += backend_for(config).capacity_wait_notes(config)
+    cache, cache_note = data_cache_cost(config)
+    notes += [cache_note] if cache_note else []
     return CostSummary(capacity=capacity.value, tpu_training_usd_per_hour=tpu_training, tpu_idle_usd_per_hour=tpu_idle,
                        system_usd_per_hour=system, gke_fee_usd_per_hour=GKE_FEE_USD_PER_HOUR, warm_chips=warm_chips,
-                       released=_released(config, warm_slices), notes=notes)
+                       released=_released(config, warm_slices), notes=notes, data_cache_usd_per_hour=cache)
+
+
+def data_cache_cost(config: StackConfig) -> tuple[float | None, str]:
+    """USD per hour of the FUSE file cache disks while the run's pods exist, and where they are (a note for the
+    plan); (0.0, "") when the run mounts no data. One disk per pod that reads data: every TPU host of every slice
+    (at the most slices), or the one Pathways head."""
+    if not data_buckets(config):
+        return 0.0, ""
+    on_tpu = backend_for(config).data_on_tpu_hosts
+    disks = config.tpu.slices * config.tpu.shape.hosts if on_tpu else 1
+    kind, gib = fuse_cache.disk_type(config, on_tpu), config.workload.run.data_cache_gib
+    usd = tpu_prices.disk_usd_per_hour(kind, gib, disks)
+    price = "unpriced" if usd is None else f"{usd:,.2f} USD/h" + (
+        " (price assumed)" if kind in tpu_prices.DISK_PRICE_ASSUMED else "")
+    where = "TPU host" if on_tpu else "Pathways head"
+    return usd, (f"data cache: {disks} x {gib} GiB {kind}, one per {where}, made and deleted with its pod: "
+                 f"{price} while the run's pods exist, nothing idle (dataCacheGiB)")

@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import runpy
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_in_stack
 
+from infra import data_lookups
 from infra.config.schema import NAMESPACE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -89,16 +91,8 @@ class GcpMocks(pulumi.runtime.Mocks):
                 return {"name": args.args["name"], "location": args.args.get("location")}
             return {}, [("name", f"projects/{args.args.get('project')}/locations/{args.args.get('location')}/"
                                  f"clusters/{args.args.get('name')} not found")]
-        if args.token in (LIST_OBJECTS_TOKEN, READ_OBJECT_TOKEN) and GCS_OBJECTS is None:
+        if args.token == READ_OBJECT_TOKEN and GCS_OBJECTS is None:
             return {}, [("bucket", OFFLINE_STORAGE)]
-        if args.token == LIST_OBJECTS_TOKEN:
-            bucket = args.args.get("bucket")
-            if bucket not in GCS_OBJECTS:
-                return {}, [("bucket", "googleapi: Error 404: The specified bucket does not exist., notFound")]
-            pattern = gcs_glob(args.args.get("matchGlob") or "**")
-            return {"bucket": bucket, "id": bucket, "matchGlob": args.args.get("matchGlob"),
-                    "bucketObjects": [{"name": name} for name in sorted(GCS_OBJECTS[bucket])
-                                      if pattern.fullmatch(name)]}
         if args.token == READ_OBJECT_TOKEN:
             bucket, name = args.args.get("bucket"), args.args.get("name")
             if name not in GCS_OBJECTS.get(bucket, {}):
@@ -126,7 +120,6 @@ EXISTING: dict[str, set[str]] = {"buckets": set(), "clusters": set()}
 # ask, and every look-up fails with OFFLINE_STORAGE, which the program reports as "could not be listed" (a
 # warning, never a refusal). A dict plays Cloud Storage: bucket → object name → content, and a bucket not in it
 # does not exist (404); tests put data files, checkpoints and checkpoint metadata here.
-LIST_OBJECTS_TOKEN = "gcp:storage/getBucketObjects:getBucketObjects"
 READ_OBJECT_TOKEN = "gcp:storage/getBucketObjectContent:getBucketObjectContent"
 OFFLINE_STORAGE = "offline: no Cloud Storage"
 GCS_OBJECTS: dict[str, dict[str, str]] | None = None
@@ -146,11 +139,72 @@ PROGRAM_LOG = logging.getLogger("tpu-multislice.program")
 PROGRAM_LOG.addFilter(_WithoutOfflineStorage())
 
 
+# Every objects.list request the program made (URL), in order, while tests look (infra/data_lookups.py lists
+# through the JSON API, not an invoke).
+LIST_REQUESTS: list[str] = []
+real_storage_get = data_lookups.storage_get
+
+
+def play_objects_list(url: str, token: str) -> dict:
+    """Cloud Storage's objects.list (https://cloud.google.com/storage/docs/json_api/v1/objects/list) over
+    GCS_OBJECTS: names in lexicographic order, matchGlob, pages of maxResults with nextPageToken."""
+    LIST_REQUESTS.append(url)
+    if GCS_OBJECTS is None:
+        raise RuntimeError(OFFLINE_STORAGE)
+    parsed = urllib.parse.urlparse(url)
+    bucket = urllib.parse.unquote(parsed.path.split("/b/", 1)[1].split("/o", 1)[0])
+    query = dict(urllib.parse.parse_qsl(parsed.query))
+    if bucket not in GCS_OBJECTS:
+        raise RuntimeError("Error 404: The specified bucket does not exist., notFound")
+    pattern = gcs_glob(query.get("matchGlob") or "**")
+    names = [name for name in sorted(GCS_OBJECTS[bucket]) if pattern.fullmatch(name)]
+    start, size = int(query.get("pageToken") or 0), int(query.get("maxResults") or 1000)
+    answer: dict = {"items": [{"name": name} for name in names[start:start + size]]}
+    if start + size < len(names):
+        answer["nextPageToken"] = str(start + size)
+    return answer
+
+
 def gcs_glob(pattern: str) -> re.Pattern:
-    """A Cloud Storage matchGlob as a regex: '*' within one path part, '**' across parts, '?' one character."""
-    parts = re.split(r"(\*\*|\*|\?)", pattern)
-    table = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
-    return re.compile("".join(table.get(part, re.escape(part)) for part in parts))
+    """A Cloud Storage matchGlob as a regex, per "List objects and prefixes using glob"
+    (https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-objects-and-prefixes-using-glob):
+    '*' any characters but '/', '**' any characters including '/', '?' one character but '/', '[chars]',
+    '[a-z]' and '[!chars]' one of (or none of) the characters, '{a,b}' one of the comma-separated strings, '\\'
+    makes the next character literal. Nothing else is special: a name that starts with '.' is matched like
+    any other."""
+    out, index = [], 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\" and index + 1 < len(pattern):
+            out.append(re.escape(pattern[index + 1]))
+            index += 2
+            continue
+        if pattern.startswith("**", index):
+            out.append(".*")
+            index += 2
+            continue
+        if char == "*":
+            out.append("[^/]*")
+        elif char == "?":
+            out.append("[^/]")
+        elif char == "[":
+            if (end := pattern.find("]", index + 1)) == -1:
+                # The table gives an unclosed '[' no meaning: played as a pattern Cloud Storage refuses.
+                raise re.error(f"unclosed '[' in {pattern!r}")
+            body = pattern[index + 1:end]
+            negate = body.startswith("!")
+            body = body[1:] if negate else body
+            out.append(("[^" if negate else "[") + body.replace("\\", "\\\\") + "]")
+            index = end + 1
+            continue
+        elif char == "{" and (end := pattern.find("}", index + 1)) != -1:
+            out.append("(?:" + "|".join(gcs_glob(part).pattern for part in pattern[index + 1:end].split(",")) + ")")
+            index = end + 1
+            continue
+        else:
+            out.append(re.escape(char))
+        index += 1
+    return re.compile("".join(out))
 
 
 # What the bucket look-up reads of an existing bucket (name -> get_bucket result, wire keys: location,
@@ -337,10 +391,13 @@ def run_program(raw_config: dict[str, Any], stack: str = "test",
         pulumi.runtime.set_mocks(monitor.mocks, project=NAMESPACE, stack=stack, preview=False, monitor=monitor,
                                  logger=PROGRAM_LOG)
         settings.ROOT.set(None)  # set_mocks made a throw-away root; run_in_stack makes the real one
+        # The data look-ups' objects.list requests go to the played Cloud Storage, never to the network.
+        data_lookups.storage_get = play_objects_list
         loop.run_until_complete(run_in_stack(lambda: runpy.run_path(str(program), run_name="__main__")))
         return ProgramRun(resources=monitor.registrations, outputs=monitor.stack_outputs,
                           secret_outputs=monitor.secret_stack_outputs)
     finally:
+        data_lookups.storage_get = real_storage_get
         # A run that failed half-way (an apply raising RunError) leaves output tasks of this loop in Pulumi's
         # process-wide settings; the next run would wait on them after this loop is closed.
         pending = asyncio.all_tasks(loop)

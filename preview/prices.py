@@ -10,7 +10,8 @@ Spot figures are ASSUMPTIONS: Spot prices are dynamic and not stable list prices
 on-demand price, i.e. the smallest discount of the 60-91 % range Compute Engine documents for Spot VMs
 (cloud.google.com/compute/docs/instances/spot), so the spot estimate errs high.
 TPU7x (Ironwood) has no public per-chip price in these sources: its estimate is reported as unknown.
-Only the TPU VMs are priced; the GKE fee, CPU nodes, disks, network and storage are not included.
+Only the TPU VMs are priced here, and the disks that hold Cloud Storage FUSE's file cache (DISK_PRICES below);
+the GKE fee and CPU nodes are priced in preview/costs.py; boot disks, network and storage are not included.
 """
 from __future__ import annotations
 
@@ -62,3 +63,21 @@ def hourly_estimate(generation: str, chips: int) -> HourlyEstimate:
 
     return HourlyEstimate(generation=generation, chips=chips, on_demand_usd_per_hour=times(price.on_demand_usd),
                           spot_usd_per_hour=times(price.spot_usd))
+
+
+# Disks priced per GiB-month of provisioned size, as Compute Engine bills them, from Disk and image pricing,
+# https://cloud.google.com/compute/disks-image-pricing, us-central1 list prices as published in 2025, not re-checked
+# offline (the same conventions as the chip prices above): Balanced Persistent Disk 0.10 USD. The Hyperdisk
+# Balanced capacity figure is an ASSUMPTION (0.08 USD; the offline sources name no figure); its baseline 3,000 IOPS
+# and 140 MiB/s are included at no charge (Compute Engine "About Hyperdisk Balanced"), and workloads/fuse_cache.py
+# provisions exactly that, so only capacity bills. Billed per second while the disk exists.
+DISK_PRICE_SOURCE = "https://cloud.google.com/compute/disks-image-pricing (us-central1 list prices, 2025)"
+DISK_USD_PER_GIB_MONTH: dict[str, float] = {"pd-balanced": 0.10, "hyperdisk-balanced": 0.08}
+DISK_PRICE_ASSUMED = frozenset({"hyperdisk-balanced"})
+HOURS_PER_MONTH = 730   # Google Cloud's pricing pages convert monthly prices at 730 hours
+
+
+def disk_usd_per_hour(kind: str, gib: int, disks: int) -> float | None:
+    """What `disks` disks of `gib` GiB of a type cost per hour while they exist; None for an unpriced type."""
+    price = DISK_USD_PER_GIB_MONTH.get(kind)
+    return None if price is None else round(price * gib * disks / HOURS_PER_MONTH, 2)

@@ -50,6 +50,9 @@ class Backend(Protocol):
     # otherwise they run images of their own whose software the stack does not choose.
     runs_worker_environment: bool
     slices_released: str            # when a run's TPU pods go away, so the slices can scale to zero
+    # Whether the pods that read the data through Cloud Storage FUSE (each with its own cache disk,
+    # workloads/fuse_cache.py) are the TPU hosts, one per VM of every slice; else one head pod on the CPU pool.
+    data_on_tpu_hosts: bool
     # What to run after `pulumi up`, after the credentials: (export key, what it shows), in order
     # (workloads/next_steps.py); the exports include logsFollowCommand, the driver's log.
     next_steps: tuple[tuple[str, str], ...]

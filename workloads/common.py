@@ -11,7 +11,9 @@ from urllib.parse import quote
 from core.pod_sizing import TpuPodSize
 from core.tpu_catalog import ACCELERATOR_SELECTOR, TOPOLOGY_SELECTOR, TPU_RESOURCE, SliceShape
 from infra.config import Capacity, StackConfig
+from infra.config.data_globs import literal_folder
 from infra.config.key_checks import split_gs_path
+from workloads import fuse_cache
 
 APP_LABEL = {"app.kubernetes.io/part-of": "tpu-multislice"}
 # The label the stack puts on its CPU node pool (infra/cluster.py); heads and controllers select it.
@@ -208,8 +210,9 @@ def console_urls(config: StackConfig, cluster_location: str, logs_query: str) ->
 
 # MaxText's Grain pipeline reads files from a local path: a bucket is read through Cloud Storage FUSE mounted on
 # every worker (MaxText docs/guides/data_input_grain.md, "Using Grain" step 2; grain_train_files then names the
-# files on the mount). Each data bucket is mounted here at DATA_MOUNT/BUCKET. Starting weights
-# (load_parameters_path) are not mounted: Orbax reads gs:// itself.
+# files on the mount). Each data bucket is mounted at DATA_MOUNT/BUCKET/FOLDER, FOLDER being the folder all of
+# its globs lie under, so a path reads the same on the mount as in the bucket. Starting weights
+# (load_parameters_path) are not mounted: Orbax reads gs:// itself, through no FUSE cache.
 DATA_MOUNT = "/mnt/training-data"
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 # The GCS FUSE CSI driver injects its sidecar only into pods with this annotation (GKE "Access Cloud Storage
@@ -224,6 +227,7 @@ GCSFUSE_ANNOTATION = {"gke-gcsfuse/volumes": "true"}
 #   files under them;
 # - metadata-cache ttl -1 and unlimited stat/type caches, kernel list cache -1: the data does not change during
 #   a run, so each file's metadata and each listing is fetched once (the docs' setting for read-only data);
+#   bounded by the mount's folder (only-dir below), not the bucket;
 # - file-cache:enable-parallel-downloads: a file read for the first time is fetched in parallel chunks into the
 #   file cache (parallel downloads need the file cache, sized by fileCacheCapacity below), and
 #   fileCacheForRangeRead caches a file read at random offsets (ArrayRecord's global shuffle) too.
@@ -235,17 +239,32 @@ DATA_MOUNT_OPTIONS = ",".join((
     "file-system:kernel-list-cache-ttl-secs:-1",
     "file-cache:enable-parallel-downloads:true",
 ))
-# The file cache lives in the sidecar's emptyDir on the node's boot disk, which GKE node pools make 100 GB by
-# default (the TPU pools here set no other size): half of it, so a data set larger than that is read again
-# from Cloud Storage rather than filling the node's disk.
-DATA_FILE_CACHE_CAPACITY = "50Gi"
+
+
+def _data_paths(config: StackConfig) -> tuple[str, ...]:
+    run = config.workload.run
+    return tuple(path for path in (run.dataset_path, run.eval_dataset_path) if path)
+
+
+def data_mount_folders(config: StackConfig) -> tuple[tuple[str, str], ...]:
+    """(bucket, folder) of each FUSE mount, in order: one per bucket of the training and eval files, the folder
+    being the deepest one all of that bucket's globs lie under ('' for the whole bucket)."""
+    folders: dict[str, list[str]] = {}
+    for path in _data_paths(config):
+        bucket, pattern = split_gs_path(path)
+        parts = literal_folder(pattern).split("/") if literal_folder(pattern) else []
+        if bucket not in folders:
+            folders[bucket] = parts
+            continue
+        shared = folders[bucket]
+        length = next((i for i, (a, b) in enumerate(zip(shared, parts)) if a != b), min(len(shared), len(parts)))
+        folders[bucket] = shared[:length]
+    return tuple((bucket, "/".join(parts)) for bucket, parts in folders.items())
 
 
 def data_buckets(config: StackConfig) -> tuple[str, ...]:
     """The buckets a run reads through FUSE: those of its training and eval files, each once, in order."""
-    run = config.workload.run
-    paths = [path for path in (run.dataset_path, run.eval_dataset_path) if path]
-    return tuple(dict.fromkeys(split_gs_path(path)[0] for path in paths))
+    return tuple(bucket for bucket, _ in data_mount_folders(config))
 
 
 def mounted_path(gs_path: str) -> str:
@@ -258,27 +277,52 @@ def _data_volume_name(index: int) -> str:
     return f"training-data-{index}"
 
 
-def data_volumes(config: StackConfig) -> list[dict]:
-    """One read-only CSI ephemeral volume per data bucket. Host-network pods (Pathways, JobSet without DRANET)
-    authenticate the mount as the pod's Kubernetes service account through hostNetworkPodKSA (GKE: Cloud Storage
-    FUSE for host network Pods, GKE 1.33.3-gke.1226000 and later)."""
-    attributes = {"mountOptions": DATA_MOUNT_OPTIONS, "fileCacheCapacity": DATA_FILE_CACHE_CAPACITY,
+def data_volumes(config: StackConfig, on_tpu: bool = True) -> list[dict]:
+    """One read-only CSI ephemeral volume per data bucket, mounting only its folder (the driver's only-dir mount
+    option: gcs-fuse-csi-driver docs/sub-directory-mounts.md), so the metadata prefetch on mount (`ls -R` of the
+    mount point, cmd/metadata_prefetch/main.go) and the unlimited stat and type caches hold that folder, not the
+    bucket; and the pod's own cache disk (workloads/fuse_cache.py), which the buckets share. `on_tpu`: the pods
+    run on TPU hosts (else on the CPU pool), which decides the disk's type. Host-network pods (Pathways, JobSet
+    without DRANET) authenticate the mount as the pod's Kubernetes service account through hostNetworkPodKSA
+    (GKE: Cloud Storage FUSE for host network Pods, GKE 1.33.3-gke.1226000 and later)."""
+    mounts = data_mount_folders(config)
+    if not mounts:
+        return []
+    attributes = {"fileCacheCapacity": f"{fuse_cache.bucket_cache_mib(config, len(mounts))}Mi",
                   "fileCacheForRangeRead": "true", "gcsfuseMetadataPrefetchOnMount": "true"}
     if config.pods_use_host_network:
         attributes["hostNetworkPodKSA"] = "true"
-    return [{"name": _data_volume_name(index), "csi": {
-        "driver": GCSFUSE_DRIVER, "readOnly": True, "volumeAttributes": {"bucketName": bucket, **attributes}}}
-        for index, bucket in enumerate(data_buckets(config))]
+    volumes = []
+    for index, (bucket, folder) in enumerate(mounts):
+        options = DATA_MOUNT_OPTIONS + (f",only-dir={folder}" if folder else "")
+        volumes.append({"name": _data_volume_name(index), "csi": {
+            "driver": GCSFUSE_DRIVER, "readOnly": True,
+            "volumeAttributes": {"bucketName": bucket, "mountOptions": options, **attributes}}})
+    return [*volumes, fuse_cache.cache_volume(config, on_tpu, labels())]
 
 
 def data_mounts(config: StackConfig) -> list[dict]:
-    return [{"name": _data_volume_name(index), "mountPath": f"{DATA_MOUNT}/{bucket}", "readOnly": True}
-            for index, bucket in enumerate(data_buckets(config))]
+    return [{"name": _data_volume_name(index), "mountPath": "/".join(filter(None, (DATA_MOUNT, bucket, folder))),
+             "readOnly": True}
+            for index, (bucket, folder) in enumerate(data_mount_folders(config))]
 
 
 def data_pod_annotations(config: StackConfig) -> dict[str, str]:
     """The sidecar annotation when the pod mounts data; nothing otherwise (synthetic runs stay as they were)."""
     return dict(GCSFUSE_ANNOTATION) if data_buckets(config) else {}
+
+
+def data_pod_security_context(config: StackConfig) -> dict:
+    """The pod securityContext the cache disk needs when the pod mounts data; {} otherwise."""
+    return fuse_cache.pod_security_context() if data_buckets(config) else {}
+
+
+def data_storage_classes(config: StackConfig, on_tpu: bool = True) -> dict[str, dict]:
+    """Logical name -> the StorageClass of the pods' cache disks, when the run mounts data."""
+    if not data_buckets(config):
+        return {}
+    kind = fuse_cache.disk_type(config, on_tpu)
+    return {"fuse-cache-class": fuse_cache.storage_class(kind, labels())}
 
 
 def add_pod_annotations(pod_template: dict, annotations: dict[str, str]) -> None:

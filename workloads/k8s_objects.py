@@ -24,6 +24,11 @@ def register(logical_name: str, obj: dict, opts: pulumi.ResourceOptions) -> pulu
         return k8s.core.v1.Service(logical_name, metadata=metadata, spec=obj["spec"], opts=opts)
     if (api_version, kind) == ("resource.k8s.io/v1", "ResourceClaimTemplate"):
         return k8s.resource.v1.ResourceClaimTemplate(logical_name, metadata=metadata, spec=obj["spec"], opts=opts)
+    if (api_version, kind) == ("storage.k8s.io/v1", "StorageClass"):
+        return k8s.storage.v1.StorageClass(logical_name, metadata=metadata, provisioner=obj["provisioner"],
+                                           parameters=obj.get("parameters"),
+                                           volume_binding_mode=obj.get("volumeBindingMode"),
+                                           reclaim_policy=obj.get("reclaimPolicy"), opts=opts)
     if (api_version, kind) == ("rbac.authorization.k8s.io/v1", "Role"):
         return k8s.rbac.v1.Role(logical_name, metadata=metadata, rules=obj["rules"], opts=opts)
     if (api_version, kind) == ("rbac.authorization.k8s.io/v1", "RoleBinding"):

@@ -57,7 +57,9 @@ def run_summary(config: StackConfig, facts: RunFacts) -> str:
         lines.append("data: synthetic (generated batches; datasetType=grain, datasetPath: your files)")
     else:
         counts = dict(facts.data_files)
-        found = f", {counts['datasetPath']} file(s) found" if "datasetPath" in counts else ""
+        # A listing stops at its first page of files (infra/data_lookups.py): more pages make it "at least".
+        at_least = "at least " if "datasetPath" in facts.data_files_at_least else ""
+        found = f", {at_least}{counts['datasetPath']} file(s) found" if "datasetPath" in counts else ""
         lines.append(f"data: {run.dataset_path} ({data_format(run.dataset_path)}{found})")
         lines.append(f"  read-only through Cloud Storage FUSE at {common.mounted_path(run.dataset_path)}")
         if run.eval_dataset_path:

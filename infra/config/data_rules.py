@@ -145,4 +145,5 @@ def training_run(v: dict[str, Any], accepted: Mapping[str, str], checkpoint_peri
     return TrainingRun(
         run_name=default_run_name(v) or "", dataset_type=v["datasetType"], dataset_path=v["datasetPath"],
         eval_dataset_path=v["evalDatasetPath"], eval_interval=interval,
-        load_parameters_path=v["loadParametersPath"], maxtext_settings=passed_on(accepted))
+        load_parameters_path=v["loadParametersPath"], maxtext_settings=passed_on(accepted),
+        data_cache_gib=v["dataCacheGiB"] if v["datasetType"] == "grain" else 0)

@@ -11,6 +11,7 @@ from core.data import format_named_by
 from core.maxtext_facts import MIN_MAXTEXT, release_tuple
 from infra import naming
 from infra.config import tpu_zones
+from infra.config.data_globs import glob_problem
 
 Check = Callable[[Any], "str | None"]
 
@@ -164,6 +165,10 @@ def data_pattern(value: str) -> str | None:
     if format_named_by(value) is None:
         return ("file names that say their format: *.array_record or *.arrayrecord (ArrayRecord, also with "
                 "shard suffixes such as .array_record-00000-of-00064) or *.parquet, e.g. " + _DATA_EXAMPLE)
+    glob = glob_problem(split_gs_path(value)[1])
+    if glob is not None:
+        # The look-up before `pulumi up` and MaxText on the cluster must read the same files (data_globs.py).
+        return f"a glob the look-up and MaxText read alike, not one with {glob}"
     return None
 
 

@@ -307,6 +307,13 @@ KEYS: tuple[Key, ...] = (
     Key("evalInterval", "integer", "Evaluate on evalDatasetPath every this many steps (MaxText eval_interval). "
         "Unset with evalDatasetPath: every checkpointPeriod steps.", DERIVED,
         check=check.at_least(1), applies_to=(_WITH_GRAIN,)),
+    Key("dataCacheGiB", "integer", "Size in GiB of the disk that holds Cloud Storage FUSE's file cache of "
+        "datasetPath and evalDatasetPath on each pod that reads them (every TPU host; the head on Pathways): one "
+        "Balanced Persistent Disk or Hyperdisk Balanced volume per pod, created with the pod and deleted with it, "
+        "shared by the data buckets (each caches up to its share, less 10 % for the file system). Billed while "
+        "the pods run (the offline plan prices it). At least 10 (the smallest Balanced Persistent Disk).", 100,
+        check=check.within(10, 65536, "10 to 65536 GiB (a Balanced Persistent Disk holds 10 GiB to 64 TiB)"),
+        applies_to=(_WITH_GRAIN,)),
     Key("loadParametersPath", "string", "Start a new run from these weights: a gs:// Orbax checkpoint of the "
         "model's parameters (MaxText load_parameters_path, e.g. made from Hugging Face weights with MaxText's "
         "conversion tools, docs/configuration.md). A run that already has checkpoints of its own resumes from "

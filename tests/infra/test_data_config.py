@@ -188,10 +188,10 @@ def test_every_wrong_value_is_refused_in_one_line_naming_key_value_and_what_is_a
 
 def _lookups(objects: dict[str, dict[str, str]]) -> Lookups:
     """The look-ups against an in-memory Cloud Storage, as the mocks play it."""
-    def list_objects(bucket, pattern):
+    def list_objects(bucket, pattern, page_token):
         if bucket not in objects:
             raise RuntimeError("googleapi: Error 404: The specified bucket does not exist., notFound")
-        return [name for name in objects[bucket] if harness.gcs_glob(pattern).fullmatch(name)]
+        return [name for name in objects[bucket] if harness.gcs_glob(pattern).fullmatch(name)], None
 
     def read_object(bucket, name):
         if name not in objects.get(bucket, {}):
@@ -261,7 +261,7 @@ def test_the_run_s_checkpoints_say_whether_an_up_starts_resumes_or_finds_it_fini
     assert finished.action(200) == "finished"
     assert any("name a new run" in warning for warning in finished.warnings)
 
-    def forbidden(bucket, pattern):
+    def forbidden(bucket, pattern, page_token):
         raise RuntimeError("googleapi: Error 403: caller does not have storage.objects.list access, forbidden")
     unknown = look_up(config, Lookups(forbidden, lambda b, n: ""))
     assert unknown.action(200) == "unknown" and "not listed (googleapi: Error 403" in unknown.warnings[0]
@@ -372,9 +372,15 @@ def test_rendered_stack_trains_on_the_data_from_the_weights_under_the_run_name(s
         assert volume["csi"]["volumeAttributes"]["bucketName"] == "my-data"
         options = volume["csi"]["volumeAttributes"]["mountOptions"].split(",")
         assert "file-cache:enable-parallel-downloads:true" in options and "metadata-cache:ttl-secs:-1" in options
+        # Only the dataset's folder is mounted (the driver's only-dir: gcs-fuse-csi-driver
+        # docs/sub-directory-mounts.md), where MaxText's path expects it.
+        assert "only-dir=c4" in options
         [mount] = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
-        assert mount == {"name": volume["name"], "mountPath": f"{common.DATA_MOUNT}/my-data", "readOnly": True}
+        assert mount == {"name": volume["name"], "mountPath": f"{common.DATA_MOUNT}/my-data/c4", "readOnly": True}
+        assert mounted.startswith(mount["mountPath"] + "/")
         assert ("hostNetworkPodKSA" in volume["csi"]["volumeAttributes"]) == bool(template["spec"].get("hostNetwork"))
+        # The file cache is on the pod's own disk, not the node's boot disk (tests/workloads/test_fuse_cache.py).
+        assert any(v["name"] == "gke-gcsfuse-cache" and "ephemeral" in v for v in template["spec"]["volumes"])
     # The identity reads the data and weights buckets and writes neither: objectViewer only (objects.get and
     # objects.list; IAM "Cloud Storage roles"), while the checkpoint bucket keeps its object user role.
     bindings = _objects(run, "BucketIAMMember")

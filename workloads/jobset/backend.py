@@ -20,6 +20,7 @@ class JobSetBackend:
     name = "jobset"
     runs_worker_environment = True
     slices_released = "when the JobSet finishes (it deletes its Jobs; Kueue frees the quota)"
+    data_on_tpu_hosts = True
     next_steps = (
         ("kueueWorkloadsCommand", "is the JobSet admitted by Kueue?"),
         ("jobsetStatusCommand", "the JobSet's state (add --watch to follow it)"),

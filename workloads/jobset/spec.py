@@ -86,7 +86,9 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str
     # of every training pod: training starts only where it passed, on the TPUs Kueue admitted once.
     code_name = f"{prefix}-code-{bundle.short_digest}"
     objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
-    volumes = [common.code_volume(code_name, list(bundle.files)), *common.data_volumes(config)]
+    # The TPU pods read the data: their cache disks are of a type their generation attaches (fuse_cache.py).
+    objects.update(common.data_storage_classes(config, on_tpu=True))
+    volumes = [common.code_volume(code_name, list(bundle.files)), *common.data_volumes(config, on_tpu=True)]
     smoke = jm.smoke_argv(spec) if config.workload.smoke_test else None
     install = None
     cache = install_cache.cache_kind(config)
@@ -107,8 +109,10 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str
         built = jm.jobset(name=name, spec=spec, priority_class=TRAINING_PRIORITY[0],
                           max_restarts=config.jobset.max_restarts, container=container(name), volumes=volumes)
         for replicated in built["spec"]["replicatedJobs"]:
-            common.add_pod_annotations(replicated["template"]["spec"]["template"],
-                                       common.data_pod_annotations(config))
+            pod = replicated["template"]["spec"]["template"]
+            common.add_pod_annotations(pod, common.data_pod_annotations(config))
+            if security := common.data_pod_security_context(config):
+                pod["spec"]["securityContext"] = {**pod["spec"].get("securityContext", {}), **security}
         return built
 
     objects["jobset"] = _named(training_jobset, prefix)

@@ -18,6 +18,7 @@ class PathwaysBackend:
     name = "pathways"
     runs_worker_environment = False
     slices_released = "when the Pathways head's MaxText finishes (JobSet deletes the workers)"
+    data_on_tpu_hosts = False
     next_steps = (
         ("pathwaysStatusCommand", "the JobSet's state (add --watch to follow it)"),
         (FOLLOW_LOG, "follow MaxText's log on the Pathways head, elastic recoveries included"),

@@ -19,6 +19,7 @@ def pathways_objects(config: StackConfig, bundle: TrainerBundle | None = None) -
     bundle = bundle or load_bundle()
     spec = pathways_inputs.pathways_spec(config, bundle)
     return {"trainer-code": common.code_config_map(spec.code_config_map, config.kubernetes.namespace, bundle.files),
+            **common.data_storage_classes(config, on_tpu=False),
             "pathways-jobset": pathways_manifests.pathways_jobset(spec)}
 
 

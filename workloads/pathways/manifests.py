@@ -19,7 +19,7 @@ from core.pathways import PATHWAYS_TPU_VERSIONS, PROXY_RESOURCES, RM_RESOURCES, 
 from core.pod_sizing import TpuPodSize
 from core.tpu_catalog import SliceShape
 from core.tpu_env import dcn_transport_flags
-from workloads import failure_policy
+from workloads import failure_policy, fuse_cache
 from workloads.common import (TPU_METRICS_PORT, code_mount, code_volume, run_labels, tpu_node_selector,
                               tpu_pod_resources_memory_bounded)
 
@@ -199,7 +199,9 @@ def _head_job(spec: PathwaysSpec) -> dict:
                         spec, restart_policy="Never", node_selector=dict(spec.head_node_selector),
                         initContainers=[_proxy(spec), _resource_manager(spec)], containers=[_trainer(spec)],
                         volumes=[code_volume(spec.code_config_map, list(spec.code_files)),
-                                 *(dict(volume) for volume in spec.data_volumes)]),
+                                 *(dict(volume) for volume in spec.data_volumes)],
+                        # The FUSE sidecar writes its cache disk through the pod's fsGroup (fuse_cache.py).
+                        **({"securityContext": fuse_cache.pod_security_context()} if spec.data_volumes else {})),
                 },
             },
         },

@@ -119,6 +119,7 @@ def pathways_spec(config: StackConfig, bundle: TrainerBundle) -> PathwaysSpec:
         worker_size=common.tpu_pod_size(config),
         # Pathways workers run on the host network (the config refuses DRANET here): they see the node's NICs.
         dcn_nics=pod_dcn_nics(len(config.network.dcn_subnets), dranet_claim=False, host_network=True),
-        data_volumes=tuple(common.data_volumes(config)),
+        # The head (CPU pool) reads the data: its cache disk is a Balanced Persistent Disk (fuse_cache.py).
+        data_volumes=tuple(common.data_volumes(config, on_tpu=False)),
         data_mounts=tuple(common.data_mounts(config)),
     )

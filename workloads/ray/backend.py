@@ -35,6 +35,7 @@ class RayBackend:
     name = "rayjob"
     runs_worker_environment = True
     slices_released = "when the RayJob ends (shutdownAfterJobFinishes deletes its RayCluster)"
+    data_on_tpu_hosts = True
     next_steps = (
         ("rayJobStatusCommand", "the job's state (add --watch to follow it)"),
         (FOLLOW_LOG, "follow the training driver's log (the submitter streams it)"),

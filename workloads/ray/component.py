@@ -29,6 +29,7 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | 
     job_digest = short_digest(bundle.digest, repr((job_inputs, cluster_spec)))
     code_name = f"{config.ray.job_name}-code-{bundle.short_digest}"
     objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
+    objects.update(common.data_storage_classes(config, on_tpu=True))
     if ray_manifests.grows(spec):
         # An elastic run's driver asks KubeRay for its other slices once it has started (trainer/grow.py): the
         # admission policy that keeps it to `replicas` first, then the Role that lets it patch.
@@ -79,10 +80,11 @@ class RayWorkload(pulumi.ComponentResource):
                 # A relaunch must stop the old job before the new one asks for the same TPU hosts.
                 # Its cluster's pods mount the code and claim the DCN NICs: both exist first.
                 # An elastic run's driver patches its cluster as soon as it starts: the Role is bound first.
+                # Pods that read data claim their cache disk of the fuse-cache StorageClass: it exists first.
                 extra = dict(delete_before_replace=True,
                              depends_on=base["depends_on"] + [self.resources["trainer-code"]]
                              + [self.resources[n] for n in ("dcn-netdevs", "grow-slices-binding",
-                                                            "grow-slices-policy-binding")
+                                                            "grow-slices-policy-binding", "fuse-cache-class")
                                 if n in self.resources])
             if logical_name == "grow-slices-binding":
                 # Never a moment when the service account may patch its cluster without the policy in force.

@@ -19,7 +19,7 @@ import yaml
 from core.ray_cluster import RAYCLUSTER_API, TPU_WORKER_GROUP
 from core.tpu_catalog import SliceShape
 from core.tpu_env import tpu_worker_env
-from workloads import install_cache
+from workloads import fuse_cache, install_cache
 from core.pod_sizing import TpuPodSize
 from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, code_volume, labels, run_labels,
                               tpu_node_selector, tpu_pod_resources)
@@ -213,6 +213,9 @@ def _tpu_worker_group(spec: RaySpec) -> dict:
         "containers": [container],
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}, *(dict(v) for v in spec.data_volumes)],
     }
+    if spec.data_volumes:
+        # The FUSE sidecar writes its cache disk through the pod's fsGroup (workloads/fuse_cache.py).
+        pod_spec["securityContext"] = fuse_cache.pod_security_context()
     if spec.termination_grace_s is not None:
         pod_spec["terminationGracePeriodSeconds"] = spec.termination_grace_s
         # `ray start --block` drains the node for RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S after SIGTERM (30 s by

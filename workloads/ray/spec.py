@@ -55,7 +55,8 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
         active_deadline_s=job_deadline_seconds(config),
         pre_running_deadline_s=pre_running_deadline_seconds(config),
         install_cache=install_cache.cache_kind(config),
-        data_volumes=tuple(common.data_volumes(config)),
+        # The TPU workers read the data: their cache disks are of a type their generation attaches.
+        data_volumes=tuple(common.data_volumes(config, on_tpu=True)),
         data_mounts=tuple(common.data_mounts(config)),
     )
 

@@ -1,0 +1,83 @@
+"""Where Cloud Storage FUSE keeps its file cache of the run's data, and how big it may grow (pure: no Pulumi).
+
+The GCS FUSE CSI driver caches files in the sidecar's `gke-gcsfuse-cache` volume: an emptyDir on the node's boot
+disk unless the pod brings its own volume of that name (gcs-fuse-csi-driver pkg/webhook/sidecar_spec.go
+SidecarContainerCacheVolumeName and GetSidecarContainerVolumeSpec, which skips the emptyDir when the pod has one).
+On the boot disk a cache beside the image and the install cache can fill the node, and the kubelet's eviction
+marks the pod DisruptionTarget, which restarts a JobSet without counting (workloads/failure_policy.py): a loop
+that bills TPU time. The driver's troubleshooting guide (docs/troubleshooting.md, "File cache") recommends a
+Balanced or SSD Persistent Disk cache volume for TPU families, larger than fileCacheCapacity.
+
+So each pod that mounts data gets its own disk as a generic ephemeral volume of that name: created with the pod,
+deleted with it (Kubernetes "Generic ephemeral volumes"), never billed while no run is up. Its size is the
+config's dataCacheGiB; the data buckets share it, each capped at its share less FS_HEADROOM. TPU v6e and TPU7x
+attach only Hyperdisk (Cloud TPU "Storage options": Hyperdisk Balanced, Hyperdisk ML), v4, v5e and v5p Balanced
+Persistent Disk; the CPU pool's E2/N2 machines take Balanced Persistent Disk.
+"""
+from __future__ import annotations
+
+import math
+
+from infra.config import StackConfig
+
+# The volume name the driver's sidecar mounts at /gcsfuse-cache (pkg/webhook/sidecar_spec.go).
+CACHE_VOLUME = "gke-gcsfuse-cache"
+# The Compute Engine Persistent Disk CSI driver GKE runs (its StorageClasses name this provisioner).
+PD_CSI_PROVISIONER = "pd.csi.storage.gke.io"
+# Disk type each TPU generation can attach (Cloud TPU "Storage options for Cloud TPU data", supported disk types).
+TPU_DISK_TYPES = {"v4": "pd-balanced", "v5e": "pd-balanced", "v5p": "pd-balanced",
+                  "v6e": "hyperdisk-balanced", "tpu7x": "hyperdisk-balanced"}
+CPU_DISK_TYPE = "pd-balanced"
+# Hyperdisk Balanced includes 3,000 IOPS and 140 MiB/s at no extra charge (Compute Engine "About Hyperdisk
+# Balanced", baseline performance); provisioning exactly that keeps the disk billed for its capacity only.
+HYPERDISK_BASELINE = {"provisioned-iops-on-create": "3000", "provisioned-throughput-on-create": "140Mi"}
+# The sidecar runs as uid/gid 65534 (pkg/webhook/sidecar_spec.go NobodyUID, NobodyGID) and can write a custom
+# cache volume only with a pod fsGroup (docs/troubleshooting.md, "Volume mount failure with custom caching
+# volumes"): the sidecar's own group, and no recursive chown when the volume's root already has it.
+CACHE_FS_GROUP = 65534
+# ext4 keeps 5 % of a disk for root, which the sidecar is not, and its metadata takes more: each bucket's
+# fileCacheCapacity leaves this share of the disk free so the cache never reaches "no space left on device".
+FS_HEADROOM = 0.10
+
+
+def disk_type(config: StackConfig, on_tpu: bool) -> str:
+    """The cache disk's type where the data-reading pods run: a TPU host, or the CPU pool."""
+    return TPU_DISK_TYPES[config.tpu.shape.generation.name] if on_tpu else CPU_DISK_TYPE
+
+
+def storage_class_name(kind: str) -> str:
+    return f"tpu-multislice-fuse-cache-{kind}"
+
+
+def storage_class(kind: str, labels: dict[str, str]) -> dict:
+    """The StorageClass of the cache disks: bound where the pod lands (its zone), deleted with its claim."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": storage_class_name(kind), "labels": dict(labels)},
+        "provisioner": PD_CSI_PROVISIONER,
+        "parameters": {"type": kind, **(HYPERDISK_BASELINE if kind.startswith("hyperdisk") else {})},
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Delete",
+    }
+
+
+def cache_volume(config: StackConfig, on_tpu: bool, labels: dict[str, str]) -> dict:
+    """The pod's `gke-gcsfuse-cache` volume: its own disk of dataCacheGiB, created and deleted with the pod."""
+    return {"name": CACHE_VOLUME, "ephemeral": {"volumeClaimTemplate": {
+        "metadata": {"labels": dict(labels)},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": storage_class_name(disk_type(config, on_tpu)),
+                 "resources": {"requests": {"storage": f"{config.workload.run.data_cache_gib}Gi"}}},
+    }}}
+
+
+def pod_security_context() -> dict:
+    """What the pod needs for the sidecar to write its cache volume."""
+    return {"fsGroup": CACHE_FS_GROUP, "fsGroupChangePolicy": "OnRootMismatch"}
+
+
+def bucket_cache_mib(config: StackConfig, buckets: int) -> int:
+    """Each data mount's fileCacheCapacity in MiB: an equal share of the disk less FS_HEADROOM, so the caches of
+    all buckets together fit the disk."""
+    return math.floor(config.workload.run.data_cache_gib * 1024 * (1 - FS_HEADROOM) / max(buckets, 1))
+
