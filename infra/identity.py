@@ -77,9 +77,15 @@ def goodput_role_id(cluster_name: str, account_unique_id: str) -> str:
 def workload_identity_principal(project_number: pulumi.Input[str], project: str, namespace: str,
                                 service_account: str) -> pulumi.Output[str]:
     """IAM principal of a Kubernetes service account under GKE Workload Identity Federation."""
-    return pulumi.Output.concat(
-        "principal://iam.googleapis.com/projects/", project_number,
-        f"/locations/global/workloadIdentityPools/{project}.svc.id.goog/subject/ns/{namespace}/sa/{service_account}")
+    return pulumi.Output.from_input(project_number).apply(
+        lambda number: workload_identity_member(str(number), project, namespace, service_account))
+
+
+def workload_identity_member(project_number: str, project: str, namespace: str, service_account: str) -> str:
+    """The same principal as a plain value, for what is decided before anything registers (infra/preflight.py,
+    infra/bucket_access.py)."""
+    return (f"principal://iam.googleapis.com/projects/{project_number}/locations/global/workloadIdentityPools/"
+            f"{project}.svc.id.goog/subject/ns/{namespace}/sa/{service_account}")
 
 
 class NodeServiceAccount(pulumi.ComponentResource):

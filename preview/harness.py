@@ -79,10 +79,21 @@ class GcpMocks(pulumi.runtime.Mocks):
         # Existence look-ups (infra/preflight.py) answer like the provider when nothing exists yet, which is what a
         # first `pulumi up` sees; tests put names in EXISTING to play a later one.
         if args.token == GET_BUCKET_TOKEN:
-            if args.args.get("name") in EXISTING["buckets"]:
-                return {"name": args.args["name"], "url": f"gs://{args.args['name']}",
-                        **KEPT_BUCKETS.get(args.args["name"], {})}
-            return {}, [("name", "googleapi: Error 404: The specified bucket does not exist., notFound")]
+            name = args.args.get("name")
+            if name in EXISTING["buckets"]:
+                return {"name": name, "url": f"gs://{name}", "projectNumber": int(FAKE_PROJECT_NUMBER),
+                        **KEPT_BUCKETS.get(name, {})}
+            # The stack's own bucket (looked up in the stack's project) does not exist before a first `up`.
+            if args.args.get("project") or (GCS_OBJECTS is not None and name not in GCS_OBJECTS):
+                return {}, [("name", "googleapi: Error 404: The specified bucket does not exist., notFound")]
+            # Someone's data bucket: in the project BUCKET_PROJECTS names, else (and always offline) in the stack's.
+            answer = BUCKET_PROJECTS.get(name, FAKE_PROJECT_NUMBER)
+            if answer.startswith("googleapi:"):
+                return {}, [("name", answer)]
+            return {"name": name, "url": f"gs://{name}", "projectNumber": int(answer)}
+        if args.token == GET_BUCKET_POLICY_TOKEN:
+            return {"bucket": args.args.get("bucket"), "id": f"b/{args.args.get('bucket')}", "etag": "BwX",
+                    "policyData": json.dumps(BUCKET_POLICIES.get(args.args.get("bucket"), {"bindings": []}))}
         if args.token == GET_CLUSTER_TOKEN:
             if args.args.get("name") in EXISTING["clusters"]:
                 return {"name": args.args["name"], "location": args.args.get("location")}
@@ -119,6 +130,12 @@ ACCOUNT_CREATION = {"n": 0}
 ENGINE_VERSIONS_TOKEN = "gcp:container/getEngineVersions:getEngineVersions"
 GET_BUCKET_TOKEN = "gcp:storage/getBucket:getBucket"
 GET_CLUSTER_TOKEN = "gcp:container/getCluster:getCluster"
+GET_BUCKET_POLICY_TOKEN = "gcp:storage/getBucketIamPolicy:getBucketIamPolicy"
+# The IAM policy of an existing bucket (name -> policy JSON as Cloud Storage returns it); unset: no bindings.
+BUCKET_POLICIES: dict[str, dict] = {}
+# The project number of a data or weights bucket the run reads (name -> number), or the error its look-up gets
+# ("googleapi: Error 403: ..."); unset: the stack's own project, which is also what the offline plan assumes.
+BUCKET_PROJECTS: dict[str, str] = {}
 # Names the existence look-ups find (empty: a first `pulumi up`).
 EXISTING: dict[str, set[str]] = {"buckets": set(), "clusters": set()}
 # The run's Cloud Storage look-ups (infra/data_lookups.py). None (the offline plan): there is no Cloud Storage to
