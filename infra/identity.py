@@ -123,7 +123,7 @@ class WorkloadIdentity(pulumi.ComponentResource):
     def __init__(self, name: str, config: StackConfig, project_number: str, bucket: gcp.storage.Bucket,
                  cluster: pulumi.Resource, k8s_provider: k8s.Provider, node_service_account: pulumi.Input[str],
                  node_account_unique_id: pulumi.Input[str], services: list[pulumi.Resource] | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 read_granted: tuple[str, ...] | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "WorkloadIdentity"), name, None, opts)
         ns, ksa, project = config.kubernetes.namespace, config.kubernetes.service_account, config.gcp.project
 
@@ -171,8 +171,10 @@ class WorkloadIdentity(pulumi.ComponentResource):
                 for logical_name, role, needs in telemetry
             ]
         # Read-only access to the run's data and starting weights (datasetPath, evalDatasetPath,
-        # loadParametersPath), on exactly their buckets.
-        self.read_bindings = read_only_bindings(self, config, self.principal, node_service_account, cluster)
+        # loadParametersPath), on exactly their buckets, where the stack may grant (read_granted: the buckets
+        # infra/bucket_access.py found in the stack's project; None: all of them).
+        self.read_bindings = read_only_bindings(self, config, self.principal, node_service_account, cluster,
+                                                read_granted)
         # Every training pod runs as this service account and every workload waits for it (workloads/), so it is
         # created only once all of the grants above exist: a pod that starts before its bucket binding fails its
         # first checkpoint with 403 and burns a restart. (IAM changes still take effect eventually, usually within
@@ -209,13 +211,15 @@ def read_buckets(config: StackConfig) -> tuple[str, ...]:
 
 
 def read_only_bindings(parent: pulumi.Resource, config: StackConfig, principal: pulumi.Input[str],
-                       node_service_account: pulumi.Input[str], cluster: pulumi.Resource) -> list[pulumi.Resource]:
-    """objectViewer on each bucket the run reads, for the training identity (and the node account where the pods
-    run on the host network, as for the checkpoint bucket). Logical names carry the bucket: another bucket is
-    another binding, and the same bucket keeps its binding."""
+                       node_service_account: pulumi.Input[str], cluster: pulumi.Resource,
+                       granted: tuple[str, ...] | None = None) -> list[pulumi.Resource]:
+    """objectViewer on each bucket the run reads and the stack may grant on (`granted`; None: every one), for the
+    training identity (and the node account where the pods run on the host network, as for the checkpoint bucket).
+    Logical names carry the bucket: another bucket is another binding, and the same bucket keeps its binding."""
     members = [("", principal, [cluster])]
     if config.pods_use_host_network:
         members.append(("-nodes", pulumi.Output.concat("serviceAccount:", node_service_account), []))
     return [gcp.storage.BucketIAMMember(f"read-{bucket}{suffix}", bucket=bucket, role=READ_ROLE, member=member,
                                         opts=child_options(parent, depends_on=needs))
-            for bucket in read_buckets(config) for suffix, member, needs in members]
+            for bucket in read_buckets(config) if granted is None or bucket in granted
+            for suffix, member, needs in members]
