@@ -54,13 +54,14 @@ for note in config.workload.plan.notes:
 
 services = ProjectServices("apis", config.gcp.project, required_apis(config.worker_image is not None))
 network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)
-node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready)
+node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready,
+                                  deployer=preflight.deployer)
 # Prod data survives destroy: deletionProtection (on by default) also protects the bucket; a kept bucket is adopted.
 bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready,
                           adopt=preflight.adopt_bucket, protect=config.cluster.deletion_protection)
-cluster = GkeCluster("gke", config, network, node_account.email, depends_on=services.ready)
+cluster = GkeCluster("gke", config, network, node_account.email_to_run_as, depends_on=services.ready)
 pools = None if config.cluster.autopilot else TpuSlicePools(
-    "tpu-slices", config, cluster, network, node_account.email, depends_on=services.ready)
+    "tpu-slices", config, cluster, network, node_account.email_to_run_as, depends_on=services.ready)
 
 bundle = load_bundle()
 worker_image = None if config.worker_image is None else WorkerImage(

@@ -110,6 +110,7 @@ def _find(project: str, what: str, call: Callable[[], T]) -> T | None:
 @dataclass(frozen=True)
 class Preflight:
     project_number: str
+    deployer: str | None = None    # who runs `pulumi up`, as an IAM member; None: the look-up could not say
     adopt_bucket: bool = False     # a kept checkpoint bucket of this name exists: import it instead of creating it
     warnings: tuple[str, ...] = ()
 
@@ -261,4 +262,31 @@ def run(config: StackConfig, location: str) -> Preflight:
             if not holds_bucket(config, str(project_number), lambda: gcp.storage.get_bucket_iam_policy(
                     bucket=config.storage.bucket_name).policy_data):
                 warnings += tuple(adoption_changes(config, kept))
-    return Preflight(project_number=str(project_number), adopt_bucket=adopt, warnings=warnings)
+    deployer, warning = deployer_member(project, config.names.node_service_account,
+                                        lambda: gcp.organizations.get_client_open_id_user_info().email)
+    warnings += (warning,) if warning else ()
+    return Preflight(project_number=str(project_number), deployer=deployer, adopt_bucket=adopt,
+                     warnings=warnings)
+
+
+def deployer_member(project: str, node_account_id: str, email: Callable[[], str]
+                    ) -> tuple[str | None, str | None]:
+    """Who runs `pulumi up` as an IAM member (the provider's OpenID user info of its credentials: their e-mail),
+    or None and the warning that says which grant the deployer then needs to make itself."""
+    from infra.identity import ACT_AS_ROLE, member_of_email
+
+    try:
+        found = email()
+    except Exception as error:  # noqa: BLE001 (the provider's invoke errors are plain Exceptions)
+        found, why = None, (str(error).strip().splitlines() or [type(error).__name__])[0]
+    else:
+        why = "no e-mail in the credentials' user info"
+    if found:
+        return member_of_email(found), None
+    account = f"{node_account_id}@{project}.iam.gserviceaccount.com"
+    # terraform-provider-google data_source_google_client_openid_userinfo.go reads the OpenID userinfo endpoint,
+    # which answers only for credentials with the userinfo.email scope.
+    return None, (f"{NAMESPACE}: who runs pulumi up is not known ({why}); the cluster and node pools need it to "
+                  f"act as the node account: grant it once the account exists, then pulumi up again:\n"
+                  f"  gcloud iam service-accounts add-iam-policy-binding "
+                  f"{account} \\\n    --member=user:YOU@EXAMPLE.COM --role={ACT_AS_ROLE}")

@@ -27,6 +27,9 @@ from infra.config.schema import NAMESPACE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FAKE_PROJECT_NUMBER = "123456789012"
+# Who runs `pulumi up` under mocks (the provider's OpenID user info of its credentials).
+FAKE_DEPLOYER = "deployer@example.com"
+CLIENT_USER_INFO_TOKEN = "gcp:organizations/getClientOpenIdUserInfo:getClientOpenIdUserInfo"
 # Cloud Monitoring gives a dashboard a generated id; the provider's resource id is its resource name
 # projects/<project number>/dashboards/<id> (what infra.monitoring derives the console URL from).
 FAKE_DASHBOARD_ID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
@@ -57,6 +60,8 @@ class GcpMocks(pulumi.runtime.Mocks):
         elif token == "gcp:serviceaccount/account:Account":
             state["email"] = f"{state['accountId']}@{state['project']}.iam.gserviceaccount.com"
             state["uniqueId"] = account_unique_id(state["project"], state["accountId"])
+            # The account's resource name, what a service account IAM binding names it by.
+            state["name"] = f"projects/{state['project']}/serviceAccounts/{state['email']}"
         elif token.startswith("gcp:compute/"):
             state["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{state.get('project')}/{name}"
         if token == CRD_TOKEN and args.resource_id:       # CustomResourceDefinition.get: the served CRD
@@ -71,6 +76,8 @@ class GcpMocks(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
         if args.token == "gcp:organizations/getProject:getProject":
             return {"number": FAKE_PROJECT_NUMBER, "projectId": args.args.get("projectId")}
+        if args.token == CLIENT_USER_INFO_TOKEN:
+            return {"email": FAKE_DEPLOYER, "id": FAKE_DEPLOYER}
         if args.token == "gcp:organizations/getClientConfig:getClientConfig":
             return {"accessToken": "mock-access-token", "project": "", "region": "", "zone": "", "id": "mock"}
         if args.token == ENGINE_VERSIONS_TOKEN:
