@@ -5,7 +5,7 @@ in docs/assumptions.md.
 """
 from __future__ import annotations
 
-from core.tpu_quota import quota_need
+from infra.tpu_quota import quota_need
 from infra.config import StackConfig
 from infra.gke_versions import NO_CHANNEL
 from infra.identity import read_buckets
@@ -56,7 +56,7 @@ def _first_run(config: StackConfig) -> list[str]:
     if need.quotas:
         lines.append(f"TPU quota: the {need.kind} quota the slices spend is assumed to be listed by Cloud Quotas as "
                      + " or ".join(q.describe() for q in need.quotas) + " (no Google page read names these ids; "
-                     f"core/tpu_quota.py); check: {need.list_command(project)}")
+                     f"infra/tpu_quota.py); check: {need.list_command(project)}")
     read = read_buckets(config)
     if read:
         lines.append(f"read buckets: {', '.join(read)} are assumed to be in {project}, so the plan grants the "

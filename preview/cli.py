@@ -160,7 +160,7 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
               f"spot {usd(estimate.spot_usd_per_hour)}\n")
     out.write(f"    ({estimate.spot_assumption}; TPU VMs only; source {estimate.source})\n")
     if tpu.quota is not None:
-        # The Compute Engine quota the slices spend, by the ids Cloud Quotas is assumed to list (core/tpu_quota.py).
+        # The Compute Engine quota the slices spend, by the ids Cloud Quotas is assumed to list (infra/tpu_quota.py).
         need = tpu.quota
         out.write(f"  TPU quota to have: {need.chips} {need.generation} chips in {need.region}, {need.kind}\n")
         for i, quota in enumerate(need.quotas):

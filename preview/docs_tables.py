@@ -113,8 +113,8 @@ def required_apis(repo: Path = REPO) -> str:
 
 def tpu_quotas(repo: Path = REPO) -> str:
     """Per committed stack: the Compute Engine TPU quota its slices spend, by the names Cloud Quotas lists
-    (core/tpu_quota.py; every id an assumption there), and how many chips to ask for."""
-    from core.tpu_quota import quota_need
+    (infra/tpu_quota.py; every id an assumption there), and how many chips to ask for."""
+    from infra.tpu_quota import quota_need
     from infra.config import build
     from preview.stack_files import load_stack_config
     rows = ["| stack | region | TPU chips | kind of quota | quota to request (Cloud Quotas id) | published name |",

@@ -20,7 +20,7 @@ from preview.graph import CriticalPath, DependencyGraph, provider_urn
 from preview.k8s.validation import TpuPool, ValidationReport, validate_objects
 from preview.harness import ProgramRun, Registration
 from core.tpu_catalog import CATALOG, Generation, MachineType
-from core.tpu_quota import QuotaNeed, quota_need
+from infra.tpu_quota import QuotaNeed, quota_need
 from core.maxtext_args import GOODPUT_OVERRIDES
 from infra.dashboard import chart_summaries
 from core.recipes import recipe_summary
@@ -211,7 +211,7 @@ class TpuSummary:
     peak_bf16_pflops: float
     capacity: str
     estimate: tpu_prices.HourlyEstimate
-    quota: QuotaNeed | None = None    # the Compute Engine TPU quota the slices spend (core/tpu_quota.py)
+    quota: QuotaNeed | None = None    # the Compute Engine TPU quota the slices spend (infra/tpu_quota.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "generation": self.generation, "topology": self.topology,

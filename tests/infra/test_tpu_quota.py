@@ -1,4 +1,4 @@
-"""The Compute Engine TPU quotas each stack spends, by Cloud Quotas' names (core/tpu_quota.py).
+"""The Compute Engine TPU quotas each stack spends, by Cloud Quotas' names (infra/tpu_quota.py).
 
 Sources: GKE "Ensure quota" (https://cloud.google.com/kubernetes-engine/docs/how-to/tpus#ensure-quota: Compute
 Engine quota, per region, in chips, on-demand and preemptible apart); the Compute API's Quota.metric enum
@@ -15,7 +15,7 @@ import re
 import pytest
 
 from core.tpu_catalog import CATALOG
-from core.tpu_quota import QUOTAS, quota_need
+from infra.tpu_quota import QUOTAS, quota_need
 from infra.config import build
 from preview.assumptions import assumptions
 from preview.stack_files import load_stack_config
