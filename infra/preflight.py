@@ -278,7 +278,9 @@ def deployer_member(project: str, node_account_id: str, email: Callable[[], str]
     try:
         found = email()
     except Exception as error:  # noqa: BLE001 (the provider's invoke errors are plain Exceptions)
-        found, why = None, (str(error).strip().splitlines() or [type(error).__name__])[0]
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        # The provider's "invoke of TOKEN failed: REASON (FIELD)": the reason is what the user needs.
+        found, why = None, re.sub(r"^invoke of \S+ failed: |\s*\(\w+\)$", "", first)
     else:
         why = "no e-mail in the credentials' user info"
     if found:
@@ -286,7 +288,7 @@ def deployer_member(project: str, node_account_id: str, email: Callable[[], str]
     account = f"{node_account_id}@{project}.iam.gserviceaccount.com"
     # terraform-provider-google data_source_google_client_openid_userinfo.go reads the OpenID userinfo endpoint,
     # which answers only for credentials with the userinfo.email scope.
-    return None, (f"{NAMESPACE}: who runs pulumi up is not known ({why}); the cluster and node pools need it to "
-                  f"act as the node account: grant it once the account exists, then pulumi up again:\n"
+    return None, (f"{NAMESPACE}: who runs pulumi up is not known ({why});\n  the cluster and node pools need it "
+                  "to act as the node account: grant it once the account exists, then pulumi up again:\n"
                   f"  gcloud iam service-accounts add-iam-policy-binding "
                   f"{account} \\\n    --member=user:YOU@EXAMPLE.COM --role={ACT_AS_ROLE}")

@@ -179,3 +179,27 @@ def test_act_as_is_granted_by_the_stack_on_the_node_account_only_before_the_clus
         f"{account.inputs['project']}.iam.gserviceaccount.com")
     runs_as_nodes = run.of_type("gcp:container/cluster:Cluster") + run.of_type("gcp:container/nodePool:NodePool")
     assert runs_as_nodes and all(act_as.urn in r.dependencies for r in runs_as_nodes)
+
+
+def test_without_the_deployers_e_mail_the_stack_goes_on_and_says_which_grant_is_missing(caplog):
+    """Credentials whose user info has no e-mail (no userinfo.email scope): nothing is granted on the node account,
+    and one warning names the grant (terraform-provider-google data_source_google_client_openid_userinfo.go)."""
+    from preview import harness
+    from preview.harness import GcpMocks, RecordingMonitor
+
+    class NoUserInfo(GcpMocks):
+        def call(self, args):
+            if args.token == harness.CLIENT_USER_INFO_TOKEN:
+                return {}, [("email", "googleapi: Error 401: Request is missing required authentication "
+                                      "credential, unauthorized")]
+            return super().call(args)
+
+    from preview.harness import run_program
+    from tests.conftest import MINIMAL
+    caplog.clear()
+    run = run_program(MINIMAL, stack="nouser", monitor=RecordingMonitor(NoUserInfo()))
+    assert run.of_type("gcp:serviceaccount/iAMMember:IAMMember") == []
+    assert run.of_type("gcp:container/cluster:Cluster")
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "who runs pulumi up is not known (googleapi: Error 401" in text
+    assert "gcloud iam service-accounts add-iam-policy-binding" in text and "--role=roles/iam.serviceAccountUser" in text
