@@ -3,8 +3,9 @@
 Each resource type maps to the predefined role whose permissions create, change and delete it; the deploy guide's
 table (docs/deploying.md) is generated from this module (`python -m preview.deployer_roles`) and
 tests/preview/test_deployer_roles.py fails when a stack registers a type this table does not cover, or when the
-guide's table is stale. Roles are granted on the project; the owner or editor basic roles also work, but carry far
-more than a deployment needs.
+guide's table is stale. Roles are granted on the project, except actAs, which the stack grants itself on the node
+service account only; projectIamAdmin is printed with conditions that allow exactly the roles the stack's own
+resources grant. The owner or editor basic roles also work, but carry far more than a deployment needs.
 """
 from __future__ import annotations
 
