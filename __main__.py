@@ -2,6 +2,7 @@
 import pulumi
 import pulumi_kubernetes as k8s
 
+from infra.bucket_access import look_up as look_up_read_access
 from infra.cluster import GkeCluster
 from infra.data_lookups import gcp_lookups
 from infra.data_lookups import look_up as look_up_run
@@ -42,6 +43,10 @@ except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
 for warning in run_facts.warnings:
     pulumi.log.warn(warning)
+# Read access on the run's data and weights buckets: granted in the stack's project, left to other buckets' owners.
+read_access = look_up_read_access(config, preflight.project_number)
+for line in read_access.owner_grants:
+    pulumi.log.warn(line)
 # What the planner says of the run (the largest batch that fits, the expected step, a step kept near or over XLA's
 # HBM limit): memory notes are warnings, the rest information.
 for note in config.workload.plan.notes:
@@ -49,13 +54,14 @@ for note in config.workload.plan.notes:
 
 services = ProjectServices("apis", config.gcp.project, required_apis(config.worker_image is not None))
 network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)
-node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready)
+node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready,
+                                  deployer=preflight.deployer)
 # Prod data survives destroy: deletionProtection (on by default) also protects the bucket; a kept bucket is adopted.
 bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready,
                           adopt=preflight.adopt_bucket, protect=config.cluster.deletion_protection)
-cluster = GkeCluster("gke", config, network, node_account.email, depends_on=services.ready)
+cluster = GkeCluster("gke", config, network, node_account.email_to_run_as, depends_on=services.ready)
 pools = None if config.cluster.autopilot else TpuSlicePools(
-    "tpu-slices", config, cluster, network, node_account.email, depends_on=services.ready)
+    "tpu-slices", config, cluster, network, node_account.email_to_run_as, depends_on=services.ready)
 
 bundle = load_bundle()
 worker_image = None if config.worker_image is None else WorkerImage(
@@ -67,7 +73,8 @@ worker_image = None if config.worker_image is None else WorkerImage(
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
                             opts=pulumi.ResourceOptions(deleted_with=cluster.cluster))
 identity = WorkloadIdentity("workload-identity", config, preflight.project_number, bucket.bucket, cluster.cluster,
-                            k8s_provider, node_account.email, node_account.unique_id, services=services.ready)
+                            k8s_provider, node_account.email, node_account.unique_id, services=services.ready,
+                            read_granted=read_access.granted)
 workload_exports = deploy_workload(config, WorkloadContext(
     bundle=bundle, namespace=identity.namespace, service_account=identity.service_account,
     cluster=cluster.cluster, cluster_location=cluster.location, k8s_provider=k8s_provider,

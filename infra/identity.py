@@ -17,6 +17,16 @@ from infra.config.key_checks import split_gs_path
 # https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts#default-gke-service-agent
 NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
 
+# What the account that runs `pulumi up` needs on the node service account to create clusters and node pools that
+# run as it (actAs), granted by the stack on that account only (NodeServiceAccount).
+ACT_AS_ROLE = "roles/iam.serviceAccountUser"
+
+
+def member_of_email(email: str) -> str:
+    """An identity's e-mail as an IAM member: serviceAccount:... for a service account, else user:...."""
+    return f"{'serviceAccount' if email.endswith('.gserviceaccount.com') else 'user'}:{email}"
+
+
 # Read and write objects, nothing on the bucket itself (no IAM or lifecycle changes).
 CHECKPOINT_ROLE = "roles/storage.objectUser"
 # MaxText opens its checkpoint directory through maxtext/utils/gcs_utils.py `mkdir_and_check_permissions`
@@ -66,20 +76,40 @@ _ROLE_PREFIX = "tpuGoodput_"
 _ROLE_SUFFIX = 10   # hex characters of the account's uniqueId hash
 
 
+def goodput_role_stem(cluster_name: str) -> str:
+    """What every goodput role id of this cluster starts with: all but the per-creation suffix."""
+    name = naming.fit(cluster_name, ROLE_ID_MAX - len(_ROLE_PREFIX) - 1 - _ROLE_SUFFIX)
+    return f"{_ROLE_PREFIX}{name.replace('-', '_')}_"
+
+
 def goodput_role_id(cluster_name: str, account_unique_id: str) -> str:
     """Project-unique custom role id, new for every creation of the node account (see above); fits 64 characters
     for every cluster name config accepts (at most 40 characters)."""
     suffix = hashlib.sha256(account_unique_id.encode()).hexdigest()[:_ROLE_SUFFIX]
-    name = naming.fit(cluster_name, ROLE_ID_MAX - len(_ROLE_PREFIX) - 1 - _ROLE_SUFFIX)
-    return f"{_ROLE_PREFIX}{name.replace('-', '_')}_{suffix}"
+    return goodput_role_stem(cluster_name) + suffix
+
+
+def custom_role_stem(role: str) -> str | None:
+    """A custom role name (projects/P/roles/ID) the stack grants, less the per-creation suffix its id ends with
+    (goodput_role_id); None for a predefined role (roles/...)."""
+    if not role.startswith("projects/"):
+        return None
+    stem, _, suffix = role.rpartition("_")
+    return f"{stem}_" if re.fullmatch(f"[0-9a-f]{{{_ROLE_SUFFIX}}}", suffix) else role
 
 
 def workload_identity_principal(project_number: pulumi.Input[str], project: str, namespace: str,
                                 service_account: str) -> pulumi.Output[str]:
     """IAM principal of a Kubernetes service account under GKE Workload Identity Federation."""
-    return pulumi.Output.concat(
-        "principal://iam.googleapis.com/projects/", project_number,
-        f"/locations/global/workloadIdentityPools/{project}.svc.id.goog/subject/ns/{namespace}/sa/{service_account}")
+    return pulumi.Output.from_input(project_number).apply(
+        lambda number: workload_identity_member(str(number), project, namespace, service_account))
+
+
+def workload_identity_member(project_number: str, project: str, namespace: str, service_account: str) -> str:
+    """The same principal as a plain value, for what is decided before anything registers (infra/preflight.py,
+    infra/bucket_access.py)."""
+    return (f"principal://iam.googleapis.com/projects/{project_number}/locations/global/workloadIdentityPools/"
+            f"{project}.svc.id.goog/subject/ns/{namespace}/sa/{service_account}")
 
 
 class NodeServiceAccount(pulumi.ComponentResource):
@@ -87,7 +117,7 @@ class NodeServiceAccount(pulumi.ComponentResource):
     (which holds Editor on the project in many organisations)."""
 
     def __init__(self, name: str, project: str, names: naming.Names, depends_on: list[pulumi.Resource],
-                 opts: pulumi.ResourceOptions | None = None):
+                 deployer: str | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "NodeServiceAccount"), name, None, opts)
         self.account = gcp.serviceaccount.Account(
             "nodes", account_id=names.node_service_account, project=project,
@@ -101,6 +131,18 @@ class NodeServiceAccount(pulumi.ComponentResource):
             for role in NODE_ROLES
         ]
         self.email = self.account.email
+        # Creating a cluster or node pool that runs as this account needs iam.serviceAccounts.actAs on it
+        # (https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts). The account exists only
+        # once this stack creates it, so no grant printed before the first `pulumi up` can name it; the stack
+        # grants whoever runs `pulumi up` (deployer, read by infra/preflight.py) roles/iam.serviceAccountUser on
+        # this account alone, which the deployer's roles/iam.serviceAccountAdmin may do (it holds
+        # iam.serviceAccounts.setIamPolicy), instead of project-wide actAs on every service account.
+        self.act_as = None if deployer is None else gcp.serviceaccount.IAMMember(
+            "nodes-deployer-act-as", service_account_id=self.account.name, role=ACT_AS_ROLE, member=deployer,
+            opts=child_options(self))
+        # The email as the cluster and node pools take it: once the deployer may act as the account.
+        self.email_to_run_as = self.email if self.act_as is None else pulumi.Output.all(
+            self.account.email, self.act_as.id).apply(lambda values: values[0])
         # Assigned by IAM at each creation: the goodput role's id is derived from it (goodput_role_id).
         self.unique_id = self.account.unique_id
         self.register_outputs({"email": self.email})
@@ -117,7 +159,7 @@ class WorkloadIdentity(pulumi.ComponentResource):
     def __init__(self, name: str, config: StackConfig, project_number: str, bucket: gcp.storage.Bucket,
                  cluster: pulumi.Resource, k8s_provider: k8s.Provider, node_service_account: pulumi.Input[str],
                  node_account_unique_id: pulumi.Input[str], services: list[pulumi.Resource] | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 read_granted: tuple[str, ...] | None = None, opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "WorkloadIdentity"), name, None, opts)
         ns, ksa, project = config.kubernetes.namespace, config.kubernetes.service_account, config.gcp.project
 
@@ -165,8 +207,10 @@ class WorkloadIdentity(pulumi.ComponentResource):
                 for logical_name, role, needs in telemetry
             ]
         # Read-only access to the run's data and starting weights (datasetPath, evalDatasetPath,
-        # loadParametersPath), on exactly their buckets.
-        self.read_bindings = read_only_bindings(self, config, self.principal, node_service_account, cluster)
+        # loadParametersPath), on exactly their buckets, where the stack may grant (read_granted: the buckets
+        # infra/bucket_access.py found in the stack's project; None: all of them).
+        self.read_bindings = read_only_bindings(self, config, self.principal, node_service_account, cluster,
+                                                read_granted)
         # Every training pod runs as this service account and every workload waits for it (workloads/), so it is
         # created only once all of the grants above exist: a pod that starts before its bucket binding fails its
         # first checkpoint with 403 and burns a restart. (IAM changes still take effect eventually, usually within
@@ -203,13 +247,15 @@ def read_buckets(config: StackConfig) -> tuple[str, ...]:
 
 
 def read_only_bindings(parent: pulumi.Resource, config: StackConfig, principal: pulumi.Input[str],
-                       node_service_account: pulumi.Input[str], cluster: pulumi.Resource) -> list[pulumi.Resource]:
-    """objectViewer on each bucket the run reads, for the training identity (and the node account where the pods
-    run on the host network, as for the checkpoint bucket). Logical names carry the bucket: another bucket is
-    another binding, and the same bucket keeps its binding."""
+                       node_service_account: pulumi.Input[str], cluster: pulumi.Resource,
+                       granted: tuple[str, ...] | None = None) -> list[pulumi.Resource]:
+    """objectViewer on each bucket the run reads and the stack may grant on (`granted`; None: every one), for the
+    training identity (and the node account where the pods run on the host network, as for the checkpoint bucket).
+    Logical names carry the bucket: another bucket is another binding, and the same bucket keeps its binding."""
     members = [("", principal, [cluster])]
     if config.pods_use_host_network:
         members.append(("-nodes", pulumi.Output.concat("serviceAccount:", node_service_account), []))
     return [gcp.storage.BucketIAMMember(f"read-{bucket}{suffix}", bucket=bucket, role=READ_ROLE, member=member,
                                         opts=child_options(parent, depends_on=needs))
-            for bucket in read_buckets(config) for suffix, member, needs in members]
+            for bucket in read_buckets(config) if granted is None or bucket in granted
+            for suffix, member, needs in members]

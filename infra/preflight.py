@@ -15,6 +15,7 @@ Projects.Get), so the stack could not enable that one itself either.
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Callable, TypeVar
@@ -34,6 +35,15 @@ _API_NAME = re.compile(r"([a-z0-9-]+\.googleapis\.com)")
 # How a look-up says the thing is absent: the Storage API's 404 ("The specified bucket does not exist., notFound")
 # and the provider's data-source "... not found" (data_source_google_container_cluster.go).
 _NOT_FOUND = re.compile(r"Error 404|notFound|not found|does not exist", re.IGNORECASE)
+# How the Google provider says it has no usable credentials: its CheckConfig error "failed to load application
+# credentials ... Expanded error message: Attempted to load application default credentials since neither
+# `credentials` nor `access_token` was set in the provider block.  No credentials loaded. ... Original error: google:
+# could not find default credentials" (pulumi/pulumi-gcp provider/provider_test.go TestCheckConfigNoCredentials;
+# terraform-provider-google google/transport/config.go GetCredentials), and an expired login's token refresh
+# ("oauth2: \"invalid_grant\" \"reauth related error (invalid_rapt)\"", golang.org/x/oauth2).
+_NO_CREDENTIALS = re.compile(r"could not find default credentials|failed to load application credentials|"
+                             r"No credentials loaded|invalid_grant|invalid_rapt")
+LOGIN_COMMAND = "gcloud auth application-default login"
 
 T = TypeVar("T")
 
@@ -59,11 +69,21 @@ def service_disabled(error: Exception, project: str) -> PreflightError | None:
         f"enable APIs itself; run once: {enable_command(project, named)} (then pulumi up again)")
 
 
+def no_credentials(error: Exception) -> PreflightError | None:
+    """The one-line refusal for a provider without usable credentials, or None when the error is something else."""
+    if not _NO_CREDENTIALS.search(str(error)):
+        return None
+    what = ("the Google Cloud login has expired" if re.search(r"invalid_grant|invalid_rapt", str(error))
+            else "no Google Cloud credentials found")
+    # One line within 100 columns, naming the login Pulumi's Google provider reads its credentials from.
+    return PreflightError(f"{NAMESPACE}: {what}; run: {LOGIN_COMMAND}")
+
+
 def _lookup(project: str, call: Callable[[], T]) -> T:
     try:
         return call()
     except Exception as error:  # noqa: BLE001 (the provider's invoke errors are plain Exceptions)
-        refusal = service_disabled(error, project)
+        refusal = service_disabled(error, project) or no_credentials(error)
         if refusal is not None:
             raise refusal from None
         raise
@@ -90,6 +110,7 @@ def _find(project: str, what: str, call: Callable[[], T]) -> T | None:
 @dataclass(frozen=True)
 class Preflight:
     project_number: str
+    deployer: str | None = None    # who runs `pulumi up`, as an IAM member; None: the look-up could not say
     adopt_bucket: bool = False     # a kept checkpoint bucket of this name exists: import it instead of creating it
     warnings: tuple[str, ...] = ()
 
@@ -101,7 +122,7 @@ class KeptBucket:
     hierarchical_namespace: bool
     soft_delete_days: float | None         # None: no soft-delete policy
     expiring_prefixes: dict[str, int]      # Delete rules as prefix -> age in days; other rules as "other: ..." keys
-    labels: dict[str, str]
+    labels: dict[str, str]                 # the bucket's labels less those Google's tools add (goog-*)
 
     @classmethod
     def from_lookup(cls, found: object) -> "KeptBucket":
@@ -122,10 +143,23 @@ class KeptBucket:
         return cls(location=str(getattr(found, "location", "") or ""),
                    hierarchical_namespace=bool(getattr(namespace, "enabled", False)),
                    soft_delete_days=None if seconds is None else seconds / _DAY_SECONDS,
-                   expiring_prefixes=rules, labels=dict(getattr(found, "labels", None) or {}))
+                   expiring_prefixes=rules, labels=user_labels(getattr(found, "effective_labels", None)))
 
 
 _DAY_SECONDS = 24 * 3600
+# Label keys Google's own tools put on resources, which no stack sets: pulumi-gcp's `goog-pulumi-provisioned`, and
+# the goog- prefix Google reserves for its services (https://cloud.google.com/resource-manager/docs/labels-overview).
+_GOOGLE_LABEL_PREFIX = "goog-"
+
+
+def user_labels(effective: object) -> dict[str, str]:
+    """The labels a bucket really has, as the stack compares them. The data source's `labels` holds only the keys
+    a configuration set, which a data source never has, so it is always empty: terraform-provider-google
+    data_source_google_storage_bucket.go reads through setStorageBucket (resource_storage_bucket.go), which fills
+    `labels` with tpgresource.SetLabels (google/tpgresource/labels.go: only configured keys) and `effective_labels`
+    with every label of the API's answer; it never calls SetDataSourceLabels, which would copy them."""
+    return {key: value for key, value in sorted(dict(effective or {}).items())
+            if not key.startswith(_GOOGLE_LABEL_PREFIX)}
 
 
 def kept_bucket_problems(config: StackConfig, found: KeptBucket) -> list[str]:
@@ -170,6 +204,25 @@ def adoption_changes(config: StackConfig, found: KeptBucket) -> list[str]:
     return [f"adopting kept bucket {name}, which changes:", *(f"  {change}" for change in changes)] if changes else []
 
 
+def holds_bucket(config: StackConfig, project_number: str, policy_data: Callable[[], str]) -> bool:
+    """Whether this stack holds the existing checkpoint bucket, read from what exists in Google Cloud: the bucket's
+    IAM policy grants this stack's training identity the checkpoint role. Only a `pulumi up` of the stack creates
+    that binding (infra/identity.py, on the bucket the stack holds) and `pulumi destroy` deletes it while it keeps
+    the bucket (the binding is not retained), so a bucket kept by a destroy lacks it. The bucket's labels cannot
+    tell the two apart: destroy leaves a kept bucket's labels as they were. A policy that cannot be read (another
+    identity, a transient error) counts as not held: the adoption is announced, which is the safe mistake."""
+    from infra.identity import CHECKPOINT_ROLE, workload_identity_member
+
+    member = workload_identity_member(project_number, config.gcp.project, config.kubernetes.namespace,
+                                      config.kubernetes.service_account)
+    try:
+        policy = json.loads(policy_data() or "{}")
+    except Exception:  # noqa: BLE001 (the provider's invoke errors are plain Exceptions; bad JSON is the same answer)
+        return False
+    return any(binding.get("role") == CHECKPOINT_ROLE and member in (binding.get("members") or [])
+               and not binding.get("condition") for binding in policy.get("bindings") or [])
+
+
 def run(config: StackConfig, location: str) -> Preflight:
     """The look-ups, in the order a fresh project needs them to fail. Raises PreflightError or ConfigError."""
     import pulumi_gcp as gcp
@@ -193,13 +246,49 @@ def run(config: StackConfig, location: str) -> Preflight:
     if config.storage.keep_on_destroy:
         # A bucket kept by an earlier `pulumi destroy` is still there under the same name; the provider does not
         # adopt existing buckets, so creating it again fails with 409 (pulumi/pulumi#3388: no "adopt if exists").
+        # The stack's own bucket is in the stack's project (project=: what the look-up names; the bucket's
+        # project number comes from Cloud Storage's answer either way).
         found = _find(project, f"bucket {config.storage.bucket_name!r}",
-                      lambda: gcp.storage.get_bucket(name=config.storage.bucket_name))
+                      lambda: gcp.storage.get_bucket(name=config.storage.bucket_name, project=project))
         if found is not None:
             kept = KeptBucket.from_lookup(found)
             problems = kept_bucket_problems(config, kept)
             if problems:
                 raise ConfigError(problems)
+            # Imported on every `up` that finds it (Pulumi ignores `import_` for a bucket already in the state), but
+            # announced only for a bucket the stack does not hold: the later `up` of a living stack changes the
+            # bucket like any other resource, and its preview shows that.
             adopt = True
-            warnings += tuple(adoption_changes(config, kept))
-    return Preflight(project_number=str(project_number), adopt_bucket=adopt, warnings=warnings)
+            if not holds_bucket(config, str(project_number), lambda: gcp.storage.get_bucket_iam_policy(
+                    bucket=config.storage.bucket_name).policy_data):
+                warnings += tuple(adoption_changes(config, kept))
+    deployer, warning = deployer_member(project, config.names.node_service_account,
+                                        lambda: gcp.organizations.get_client_open_id_user_info().email)
+    warnings += (warning,) if warning else ()
+    return Preflight(project_number=str(project_number), deployer=deployer, adopt_bucket=adopt,
+                     warnings=warnings)
+
+
+def deployer_member(project: str, node_account_id: str, email: Callable[[], str]
+                    ) -> tuple[str | None, str | None]:
+    """Who runs `pulumi up` as an IAM member (the provider's OpenID user info of its credentials: their e-mail),
+    or None and the warning that says which grant the deployer then needs to make itself."""
+    from infra.identity import ACT_AS_ROLE, member_of_email
+
+    try:
+        found = email()
+    except Exception as error:  # noqa: BLE001 (the provider's invoke errors are plain Exceptions)
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        # The provider's "invoke of TOKEN failed: REASON (FIELD)": the reason is what the user needs.
+        found, why = None, re.sub(r"^invoke of \S+ failed: |\s*\(\w+\)$", "", first)
+    else:
+        why = "no e-mail in the credentials' user info"
+    if found:
+        return member_of_email(found), None
+    account = f"{node_account_id}@{project}.iam.gserviceaccount.com"
+    # terraform-provider-google data_source_google_client_openid_userinfo.go reads the OpenID userinfo endpoint,
+    # which answers only for credentials with the userinfo.email scope.
+    return None, (f"{NAMESPACE}: who runs pulumi up is not known ({why});\n  the cluster and node pools need it "
+                  "to act as the node account: grant it once the account exists, then pulumi up again:\n"
+                  f"  gcloud iam service-accounts add-iam-policy-binding "
+                  f"{account} \\\n    --member=user:YOU@EXAMPLE.COM --role={ACT_AS_ROLE}")

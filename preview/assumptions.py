@@ -5,8 +5,10 @@ in docs/assumptions.md.
 """
 from __future__ import annotations
 
+from infra.tpu_quota import quota_need
 from infra.config import StackConfig
 from infra.gke_versions import NO_CHANNEL
+from infra.identity import read_buckets
 from infra.storage import EXPIRING_PREFIXES
 from preview.harness import OFFERED_GKE_VERSIONS
 from workloads import install_cache
@@ -49,6 +51,18 @@ def _first_run(config: StackConfig) -> list[str]:
              "upgrades: GKE is assumed to accept the NO_MINOR_OR_NODE_UPGRADES exclusion's fixed start in the past "
              "(terraform-provider-google's acceptance test uses a 2019 start); check `gcloud container clusters "
              "describe CLUSTER --format='value(maintenancePolicy)'`"]
+    need = quota_need(config.tpu.shape.generation.name, config.gcp.region, config.tpu.total_chips,
+                      config.tpu.capacity.value)
+    if need.quotas:
+        lines.append(f"TPU quota: the {need.kind} quota the slices spend is assumed to be listed by Cloud Quotas as "
+                     + " or ".join(q.describe() for q in need.quotas) + " (no Google page read names these ids; "
+                     f"infra/tpu_quota.py); check: {need.list_command(project)}")
+    read = read_buckets(config)
+    if read:
+        lines.append(f"read buckets: {', '.join(read)} are assumed to be in {project}, so the plan grants the "
+                     "training identity read access there; `pulumi up` reads each bucket's project first and, for "
+                     "one in another project (or one it cannot read), grants nothing and prints the one `gcloud "
+                     "storage buckets add-iam-policy-binding` command its owner runs")
     if config.storage.keep_on_destroy:
         lines.append(f"checkpoint bucket: the offline plan assumes {config.storage.bucket_name} does not exist yet; "
                      "`pulumi up` looks it up and imports a bucket kept by an earlier destroy: one in another "

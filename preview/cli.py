@@ -164,6 +164,16 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
     out.write(f"  estimated TPU price: on-demand {usd(estimate.on_demand_usd_per_hour)}, "
               f"spot {usd(estimate.spot_usd_per_hour)}\n")
     out.write(f"    ({estimate.spot_assumption}; TPU VMs only; source {estimate.source})\n")
+    if tpu.quota is not None:
+        # The Compute Engine quota the slices spend, by the ids Cloud Quotas is assumed to list (infra/tpu_quota.py).
+        need = tpu.quota
+        out.write(f"  TPU quota to have: {need.chips} {need.generation} chips in {need.region}, {need.kind}\n")
+        for i, quota in enumerate(need.quotas):
+            out.write(f"    {'or ' if i else ''}{quota.describe()}\n")
+        if need.quotas:
+            out.write("    (quota ids assumed; docs/deploying.md#tpu-quota lists them with gcloud)\n")
+        else:
+            out.write(f"    {need.request()}\n")
     render_cost(plan.cost, out)
     if plan.planner:
         out.write("\nPlanner (the run's plan is the plan export):\n")

@@ -3,7 +3,7 @@
 Each table sits in a Markdown file under a marker line `<!-- table:NAME ... -->` and ends at the next blank line.
 `python -m preview.docs_tables` prints them; `--write` rewrites them in place; tests/docs/test_docs_tables.py
 fails when a file's table differs from what the code computes now (prices, `pulumi up` durations, the APIs the
-stack enables, the roles a deployer needs).
+stack enables, the roles a deployer needs, the TPU quotas each stack spends).
 """
 from __future__ import annotations
 
@@ -111,6 +111,25 @@ def required_apis(repo: Path = REPO) -> str:
     return "\n".join(lines)
 
 
+def tpu_quotas(repo: Path = REPO) -> str:
+    """Per committed stack: the Compute Engine TPU quota its slices spend, by the names Cloud Quotas lists
+    (infra/tpu_quota.py; every id an assumption there), and how many chips to ask for."""
+    from infra.tpu_quota import quota_need
+    from infra.config import build
+    from preview.stack_files import load_stack_config
+    rows = ["| stack | region | TPU chips | kind of quota | quota to request (Cloud Quotas id) | published name |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for stack in committed_stacks(repo):
+        config = build(load_stack_config(stack, repo))
+        f = stack_facts(stack, repo)
+        need = quota_need(f.generation, config.gcp.region, f.chips, config.tpu.capacity.value)
+        published = ", ".join(q.published for q in need.quotas if q.published) or "none found"
+        quotas = " or ".join(f"`{q.describe()}`" for q in need.quotas) or "–"
+        rows.append(f"| `{stack}` | {need.region} | {f.chips} {f.generation} ({f.slices} × {f.topology}) | "
+                    f"{need.kind} | {quotas} | {published} |")
+    return "\n".join(rows)
+
+
 def deployer_roles(repo: Path = REPO) -> str:
     from preview.deployer_roles import markdown_table
     return markdown_table()
@@ -123,6 +142,7 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "lookup-apis": ("docs/deploying.md", lookup_apis),
     "required-apis": ("docs/deploying.md", required_apis),
     "deployer-roles": ("docs/deploying.md", deployer_roles),
+    "tpu-quotas": ("docs/deploying.md", tpu_quotas),
     "interruption-costs": ("docs/costs.md", interruption_table.table),
 }
 

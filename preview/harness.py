@@ -30,6 +30,9 @@ from infra.config.schema import NAMESPACE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FAKE_PROJECT_NUMBER = "123456789012"
+# Who runs `pulumi up` under mocks (the provider's OpenID user info of its credentials).
+FAKE_DEPLOYER = "deployer@example.com"
+CLIENT_USER_INFO_TOKEN = "gcp:organizations/getClientOpenIdUserInfo:getClientOpenIdUserInfo"
 # Cloud Monitoring gives a dashboard a generated id; the provider's resource id is its resource name
 # projects/<project number>/dashboards/<id> (what infra.monitoring derives the console URL from).
 FAKE_DASHBOARD_ID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
@@ -60,6 +63,8 @@ class GcpMocks(pulumi.runtime.Mocks):
         elif token == "gcp:serviceaccount/account:Account":
             state["email"] = f"{state['accountId']}@{state['project']}.iam.gserviceaccount.com"
             state["uniqueId"] = account_unique_id(state["project"], state["accountId"])
+            # The account's resource name, what a service account IAM binding names it by.
+            state["name"] = f"projects/{state['project']}/serviceAccounts/{state['email']}"
         elif token.startswith("gcp:compute/"):
             state["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{state.get('project')}/{name}"
         if token == CRD_TOKEN and args.resource_id:       # CustomResourceDefinition.get: the served CRD
@@ -74,6 +79,8 @@ class GcpMocks(pulumi.runtime.Mocks):
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict:
         if args.token == "gcp:organizations/getProject:getProject":
             return {"number": FAKE_PROJECT_NUMBER, "projectId": args.args.get("projectId")}
+        if args.token == CLIENT_USER_INFO_TOKEN:
+            return {"email": FAKE_DEPLOYER, "id": FAKE_DEPLOYER}
         if args.token == "gcp:organizations/getClientConfig:getClientConfig":
             return {"accessToken": "mock-access-token", "project": "", "region": "", "zone": "", "id": "mock"}
         if args.token == ENGINE_VERSIONS_TOKEN:
@@ -82,10 +89,21 @@ class GcpMocks(pulumi.runtime.Mocks):
         # Existence look-ups (infra/preflight.py) answer like the provider when nothing exists yet, which is what a
         # first `pulumi up` sees; tests put names in EXISTING to play a later one.
         if args.token == GET_BUCKET_TOKEN:
-            if args.args.get("name") in EXISTING["buckets"]:
-                return {"name": args.args["name"], "url": f"gs://{args.args['name']}",
-                        **KEPT_BUCKETS.get(args.args["name"], {})}
-            return {}, [("name", "googleapi: Error 404: The specified bucket does not exist., notFound")]
+            name = args.args.get("name")
+            if name in EXISTING["buckets"]:
+                return {"name": name, "url": f"gs://{name}", "projectNumber": int(FAKE_PROJECT_NUMBER),
+                        **KEPT_BUCKETS.get(name, {})}
+            # The stack's own bucket (looked up in the stack's project) does not exist before a first `up`.
+            if args.args.get("project") or (GCS_OBJECTS is not None and name not in GCS_OBJECTS):
+                return {}, [("name", "googleapi: Error 404: The specified bucket does not exist., notFound")]
+            # Someone's data bucket: in the project BUCKET_PROJECTS names, else (and always offline) in the stack's.
+            answer = BUCKET_PROJECTS.get(name, FAKE_PROJECT_NUMBER)
+            if answer.startswith("googleapi:"):
+                return {}, [("name", answer)]
+            return {"name": name, "url": f"gs://{name}", "projectNumber": int(answer)}
+        if args.token == GET_BUCKET_POLICY_TOKEN:
+            return {"bucket": args.args.get("bucket"), "id": f"b/{args.args.get('bucket')}", "etag": "BwX",
+                    "policyData": json.dumps(BUCKET_POLICIES.get(args.args.get("bucket"), {"bindings": []}))}
         if args.token == GET_CLUSTER_TOKEN:
             if args.args.get("name") in EXISTING["clusters"]:
                 return {"name": args.args["name"], "location": args.args.get("location")}
@@ -114,6 +132,12 @@ ACCOUNT_CREATION = {"n": 0}
 ENGINE_VERSIONS_TOKEN = "gcp:container/getEngineVersions:getEngineVersions"
 GET_BUCKET_TOKEN = "gcp:storage/getBucket:getBucket"
 GET_CLUSTER_TOKEN = "gcp:container/getCluster:getCluster"
+GET_BUCKET_POLICY_TOKEN = "gcp:storage/getBucketIamPolicy:getBucketIamPolicy"
+# The IAM policy of an existing bucket (name -> policy JSON as Cloud Storage returns it); unset: no bindings.
+BUCKET_POLICIES: dict[str, dict] = {}
+# The project number of a data or weights bucket the run reads (name -> number), or the error its look-up gets
+# ("googleapi: Error 403: ..."); unset: the stack's own project, which is also what the offline plan assumes.
+BUCKET_PROJECTS: dict[str, str] = {}
 # Names the existence look-ups find (empty: a first `pulumi up`).
 EXISTING: dict[str, set[str]] = {"buckets": set(), "clusters": set()}
 # The run's Cloud Storage look-ups (infra/data_lookups.py). None (the offline plan): there is no Cloud Storage to

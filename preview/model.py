@@ -20,6 +20,7 @@ from preview.graph import CriticalPath, DependencyGraph, provider_urn
 from preview.k8s.validation import TpuPool, ValidationReport, validate_objects
 from preview.harness import ProgramRun, Registration
 from core.tpu_catalog import CATALOG, Generation, MachineType
+from infra.tpu_quota import QuotaNeed, quota_need
 from core.maxtext_args import GOODPUT_OVERRIDES
 from infra.dashboard import chart_summaries
 from core.planner import Plan as CorePlan, batch_bounds
@@ -211,6 +212,7 @@ class TpuSummary:
     peak_bf16_pflops: float
     capacity: str
     estimate: tpu_prices.HourlyEstimate
+    quota: QuotaNeed | None = None    # the Compute Engine TPU quota the slices spend (infra/tpu_quota.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "generation": self.generation, "topology": self.topology,
@@ -218,7 +220,11 @@ class TpuSummary:
                 "hbm_gib": self.hbm_gib, "peak_bf16_pflops": self.peak_bf16_pflops, "capacity": self.capacity,
                 "usd_per_hour": {"on_demand": self.estimate.on_demand_usd_per_hour,
                                  "spot": self.estimate.spot_usd_per_hour},
-                "price_source": self.estimate.source, "spot_assumption": self.estimate.spot_assumption}
+                "price_source": self.estimate.source, "spot_assumption": self.estimate.spot_assumption,
+                "quota": None if self.quota is None else {
+                    "region": self.quota.region, "chips": self.quota.chips, "kind": self.quota.kind,
+                    "quota_ids": [q.describe() for q in self.quota.quotas], "request": self.quota.request(),
+                    "ids_assumed": True}}
 
 
 def tpu_pools(registrations: list[Registration]) -> list[TpuPool]:
@@ -278,7 +284,8 @@ def tpu_summary(pools: list[TpuPool], config: StackConfig) -> TpuSummary:
         source=source, generation=generation.name, topology=topology, machine_type=machine_type, slices=slices,
         hosts=hosts, chips=chips, hbm_gib=chips * generation.hbm_gib_per_chip,
         peak_bf16_pflops=round(chips * generation.peak_bf16_tflops_per_chip / 1000, 2), capacity=capacity,
-        estimate=tpu_prices.hourly_estimate(generation.name, chips))
+        estimate=tpu_prices.hourly_estimate(generation.name, chips),
+        quota=quota_need(generation.name, config.gcp.region, chips, capacity))
 
 
 # ---------------------------------------------------------------------------------------------------

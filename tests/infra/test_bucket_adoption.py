@@ -26,7 +26,10 @@ def _bucket(run):
 
 def kept_bucket(inputs: dict, **changes) -> dict:
     """What `get_bucket` reads of a bucket the stack created with `inputs` (wire keys), with `changes`; Cloud
-    Storage reports the location in upper case."""
+    Storage reports the location in upper case. As the provider answers a data source: `labels` empty (only keys a
+    configuration set; a data source has none), every label of the bucket in `effectiveLabels`, with the one
+    pulumi-gcp adds to what it creates (terraform-provider-google resource_storage_bucket.go setStorageBucket,
+    google/tpgresource/labels.go SetLabels)."""
     found = {
         "location": inputs["location"].upper(),
         "hierarchicalNamespaces": [{"enabled": inputs["hierarchicalNamespace"]["enabled"]}],
@@ -34,7 +37,8 @@ def kept_bucket(inputs: dict, **changes) -> dict:
                                 "effectiveTime": "2026-01-01T00:00:00Z"}],
         "lifecycleRules": [{"actions": [{"type": rule["action"]["type"], "storageClass": ""}],
                             "conditions": [dict(rule["condition"])]} for rule in inputs["lifecycleRules"]],
-        "labels": dict(inputs["labels"]),
+        "labels": {},
+        "effectiveLabels": {**inputs["labels"], "goog-pulumi-provisioned": "true"},
     }
     return {**found, **changes}
 
@@ -104,7 +108,7 @@ def test_adoption_names_every_setting_it_changes(monkeypatch, caplog):
     one_rule = {**first.inputs, "lifecycleRules": first.inputs["lifecycleRules"][:1]}
     _play_kept(monkeypatch, one_rule, softDeletePolicies=[{"retentionDurationSeconds": 30 * 86400,
                                                            "effectiveTime": "2026-01-01T00:00:00Z"}],
-               labels={"team": "ml"})
+               effectiveLabels={"team": "ml", "goog-pulumi-provisioned": "true"})
     caplog.clear()
     assert _bucket(run_program(prod, stack="prod")).import_id == PROD_BUCKET
     changes = _adoption_warnings(caplog)
@@ -143,3 +147,52 @@ def test_a_bucket_name_that_cannot_be_read_is_refused_in_one_line(monkeypatch):
         run_program(load_stack_config("prod", REPO), stack="prod", monitor=monitor)
     assert "\n" not in str(error.value) and f"bucket '{PROD_BUCKET}'" in str(error.value)
     assert [r for r in monitor.registrations if r.custom] == []
+
+
+def _training_principal(raw: dict) -> str:
+    """This stack's training identity as IAM names it (Workload Identity Federation principal)."""
+    from infra.config import build
+    from infra.identity import workload_identity_member
+    config = build(raw)
+    return workload_identity_member(harness.FAKE_PROJECT_NUMBER, config.gcp.project, config.kubernetes.namespace,
+                                    config.kubernetes.service_account)
+
+
+def test_the_bucket_this_stack_holds_is_not_announced_as_an_adoption(monkeypatch, caplog):
+    """A later `up` of a living prod stack finds its own bucket. What tells it apart from one kept by a destroy is
+    what exists: the bucket's IAM policy still grants this stack's training identity the checkpoint role (destroy
+    deletes that binding; infra/preflight.py holds_bucket). Its settings differ from the config here (the user
+    changed softDeleteDays): that is an ordinary update the preview shows, not an adoption."""
+    prod = load_stack_config("prod", REPO)
+    first = _bucket(run_program(prod, stack="prod"))
+    _play_kept(monkeypatch, first.inputs, softDeletePolicies=[{"retentionDurationSeconds": 30 * 86400,
+                                                               "effectiveTime": "2026-01-01T00:00:00Z"}])
+    monkeypatch.setitem(harness.BUCKET_POLICIES, PROD_BUCKET, {"bindings": [
+        {"role": "roles/storage.legacyBucketReader", "members": [_training_principal(prod)]},
+        {"role": "roles/storage.objectUser", "members": ["user:someone@example.com", _training_principal(prod)]}]})
+    caplog.clear()
+    assert _bucket(run_program(prod, stack="prod")).import_id == PROD_BUCKET    # ignored by Pulumi when held
+    assert _adoption_warnings(caplog) == []
+    # The same bucket after a destroy: the binding is gone, so the next `up` announces what it changes.
+    monkeypatch.setitem(harness.BUCKET_POLICIES, PROD_BUCKET, {"bindings": [
+        {"role": "roles/storage.objectUser", "members": ["user:someone@example.com"]}]})
+    caplog.clear()
+    run_program(prod, stack="prod")
+    assert _adoption_warnings(caplog)[1:] == ["  soft delete 30 days -> 7 days"]
+
+
+def test_labels_google_adds_are_not_changes_and_a_label_the_user_added_is(monkeypatch, caplog):
+    """Labels are compared as the bucket has them (`effectiveLabels`) less Google's own goog-* keys: the data
+    source's `labels` is always empty (tpgresource/labels.go), which made every kept bucket "change labels"."""
+    prod = load_stack_config("prod", REPO)
+    first = _bucket(run_program(prod, stack="prod"))
+    _play_kept(monkeypatch, first.inputs, effectiveLabels={**first.inputs["labels"], "goog-pulumi-provisioned":
+                                                           "true", "goog-terraform-provisioned": "true"})
+    caplog.clear()
+    run_program(prod, stack="prod")
+    assert _adoption_warnings(caplog) == []
+    _play_kept(monkeypatch, first.inputs, effectiveLabels={**first.inputs["labels"], "cost-center": "ml"})
+    caplog.clear()
+    run_program(prod, stack="prod")
+    assert _adoption_warnings(caplog)[1:] == [
+        "  labels {'app': 'tpu-multislice', 'cost-center': 'ml'} -> {'app': 'tpu-multislice'}"]

@@ -113,3 +113,31 @@ def test_a_retired_pin_does_not_stop_the_next_up_of_the_cluster_it_created(monke
 def test_committed_stacks_pass_their_lookups():
     for stack in ("prod", "dev"):
         run_program(load_stack_config(stack, REPO), stack=stack)
+
+
+# The provider's answer without Application Default Credentials (pulumi/pulumi-gcp provider/provider_test.go
+# TestCheckConfigNoCredentials), and an expired login's token refresh (golang.org/x/oauth2 "invalid_grant").
+NO_CREDENTIALS = (
+    "failed to load application credentials.\nTo use your default gcloud credentials, run:\n\t`gcloud auth "
+    "application-default login`\nSee https://www.pulumi.com/registry/packages/gcp/installation-configuration/ for "
+    "details.\nExpanded error message: Attempted to load application default credentials since neither "
+    "`credentials` nor `access_token` was set in the provider block.  No credentials loaded. To use your gcloud "
+    "credentials, run 'gcloud auth application-default login'.  Original error: google: could not find default "
+    "credentials. See https://cloud.google.com/docs/authentication/external/set-up-adc for more information")
+EXPIRED = ('Get "https://cloudresourcemanager.googleapis.com/v1/projects/my-tpu-project?alt=json": oauth2: '
+           '"invalid_grant" "reauth related error (invalid_rapt)"')
+
+
+@pytest.mark.parametrize("message,words", [(NO_CREDENTIALS, "no Google Cloud credentials found"),
+                                           (EXPIRED, "the Google Cloud login has expired")])
+def test_preview_without_credentials_ends_in_one_line_saying_how_to_log_in(message, words):
+    """`pulumi preview` without a login: the first look-up fails with the provider's credentials error, which the
+    program turns into one line naming the login command (no traceback, nothing registered)."""
+    monitor = RecordingMonitor(FailingMocks("gcp:organizations/getProject:getProject", message))
+    with pytest.raises(Exception) as error:
+        run_program(MINIMAL, stack="fresh", monitor=monitor)
+    assert type(error.value).__name__ == "RunError"
+    text = str(error.value)
+    assert text == f"tpu-multislice: {words}; run: gcloud auth application-default login"
+    assert len(text) <= 100 and "Traceback" not in text
+    assert [r.type for r in monitor.registrations if r.custom] == []
