@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from core.maxtext_args import settings_of
-from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S, PODS_READY_TIMEOUT_S, READY_TO_JOIN_S, SLICE_START_S
+from core.slice_wait import (DISTRIBUTED_INIT_TIMEOUT_S, PODS_READY_TIMEOUT_S, READY_TO_JOIN_S, REQUEUE_LIMIT,
+                             SLICE_START_S, requeue_horizon_s)
 from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext
 from workloads.common import MEMORY_BOUND_ASSUMPTION
@@ -46,7 +47,12 @@ class JobSetBackend:
         return config.workload.smoke_test
 
     def capacity_wait_notes(self, config: StackConfig) -> list[str]:
-        return []
+        timeout_min = PODS_READY_TIMEOUT_S // 60
+        return [f"waiting for capacity: each time Kueue admits the JobSet, the slices that come up bill for up to "
+                f"{timeout_min} min until every pod is Ready (waitForPodsReady), then are released and the JobSet is "
+                f"requeued; after {REQUEUE_LIMIT} requeues (about {requeue_horizon_s() / 3600:.1f} h, at most "
+                f"{REQUEUE_LIMIT + 1} x {timeout_min} min of partial slices billed) Kueue deactivates it and nothing "
+                "bills: `relaunchCommand` starts it again (backoffLimitCount; docs/backends.md)"]
 
     def images(self, config: StackConfig) -> list[str]:
         return [] if config.workload.worker_environment == "image" else [config.jobset.image]
