@@ -114,6 +114,13 @@ class RayBackend:
                          "driver patched it and to create the other slices' pods (v1.7.0 source); check while it "
                          "runs: the driver log says `asked KubeRay for N slices` and `kubectl get raycluster -n "
                          "NAMESPACE -o jsonpath='{.items[*].spec.workerGroupSpecs[0].replicas}'` prints N")
+        if config.workload.plan.elastic:
+            lines.append("grow policy: the API server is assumed to evaluate the admission policy's CEL over the "
+                         "RayCluster as JSON maps (Kubernetes >= 1.30 ValidatingAdmissionPolicy), so it compares "
+                         "the cluster key by key and lets the job's service account change only the TPU group's "
+                         "replicas; its status.typeChecking may warn about iterating a typed object. Check: `kubectl "
+                         "label raycluster -n NAMESPACE CLUSTER x=y --as=system:serviceaccount:NAMESPACE:SA` is "
+                         "refused by the policy")
         if config.ray.pre_running_deadline_s is not None:
             lines.append("pre-start deadline: preRunningDeadlineSeconds (KubeRay >= 1.6; `pulumi up` refuses a "
                          "served CRD without it) is assumed to end only a job whose cluster never came up; after one "

@@ -406,27 +406,36 @@ def grow_role_binding(spec: RaySpec) -> dict:
     }
 
 
-# Fields of the RayCluster's spec that shape its pods or what runs in them, besides the worker groups: the driver's
-# service account may not change them (grow_policy).
-_FROZEN_SPEC_FIELDS = ("headGroupSpec", "rayVersion", "enableInTreeAutoscaling", "autoscalerOptions", "authOptions",
-                       "headServiceAnnotations", "gcsFaultToleranceOptions", "upgradeStrategy")
+# What the driver's service account may change in its RayCluster (grow_policy): the TPU group's `replicas`, nothing
+# else. Compared key by key, so a field this project does not set, or one a later KubeRay adds, is frozen too:
+# a worker group's resources (`ray start --resources`), labels, suspend and scaleStrategy, the spec's suspend,
+# the head, and the object's metadata. What the API server itself changes on every update is left free.
+_SERVER_SET_METADATA = ("resourceVersion", "generation", "managedFields")
 
 
-def _unchanged(field: str) -> str:
-    """CEL: `field` of the spec is absent in both or equal in both."""
-    new, old = f"object.spec.{field}", f"oldObject.spec.{field}"
-    return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
+def _same_except(new: str, old: str, free: tuple[str, ...]) -> str:
+    """CEL: the maps `new` and `old` have the same keys with equal values, apart from the keys in `free`."""
+    if not free:
+        return f"{new} == {old}"
+    skip = " || ".join(f"k == '{key}'" for key in free)
+    return f"{new}.all(k, {skip} || (k in {old} && {new}[k] == {old}[k])) && {old}.all(k, {skip} || k in {new})"
 
+
+_SAME_REPLICAS = "(('replicas' in g) == ('replicas' in o) && (!('replicas' in g) || g.replicas == o.replicas))"
 
 GROW_POLICY_RULES = (
+    (_same_except("object", "oldObject", ("metadata", "spec", "status")) + " && "
+     + _same_except("object.metadata", "oldObject.metadata", _SERVER_SET_METADATA),
+     "the job's service account may not change the RayCluster's metadata"),
+    (_same_except("object.spec", "oldObject.spec", ("workerGroupSpecs",)),
+     "the job's service account may not change the head, the Ray version, suspend, autoscaling or authentication"),
+    # Same number of groups, and each group as it was (one new group of each old group's name), apart from the
+    # TPU group's replicas.
     ("size(object.spec.workerGroupSpecs) == size(oldObject.spec.workerGroupSpecs) && "
-     "object.spec.workerGroupSpecs.all(g, oldObject.spec.workerGroupSpecs.exists(o, o.groupName == g.groupName "
-     "&& o.template == g.template && o.numOfHosts == g.numOfHosts && o.minReplicas == g.minReplicas "
-     "&& o.maxReplicas == g.maxReplicas && has(o.rayStartParams) == has(g.rayStartParams) "
-     "&& (!has(g.rayStartParams) || o.rayStartParams == g.rayStartParams)))",
-     "the job's service account may change only the worker groups' replicas"),
-    (" && ".join(_unchanged(f) for f in _FROZEN_SPEC_FIELDS),
-     "the job's service account may not change the head, the Ray version, autoscaling or authentication"),
+     "oldObject.spec.workerGroupSpecs.all(o, object.spec.workerGroupSpecs.exists_one(g, "
+     f"g.groupName == o.groupName && {_same_except('g', 'o', ('replicas',))} && "
+     f"(g.groupName == '{TPU_WORKER_GROUP}' || {_SAME_REPLICAS})))",
+     f"the job's service account may change only the {TPU_WORKER_GROUP} worker group's replicas"),
 )
 
 
