@@ -268,7 +268,8 @@ def test_training_pods_run_the_shipped_smoke_program_first_and_train_only_if_it_
     [smoke_line] = [i for i, line in enumerate(script) if "-m trainer.smoke" in line]
     [train_line] = [i for i, line in enumerate(script) if line.startswith("exec python -m trainer.jobset_run ")]
     assert smoke_line < train_line
-    assert script[smoke_line] == ("(cd /opt/tpu-multislice && python -m trainer.smoke --distributed "
+    # Run as a step SIGTERM reaches (workloads/jobset/manifests.py as_step; tests/workloads/test_term_before_start.py).
+    assert script[smoke_line] == ("{ set +m; (cd /opt/tpu-multislice && python -m trainer.smoke --distributed "
                                   f"--expect-devices 32 --expect-slices 2 --init-timeout {DISTRIBUTED_INIT_TIMEOUT_S})")
     # The code and, in a ConfigMap of its own, the lock the pods install, mounted together (tests/workloads/
     # test_code_size.py says why two).
