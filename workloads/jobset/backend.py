@@ -8,11 +8,11 @@ from core.maxtext_args import settings_of
 from core.slice_wait import (DISTRIBUTED_INIT_TIMEOUT_S, PODS_READY_TIMEOUT_S, READY_TO_JOIN_S, REQUEUE_LIMIT,
                              SLICE_START_S, requeue_horizon_s)
 from infra.config import StackConfig
-from workloads.backend import TrainingLaunch, WorkloadContext
+from workloads.backend import TrainingLaunch, WorkloadContext, relaunch_export
 from workloads.common import MEMORY_BOUND_ASSUMPTION
 from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION, OUT_OF_HBM_ASSUMPTION
 from workloads.jobset import spec as jobset_spec
-from workloads.next_steps import FOLLOW_LOG, RUN_PODS, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
+from workloads.next_steps import RELAUNCH, FOLLOW_LOG, RUN_PODS, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
 from workloads.jobset.component import JobSetWorkload
 from workloads.jobset.exports import jobset_exports
 
@@ -27,14 +27,16 @@ class JobSetBackend:
         (FOLLOW_LOG, "follow the training log (slice 0, host 0)"),
         RUN_PODS, WHY_PENDING, SMOKE_RESULT,
         ("jobsetLogsCommand", "the training pods' last lines"),
-        TENSORBOARD,
+        TENSORBOARD, RELAUNCH,
     )
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         workload = JobSetWorkload("jobset", config, context.bundle, context.namespace, context.service_account,
                                   context.cluster, opts=context.provider_options, worker_image=context.worker_image,
                                   worker_image_ready=context.worker_image_ready, nodes_ready=context.nodes_ready)
-        return jobset_exports(config, context.cluster_location, workload.jobset_name, workload.smoke_jobset_name)
+        exports = jobset_exports(config, context.cluster_location, workload.jobset_name, workload.smoke_jobset_name)
+        exports["relaunchCommand"] = relaunch_export(workload.resources["jobset"])
+        return exports
 
     def maxtext_settings(self, config: StackConfig) -> dict[str, str]:
         return settings_of(jobset_spec.training_argv(config))
