@@ -113,7 +113,12 @@ class RayBackend:
             "RayJob submitter: the add-on's KubeRay is assumed to keep the submitter pod's own command (python -m "
             "trainer.submitter: submit once, poll the job's status until it ends, the log a side stream) and pass "
             "it the head address, job id and Ray token (KubeRay v1.7.0 configureSubmitterContainer); check: "
-            "`kubectl logs job/RAYJOB -n NAMESPACE` shows \"submitter: submitted job\""]
+            "`kubectl logs job/RAYJOB -n NAMESPACE` shows \"submitter: submitted job\"",
+            "finished RayJobs kept: the add-on's KubeRay is assumed to run without the operator setting "
+            "DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true (KubeRay v1.7.0), which deletes a RayJob once it finishes; "
+            "the next `pulumi up --refresh` would then create it again and train again (a finished run resumes "
+            "at its last step, after its slices' start-up has billed). Check after a job: `kubectl get rayjob -n "
+            "NAMESPACE` still lists it"]
         if config.workload.plan.elastic:
             lines.append("elastic start: the add-on's KubeRay is assumed to submit the job once elasticMinSlices "
                          "slices are Running and Ready (the group's replicas), to keep the job's cluster as the "

@@ -84,8 +84,11 @@ def pin_ray_start(group: dict) -> dict:
 
 
 def submitter_command(entrypoint: str, runtime_env: dict) -> list[str]:
-    """The submitter container's command: the job's entrypoint and runtime env as the RayJob spec has them
-    (KubeRay gives a custom command only the address and the submission id, as environment variables)."""
+    """The submitter container's command: the job's entrypoint and runtime env as the RayJob spec has them.
+    KubeRay gives a container with a command of its own only environment variables: the head's job API
+    (RAY_DASHBOARD_ADDRESS), the submission id (RAY_JOB_SUBMISSION_ID), PYTHONUNBUFFERED=1 and, with token auth,
+    RAY_AUTH_MODE and RAY_AUTH_TOKEN (kuberay v1.7.0 rayjob_controller.go getSubmitterTemplate, common/pod.go);
+    not the entrypoint or the runtime env, hence these arguments."""
     return ["python", "-m", SUBMITTER_MODULE, "--entrypoint", entrypoint,
             "--runtime-env-json", json.dumps(runtime_env, sort_keys=True)]
 
@@ -308,7 +311,8 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
                         "imagePullPolicy": "IfNotPresent",
                         # A command of our own: KubeRay keeps it (rayjob_controller.go configureSubmitterContainer
                         # builds its default only for a container without one) and adds RAY_DASHBOARD_ADDRESS,
-                        # RAY_JOB_SUBMISSION_ID and, with token auth, RAY_AUTH_MODE and RAY_AUTH_TOKEN.
+                        # RAY_JOB_SUBMISSION_ID, PYTHONUNBUFFERED and, with token auth, RAY_AUTH_MODE and
+                        # RAY_AUTH_TOKEN (submitter_command).
                         "command": submitter_command(job_entrypoint, job_runtime_env),
                         "workingDir": CODE_MOUNT,
                         # The code mount is read-only: no bytecode cache to write.
