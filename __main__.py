@@ -112,6 +112,6 @@ workload_exports["whyPendingCommand"] = why_pending_command(config.kubernetes.na
 for key, value in workload_exports.items():
     pulumi.export(key, value)
 # What to run next (`pulumi stack output nextSteps`), and one command that follows the job.
-pulumi.export("nextSteps", pulumi.Output.all(get_credentials, dashboard.url).apply(
-    lambda values: next_steps(backend_for(config).next_steps, values[0], workload_exports, values[1])))
+pulumi.export("nextSteps", pulumi.Output.all(get_credentials, dashboard.url, pulumi.Output.from_input(workload_exports))
+              .apply(lambda values: next_steps(backend_for(config).next_steps, values[0], values[2], values[1])))
 pulumi.export("watchCommand", watch_command(workload_exports))

@@ -34,3 +34,28 @@ PODS_READY_TIMEOUT_S = 3 * SLICE_START_S
 READY_TO_JOIN_S = 600
 # What JAX waits for every process before giving up: longer than any wait Kueue lets run.
 DISTRIBUTED_INIT_TIMEOUT_S = PODS_READY_TIMEOUT_S + READY_TO_JOIN_S
+
+# ---- how often Kueue puts a workload back in the queue after a PodsReady timeout ----
+# Kueue v0.19.2 (apis/config/v1beta2/configuration_types.go RequeuingStrategy, defaults.go): with
+# `backoffLimitCount` unset a workload is requeued without end, each time after a backoff of about
+# backoffBaseSeconds * 2^(n-1) (60 s by default) capped at backoffMaxSeconds (3600 s by default); set, Kueue
+# deactivates the Workload (spec.active=false) once its requeue count reaches it, and nothing bills after that.
+# In a long stock-out every requeue admits the workload again, the slices that can come up do, and they bill up to
+# PODS_READY_TIMEOUT_S before they are released: the limit bounds that to REQUEUE_LIMIT + 1 such waits.
+# Six requeues keep a workload trying for about three hours (requeue_horizon_s), long enough for a Spot or
+# flex-start stock-out of an afternoon, not for a missing quota (no slice comes up then; nothing bills but the
+# system pool).
+REQUEUE_LIMIT = 6
+REQUEUE_BACKOFF_BASE_S = 60
+REQUEUE_BACKOFF_MAX_S = 3600
+
+
+def requeue_backoff_s(requeue: int) -> int:
+    """Kueue's wait before the `requeue`-th requeue (1-based), without its random jitter."""
+    return min(REQUEUE_BACKOFF_BASE_S * 2 ** (requeue - 1), REQUEUE_BACKOFF_MAX_S)
+
+
+def requeue_horizon_s(limit: int = REQUEUE_LIMIT) -> int:
+    """From the first admission to deactivation when no admission ever gets every pod Ready: limit + 1 PodsReady
+    timeouts and the backoffs between them."""
+    return (limit + 1) * PODS_READY_TIMEOUT_S + sum(requeue_backoff_s(n) for n in range(1, limit + 1))

@@ -11,6 +11,7 @@ import pulumi_kubernetes as k8s
 
 from infra.config import StackConfig
 from workloads.bundle import TrainerBundle
+from workloads.next_steps import relaunch_command
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,13 @@ class WorkloadContext:
     @property
     def provider_options(self) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(providers=[self.k8s_provider])
+
+
+def relaunch_export(job: pulumi.Resource) -> pulumi.Output[str]:
+    """The `relaunchCommand` export: `pulumi up --replace` of the training job's object (its URN, known once
+    registered), on every backend."""
+    stack = pulumi.get_stack()
+    return job.urn.apply(lambda urn: relaunch_command(stack, urn))
 
 
 @dataclass(frozen=True)

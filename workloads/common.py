@@ -151,12 +151,18 @@ def code_config_map(name: str, namespace: str, files: dict[str, str]) -> dict:
     }
 
 
-def code_volume(config_map_name: str, files: list[str]) -> dict:
-    """The ConfigMap as a volume that restores the repository paths."""
-    return {"name": CODE_VOLUME, "configMap": {
-        "name": config_map_name,
-        "items": [{"key": flatten_path(path), "path": path} for path in sorted(files)],
-    }}
+def code_volume(config_map_name: str, files: list[str], lock_config_map: str | None = None,
+                lock_files: list[str] = ()) -> dict:
+    """The ConfigMap as a volume that restores the repository paths; with `lock_config_map`, that ConfigMap's
+    files too, in the same directory (a projected volume: each ConfigMap stays far below the 1 MiB an object may
+    have)."""
+    code = {"name": config_map_name,
+            "items": [{"key": flatten_path(path), "path": path} for path in sorted(files)]}
+    if lock_config_map is None:
+        return {"name": CODE_VOLUME, "configMap": code}
+    lock = {"name": lock_config_map,
+            "items": [{"key": flatten_path(path), "path": path} for path in sorted(lock_files)]}
+    return {"name": CODE_VOLUME, "projected": {"sources": [{"configMap": code}, {"configMap": lock}]}}
 
 
 def code_mount() -> dict:

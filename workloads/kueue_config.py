@@ -23,7 +23,7 @@ import copy
 
 import yaml
 
-from core.slice_wait import PODS_READY_TIMEOUT_S
+from core.slice_wait import PODS_READY_TIMEOUT_S, REQUEUE_LIMIT
 
 KUEUE_CONFIG_API = "config.kueue.x-k8s.io/v1beta2"
 
@@ -70,9 +70,13 @@ DRANET_QUOTA_RESOURCE = "tpu-multislice/dcn-nic"
 def wait_for_pods_ready() -> dict:
     """Kueue's all-or-nothing admission (apis/config/v1beta2 WaitForPodsReady): a JobSet whose pods are not all
     Ready PODS_READY_TIMEOUT_S after admission (or after a restart: recoveryTimeout defaults to the same value) is
-    evicted and requeued, with Kueue's default backoff (60 s doubling up to 1 h, requeued without limit)."""
+    evicted and requeued, with Kueue's default backoff (60 s doubling up to 1 h), at most REQUEUE_LIMIT times:
+    unset, Kueue requeues forever and the slices that come up bill for every timeout; at the limit it deactivates
+    the Workload (spec.active=false, the JobSet stays suspended) and clears its requeue count, so setting
+    spec.active back to true starts a fresh round (core/slice_wait.py; Kueue v0.19.2
+    pkg/controller/core/workload_controller.go "a deactivated workload is re-activated")."""
     return {"timeout": f"{PODS_READY_TIMEOUT_S}s", "blockAdmission": False,
-            "requeuingStrategy": {"timestamp": "Eviction"}}
+            "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": REQUEUE_LIMIT}}
 
 
 def manager_config(device_classes: dict[str, list[str]]) -> dict:

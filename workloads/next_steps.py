@@ -6,6 +6,7 @@ saying what it shows, so the output can be read or pasted into a shell as it is.
 """
 from __future__ import annotations
 
+import shlex
 from typing import Mapping, Sequence
 
 FOLLOW_LOG = "logsFollowCommand"
@@ -13,6 +14,7 @@ WHY_PENDING = ("whyPendingCommand", "pods Pending? why: FailedScaleUp names quot
 RUN_PODS = ("runPodsCommand", "the run's pods and the nodes they run on (Pending until their slice is up)")
 TENSORBOARD = ("tensorboardCommand", "loss, step time, tokens/s (needs: pip install tensorboard gcsfs)")
 SMOKE_RESULT = ("smokeResultCommand", "the multislice smoke test's verdict")
+RELAUNCH = ("relaunchCommand", "run it again after it gave up waiting or failed: resumes from its checkpoint")
 # Events that say why a pod is Pending: the scheduler's FailedScheduling, and the cluster autoscaler's
 # NotTriggerScaleUp / FailedScaleUp / TriggeredScaleUp on the pod (GKE "Troubleshoot the cluster autoscaler not
 # scaling up", https://cloud.google.com/kubernetes-engine/docs/troubleshooting/cluster-autoscaler-scale-up; a TPU
@@ -35,6 +37,14 @@ def ray_token_command(namespace: str, ray_job: str) -> str:
 def with_ray_token(command: str, namespace: str, ray_job: str) -> str:
     """`command` (a `ray` CLI call) run with the cluster's token."""
     return f'RAY_AUTH_MODE=token RAY_AUTH_TOKEN="$({ray_token_command(namespace, ray_job)})" {command}'
+
+
+def relaunch_command(stack: str, urn: str) -> str:
+    """Replaces the training job's object, and only it, with the same spec: a job that gave up waiting for
+    capacity, was deactivated by Kueue or failed is not created again by a plain `pulumi up` (nothing changed in
+    its spec). The new job keeps the run name, so it resumes from the run's last checkpoint (docs/deploying.md
+    "Resume"). The job's object is replaced with delete_before_replace (the old one goes first)."""
+    return f"pulumi up --stack {shlex.quote(stack)} --replace {shlex.quote(urn)}"
 
 
 def why_pending_command(namespace: str) -> str:

@@ -25,9 +25,13 @@ REQUIRED: Any = _Required()
 # Defaults computed from other keys (build.py); the descriptions below say how.
 DEFAULT_CHECKPOINT_PERIOD = 50
 DEFAULT_SYSTEM_POOL_MACHINE_TYPE = "e2-standard-16"
-# How long a RayJob may wait for its cluster to come up before KubeRay gives up on it (workloads/ray/deadline.py):
-# an hour of waiting for capacity, the start-up allowance core/run_time.py gives a whole run.
-DEFAULT_RAY_PRE_RUNNING_DEADLINE_S = 3600
+# How long a RayJob may wait for its cluster to come up before KubeRay gives up on it (workloads/ray/deadline.py).
+# The first run of a new project often waits for TPU quota, which starts at 0 and is granted on request; a grant
+# that a person reviews is assumed to come within a working day's hours (an allowance, not a published figure:
+# the plan lists it as an assumption). An hour, the old value, ended most such first runs before the grant.
+# While it waits nothing but the head bills unless some of the slices it waits for did come up, so the
+# allowance is bounded too: a job that gives up is started again with `relaunchCommand`.
+DEFAULT_RAY_PRE_RUNNING_DEADLINE_S = 6 * 3600
 # The Pathways head's node: the CPU machine type of the Pathways on GKE cluster guide (Pulumi.pathways.yaml).
 PATHWAYS_SYSTEM_POOL_MACHINE_TYPE = "n2-standard-64"
 # A training run's name (runName): a folder under the bucket's maxtext/ and, on Pathways, the JobSet's name when

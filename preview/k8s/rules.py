@@ -300,6 +300,13 @@ def _check_references(site: PodSite, namespace: str | None, index: ObjectIndex, 
         ref = (volume or {}).get("configMap") or {}
         _check_config_map(ref.get("name"), ref.get("optional"), None, namespace, index,
                           base + ("volumes", v_index, "configMap", "name"), out)
+        # A projected volume's ConfigMaps must exist too (each item's key as well).
+        for s_index, source in enumerate(((volume or {}).get("projected") or {}).get("sources") or []):
+            ref = (source or {}).get("configMap") or {}
+            path = base + ("volumes", v_index, "projected", "sources", s_index, "configMap")
+            for item in ref.get("items") or [None]:
+                _check_config_map(ref.get("name"), ref.get("optional"), (item or {}).get("key"), namespace,
+                                  index, path + ("name",), out)
 
 
 def _check_config_map(name: str | None, optional: Any, key: str | None, namespace: str | None,

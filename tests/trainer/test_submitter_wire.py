@@ -128,11 +128,17 @@ def serve():
         servers.append((loop, runner, thread))
         return f"127.0.0.1:{port}"
 
+    def stop() -> None:
+        """The head goes away, as when KubeRay deletes the cluster: its port then refuses connections."""
+        while servers:
+            loop, runner, thread = servers.pop()
+            asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(10)
+
+    start.stop = stop
     yield start
-    for loop, runner, thread in servers:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+    stop()
 
 
 def run_submitter(address: str, code_dir, *extra: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -180,3 +186,33 @@ def test_without_the_token_the_submitter_is_refused_in_one_line(serve):
                             env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.returncode == 1 and api.submissions == 0
     assert [line for line in result.stderr.splitlines() if line.startswith("submitter: refused")]
+
+
+def test_a_head_deleted_under_a_running_job_ends_the_submitter_at_once(serve, tmp_path):
+    """KubeRay v1.7.0 (ray-operator/controllers/ray/rayjob_controller.go): past activeDeadlineSeconds, or after
+    its own status checks failed for 300 s, the RayJob turns Failed and `deleteClusterResources` deletes the
+    RayCluster (head pod and head Service), not the submitter Job. The submitter must see that and stop, not
+    poll the dead address for the whole outage limit (600 s) and exit 1 for the Job to run it again."""
+    api = FakeJobApi(run_s=300.0, outage=(0, 0))
+    address = serve(api)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "RAY_DASHBOARD_ADDRESS": address,
+           "RAY_JOB_SUBMISSION_ID": JOB_ID, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
+    command = [sys.executable, "-m", "trainer.submitter", "--entrypoint", "python -m trainer.entrypoint",
+               "--runtime-env-json", f'{{"working_dir": "{code_dir(tmp_path)}"}}', "--poll-seconds", "0.2",
+               "--head-gone-seconds", "2", "--no-logs"]        # the outage limit keeps its 600 s
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 60
+        while api.submitted_at is None or api.elapsed() < 1.0:
+            assert process.poll() is None and time.monotonic() < deadline, "the job was never submitted"
+            time.sleep(0.1)
+        serve.stop()
+        stopped = time.monotonic()
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert time.monotonic() - stopped < 20, stderr
+    assert process.returncode == 0, stderr
+    [line] = [line for line in stderr.splitlines() if "the head is gone" in line]
+    assert "KubeRay ended the RayJob" in line and len(line) <= 100, line

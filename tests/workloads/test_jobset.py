@@ -268,11 +268,17 @@ def test_training_pods_run_the_shipped_smoke_program_first_and_train_only_if_it_
     [smoke_line] = [i for i, line in enumerate(script) if "-m trainer.smoke" in line]
     [train_line] = [i for i, line in enumerate(script) if line.startswith("exec python -m trainer.jobset_run ")]
     assert smoke_line < train_line
-    assert script[smoke_line] == ("(cd /opt/tpu-multislice && python -m trainer.smoke --distributed "
+    # Run as a step SIGTERM reaches (workloads/jobset/manifests.py as_step; tests/workloads/test_term_before_start.py).
+    assert script[smoke_line] == ("{ set +m; (cd /opt/tpu-multislice && python -m trainer.smoke --distributed "
                                   f"--expect-devices 32 --expect-slices 2 --init-timeout {DISTRIBUTED_INIT_TIMEOUT_S})")
-    [code] = by_kind(objects, "ConfigMap")
+    # The code and, in a ConfigMap of its own, the lock the pods install, mounted together (tests/workloads/
+    # test_code_size.py says why two).
+    code, lock = sorted(by_kind(objects, "ConfigMap"), key=lambda o: "worker_env__requirements.lock" in o["data"])
     volume = next(v for v in pod["volumes"] if v["name"] == "trainer-code")
-    assert volume["configMap"]["name"] == code["metadata"]["name"]
+    assert [s["configMap"]["name"] for s in volume["projected"]["sources"]] == [
+        code["metadata"]["name"], lock["metadata"]["name"]]
+    assert {"key": "worker_env__requirements.lock", "path": "worker_env/requirements.lock"} in \
+        volume["projected"]["sources"][1]["configMap"]["items"]
     assert {"name": "trainer-code", "mountPath": "/opt/tpu-multislice", "readOnly": True} in container["volumeMounts"]
     assert "trainer__smoke.py" in code["data"]
     assert [o["metadata"]["name"] for o in by_kind(objects, "WorkloadPriorityClass")] == ["tpu-training"]

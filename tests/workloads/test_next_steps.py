@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import COMMITTED_STACKS, committed_stack_run
 
 # The tools docs/deploying.md lists under prerequisites.
-GUIDE_TOOLS = {"gcloud", "kubectl", "tensorboard", "ray"}
+GUIDE_TOOLS = {"gcloud", "kubectl", "tensorboard", "ray", "pulumi"}
 STATUS_KEY = {"rayjob": "rayJobStatusCommand", "jobset": "jobsetStatusCommand", "pathways": "pathwaysStatusCommand"}
 
 

@@ -211,7 +211,8 @@ def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
     mount = spec["submitterPodTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
     assert runtime_env["working_dir"] == mount
     shipped = {item["path"] for item in volume["items"]}
-    assert set(load_bundle().files) == shipped
+    # The Python packages; the lock's pins travel in the runtime env above, not as a file (workloads/bundle.py).
+    assert set(load_bundle().code_files) == shipped and "worker_env/requirements.lock" not in shipped
     assert {item["key"] for item in volume["items"]} == set(code["data"])
     assert code["data"]["core__planner.py"] == (REPO / "core" / "planner.py").read_text()
     assert not any(path.startswith(("trainer/local/", "infra/", "workloads/", "preview/")) for path in shipped)

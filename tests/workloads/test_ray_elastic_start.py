@@ -287,11 +287,63 @@ def test_the_policy_lets_the_driver_change_replicas_and_nothing_else(dev):
     def start_params(spec):
         spec["workerGroupSpecs"][0]["rayStartParams"]["object-store-memory"] = "1"
 
-    for edit in (image, privileged, more_slices, new_group, head, no_auth, autoscaler, start_params):
-        changed = _edited(cluster, edit)
+    # What the policy let through until it compared key by key (issue 35, item 9): fields of a worker group or of
+    # the spec that the stack does not set (KubeRay v1.7.0 ray-operator/apis/ray/v1/raycluster_types.go
+    # WorkerGroupSpec: resources, labels, suspend, scaleStrategy.workersToDelete; RayClusterSpec: suspend), and
+    # the object's metadata.
+    def tpu_resources(spec):
+        spec["workerGroupSpecs"][0]["resources"] = {"TPU": "100"}     # becomes `ray start --resources`
+
+    def group_labels(spec):
+        spec["workerGroupSpecs"][0]["labels"] = {"ray.io/market-type": "on-demand"}
+
+    def group_suspend(spec):
+        spec["workerGroupSpecs"][0]["suspend"] = True
+
+    def workers_to_delete(spec):
+        spec["workerGroupSpecs"][0]["scaleStrategy"] = {"workersToDelete": ["a-healthy-worker"]}
+
+    def cluster_suspend(spec):
+        spec["suspend"] = True
+
+    def idle_timeout(spec):
+        spec["workerGroupSpecs"][0]["idleTimeoutSeconds"] = 1
+
+    def removed_field(spec):
+        spec["workerGroupSpecs"][0].pop("numOfHosts")
+
+    spec_edits = (image, privileged, more_slices, new_group, head, no_auth, autoscaler, start_params,
+                  tpu_resources, group_labels, group_suspend, workers_to_delete, cluster_suspend, idle_timeout,
+                  removed_field)
+    cluster["metadata"].update(resourceVersion="41", generation=1, labels={"tpu-multislice/run": "r"},
+                               uid="u-1", ownerReferences=[{"kind": "RayJob", "name": "job", "uid": "j-1"}])
+
+    def metadata(edit):
+        def edited(changed):
+            edit(changed["metadata"])
+        edited.__name__ = edit.__name__
+        return edited
+
+    metadata_edits = (
+        metadata(lambda m: m["labels"].update({"tpu-multislice/run": "another-run"})),
+        metadata(lambda m: m.update(annotations={"ray.io/overwrite-container-cmd": "false"})),
+        metadata(lambda m: m.pop("ownerReferences")),                  # the RayJob would no longer delete it
+        metadata(lambda m: m.update(finalizers=["example.com/keep"])),
+    )
+    updates = [_edited(cluster, edit) for edit in spec_edits]
+    for edit in metadata_edits:
+        changed = copy.deepcopy(cluster)
+        edit(changed)
+        updates.append(changed)
+    for edit, changed in zip(spec_edits + metadata_edits, updates):
         assert not admitted(policy, cluster, changed, driver), edit.__name__
         # KubeRay's own operator (another account) is not matched.
         assert admitted(policy, cluster, changed, "system:serviceaccount:kube-system:kuberay-operator")
+    # The grow itself, with what the API server changes on every update, still passes; so does shrinking back.
+    grown = apply_json_patch(cluster, grow_patch(2))
+    grown["metadata"].update(resourceVersion="42", generation=2, managedFields=[{"manager": "grow"}])
+    assert admitted(policy, cluster, grown, driver)
+    assert admitted(policy, grown, apply_json_patch(grown, grow_patch(1)), driver)
 
 
 def test_under_pulumi_the_role_is_bound_after_the_policy_and_before_the_job():

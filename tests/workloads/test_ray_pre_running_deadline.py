@@ -123,3 +123,31 @@ def test_the_plan_shows_the_deadline():
     assert "RayCluster is deleted with every pod that did come up" in notes and "nothing retries it" in notes
     notes = " ".join(cost_summary([], build({**MINIMAL, "rayPreRunningDeadlineSeconds": 0})).notes)
     assert "no limit (rayPreRunningDeadlineSeconds=0)" in notes
+
+
+# A TPU quota request that a person reviews, granted the same working day: the allowance the default is sized for
+# (an assumption the plan lists, infra/config/schema.py DEFAULT_RAY_PRE_RUNNING_DEADLINE_S).
+QUOTA_GRANTED_AFTER_S = 4 * 3600
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_a_first_run_waiting_for_its_quota_grant_starts_when_it_comes(stack):
+    """The committed stack, a new project: no TPU quota at `pulumi up`, granted hours later. The job must still
+    be waiting then, not failed at its first hour as with the old default of 3600 s."""
+    spec = ray_objects(build(load_stack_config(stack, REPO)), load_bundle())["ray-job"]["spec"]
+    state = RayJobState()
+    for minute in range(0, QUOTA_GRANTED_AFTER_S // 60 + 1):
+        state = kuberay_reconcile(spec, state, minute * 60, cluster_ready=minute * 60 >= QUOTA_GRANTED_AFTER_S)
+    assert state == RayJobState("Running"), state
+
+
+def test_the_plan_says_how_to_start_a_job_that_gave_up_and_that_the_wait_is_an_allowance():
+    from preview.costs import cost_summary
+    from workloads.backends import backend_for
+    config = build(load_stack_config("prod", REPO))
+    notes = " ".join(cost_summary([], config).notes)
+    assert "`relaunchCommand` starts it again" in notes
+    # prod is fixed at 2 slices: one may be up, idle, while the job waits for the other.
+    assert "at worst 1 of the 2 slices" in notes
+    assumptions = " ".join(backend_for(config).assumptions(config))
+    assert "first wait for capacity" in assumptions and "assumed" in assumptions

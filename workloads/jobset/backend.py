@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from core.maxtext_args import settings_of
-from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S, PODS_READY_TIMEOUT_S, READY_TO_JOIN_S, SLICE_START_S
+from core.slice_wait import (DISTRIBUTED_INIT_TIMEOUT_S, PODS_READY_TIMEOUT_S, READY_TO_JOIN_S, REQUEUE_LIMIT,
+                             SLICE_START_S, requeue_horizon_s)
 from infra.config import StackConfig
-from workloads.backend import TrainingLaunch, WorkloadContext
+from workloads.backend import TrainingLaunch, WorkloadContext, relaunch_export
 from workloads.common import MEMORY_BOUND_ASSUMPTION
 from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION, OUT_OF_HBM_ASSUMPTION
 from workloads.jobset import spec as jobset_spec
-from workloads.next_steps import FOLLOW_LOG, RUN_PODS, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
+from workloads.next_steps import RELAUNCH, FOLLOW_LOG, RUN_PODS, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
 from workloads.jobset.component import JobSetWorkload
 from workloads.jobset.exports import jobset_exports
 
@@ -27,14 +28,16 @@ class JobSetBackend:
         (FOLLOW_LOG, "follow the training log (slice 0, host 0)"),
         RUN_PODS, WHY_PENDING, SMOKE_RESULT,
         ("jobsetLogsCommand", "the training pods' last lines"),
-        TENSORBOARD,
+        TENSORBOARD, RELAUNCH,
     )
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         workload = JobSetWorkload("jobset", config, context.bundle, context.namespace, context.service_account,
                                   context.cluster, opts=context.provider_options, worker_image=context.worker_image,
                                   worker_image_ready=context.worker_image_ready, nodes_ready=context.nodes_ready)
-        return jobset_exports(config, context.cluster_location, workload.jobset_name, workload.smoke_jobset_name)
+        exports = jobset_exports(config, context.cluster_location, workload.jobset_name, workload.smoke_jobset_name)
+        exports["relaunchCommand"] = relaunch_export(workload.resources["jobset"])
+        return exports
 
     def maxtext_settings(self, config: StackConfig) -> dict[str, str]:
         return settings_of(jobset_spec.training_argv(config))
@@ -47,7 +50,12 @@ class JobSetBackend:
         return config.workload.smoke_test
 
     def capacity_wait_notes(self, config: StackConfig) -> list[str]:
-        return []
+        timeout_min = PODS_READY_TIMEOUT_S // 60
+        return [f"waiting for capacity: each time Kueue admits the JobSet, the slices that come up bill for up to "
+                f"{timeout_min} min until every pod is Ready (waitForPodsReady), then are released and the JobSet is "
+                f"requeued; after {REQUEUE_LIMIT} requeues (about {requeue_horizon_s() / 3600:.1f} h, at most "
+                f"{REQUEUE_LIMIT + 1} x {timeout_min} min of partial slices billed) Kueue deactivates it and nothing "
+                "bills: `relaunchCommand` starts it again (backoffLimitCount; docs/backends.md)"]
 
     def images(self, config: StackConfig) -> list[str]:
         return [] if config.workload.worker_environment == "image" else [config.jobset.image]

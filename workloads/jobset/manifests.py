@@ -289,6 +289,32 @@ def smoke_argv(spec: JobSetSpec) -> list[str]:
             "--init-timeout", str(DISTRIBUTED_INIT_TIMEOUT_S)]
 
 
+# ---- SIGTERM before MaxText starts ----
+# The container runs `bash -c SCRIPT`: bash is PID 1 until the script's final `exec`, and the kernel drops a
+# signal sent to a namespace's PID 1 from outside unless PID 1 handles it (pid_namespaces(7): "the only signals
+# that can be sent to init from ancestor namespaces are those for which init has established a handler"). Without
+# a trap a Spot notice or an eviction during the install or the smoke test waits out the whole grace period and
+# ends in SIGKILL. With the trap, bash runs each step as a background job in its own process group (`set -m`),
+# waits for it (a trapped signal interrupts `wait` at once, where a foreground child would delay the trap until
+# it exits), and on TERM forwards it to that step's whole group, waits until every process of the step has
+# stopped (PID 1's exit would kill them mid-cleanup) and exits PREEMPTED: nothing was trained, so a
+# restart loses nothing, and the failure policy already restarts 143 without counting (failure_policy.py). The
+# final `exec` hands PID 1 to trainer.jobset_run, which handles SIGTERM itself.
+FORWARD_TERM = [
+    "set -m",
+    'step=""',
+    (f'trap \'if [ -n "$step" ]; then kill -TERM -- "-$step" 2>/dev/null || true; wait "$step" || true; '
+     f'while kill -0 -- "-$step" 2>/dev/null; do sleep 0.2; done; fi; exit {exit_codes.PREEMPTED}\' TERM'),
+]
+
+
+def as_step(line: str) -> str:
+    """Shell: `line` run as a background job that bash waits for, its exit status kept (set -e ends the script
+    on a failure with that status, as in the foreground)."""
+    # `set +m` inside: the step's own pipelines stay in its process group, which the trap signals.
+    return f'{{ set +m; {line}\n}} &\nstep=$!; wait "$step"; step=""'
+
+
 def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], base_config_placeholder: str,
                         install: str | None, smoke: list[str] | None = None) -> dict:
     """MaxText's pre_train through the trainer's wrapper: `python -m trainer.jobset_run <base.yml of the installed
@@ -311,9 +337,9 @@ def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], bas
     if module != PRE_TRAIN_MODULE:
         raise ValueError(f"trainer.jobset_run runs {PRE_TRAIN_MODULE}, not {module}")
     # `install` (install_lock) when the image is a plain Python one; None when it is the built worker image.
-    lines = ["set -euo pipefail", *([install] if install else [])]
+    lines = ["set -euo pipefail", *FORWARD_TERM, *([as_step(install)] if install else [])]
     if smoke:
-        lines.append(f"(cd {shlex.quote(CODE_MOUNT)} && {shlex.join(smoke)})")
+        lines.append(as_step(f"(cd {shlex.quote(CODE_MOUNT)} && {shlex.join(smoke)})"))
     lines += [
         # MaxText not importable is an image or lock problem, which no restart fixes.
         "BASE_CONFIG=$(python -c \"import importlib.resources as r; "

@@ -85,13 +85,19 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str
     # The shipped code holds the workers' lock (installed at start) and trainer/smoke.py, which runs at the start
     # of every training pod: training starts only where it passed, on the TPUs Kueue admitted once.
     code_name = f"{prefix}-code-{bundle.short_digest}"
-    objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
+    objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.code_files)
     # The TPU pods read the data: their cache disks are of a type their generation attaches (fuse_cache.py).
     objects.update(common.data_storage_classes(config, on_tpu=True))
-    volumes = [common.code_volume(code_name, list(bundle.files)), *common.data_volumes(config, on_tpu=True)]
+    cache = install_cache.cache_kind(config)
+    if cache:
+        # The lock in a ConfigMap of its own, mounted beside the code (workloads/bundle.py LOCK_FILE).
+        objects["worker-lock"] = common.code_config_map(f"{code_name}-lock", spec.namespace, bundle.lock_files)
+        code = common.code_volume(code_name, list(bundle.code_files), f"{code_name}-lock", list(bundle.lock_files))
+    else:
+        code = common.code_volume(code_name, list(bundle.code_files))
+    volumes = [code, *common.data_volumes(config, on_tpu=True)]
     smoke = jm.smoke_argv(spec) if config.workload.smoke_test else None
     install = None
-    cache = install_cache.cache_kind(config)
     if cache:
         # The plain Python image runs as root: the node's cache directory needs no owner change.
         install = jm.install_lock(LOCK_PATH, install_cache.UV_CACHE_DIR)

@@ -6,10 +6,10 @@ from typing import Any
 
 from core.maxtext_args import settings_of
 from infra.config import StackConfig
-from workloads.backend import TrainingLaunch, WorkloadContext
+from workloads.backend import TrainingLaunch, WorkloadContext, relaunch_export
 from workloads.common import MEMORY_BOUND_ASSUMPTION
 from workloads.failure_policy import ASSUMPTION as FAILURE_POLICY_ASSUMPTION
-from workloads.next_steps import FOLLOW_LOG, RUN_PODS, WHY_PENDING
+from workloads.next_steps import RELAUNCH, FOLLOW_LOG, RUN_PODS, WHY_PENDING
 from workloads.pathways import spec as pathways_spec
 from workloads.pathways.component import PathwaysWorkload
 from workloads.pathways.exports import pathways_exports
@@ -22,14 +22,16 @@ class PathwaysBackend:
     next_steps = (
         ("pathwaysStatusCommand", "the JobSet's state (add --watch to follow it)"),
         (FOLLOW_LOG, "follow MaxText's log on the Pathways head, elastic recoveries included"),
-        RUN_PODS, WHY_PENDING,
+        RUN_PODS, WHY_PENDING, RELAUNCH,
     )
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
         workload = PathwaysWorkload("pathways", config, context.namespace, context.service_account, context.cluster,
                                     opts=context.provider_options, nodes_ready=context.nodes_ready,
                                     bundle=context.bundle)
-        return pathways_exports(config, context.cluster_location, workload.jobset_name)
+        exports = pathways_exports(config, context.cluster_location, workload.jobset_name)
+        exports["relaunchCommand"] = relaunch_export(workload.resources["pathways-jobset"])
+        return exports
 
     def maxtext_settings(self, config: StackConfig) -> dict[str, str]:
         return settings_of(pathways_spec.maxtext_argv(config))

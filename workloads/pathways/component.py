@@ -18,7 +18,8 @@ def pathways_objects(config: StackConfig, bundle: TrainerBundle | None = None) -
     runs MaxText through the shipped trainer code (`bundle`, the repository's when None)."""
     bundle = bundle or load_bundle()
     spec = pathways_inputs.pathways_spec(config, bundle)
-    return {"trainer-code": common.code_config_map(spec.code_config_map, config.kubernetes.namespace, bundle.files),
+    return {"trainer-code": common.code_config_map(spec.code_config_map, config.kubernetes.namespace,
+                                                    bundle.code_files),
             **common.data_storage_classes(config, on_tpu=False),
             "pathways-jobset": pathways_manifests.pathways_jobset(spec)}
 

@@ -114,7 +114,7 @@ def pathways_spec(config: StackConfig, bundle: TrainerBundle) -> PathwaysSpec:
         scratch_location=scratch_location(config),
         trainer_command=tuple(trainer_command(config)),
         code_config_map=code_config_map_name(config, bundle),
-        code_files=tuple(sorted(bundle.files)),
+        code_files=tuple(sorted(bundle.code_files)),
         head_node_selector=dict(common.SYSTEM_POOL_SELECTOR),
         worker_size=common.tpu_pod_size(config),
         # Pathways workers run on the host network (the config refuses DRANET here): they see the node's NICs.

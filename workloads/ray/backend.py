@@ -7,10 +7,11 @@ from typing import Any
 from core.maxtext_args import maxtext_overrides, settings_of
 from core.run_bounds import limits_for, preemption_budget
 from infra.config import StackConfig
+from infra.config.schema import DEFAULT_RAY_PRE_RUNNING_DEADLINE_S
 from workloads import install_cache
-from workloads.backend import TrainingLaunch, WorkloadContext
+from workloads.backend import TrainingLaunch, WorkloadContext, relaunch_export
 from workloads.failure_policy import OUT_OF_HBM_ASSUMPTION
-from workloads.next_steps import FOLLOW_LOG, RUN_PODS, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
+from workloads.next_steps import RELAUNCH, FOLLOW_LOG, RUN_PODS, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
 from workloads.ray import spec as ray_spec
 from workloads.ray.component import RayWorkload
 from workloads.ray.deadline import pre_running_deadline_seconds
@@ -42,7 +43,7 @@ class RayBackend:
         RUN_PODS, WHY_PENDING, SMOKE_RESULT,
         ("rayAuthTokenCommand", "the Ray token: the dashboard asks for it, `ray job` reads it"),
         ("rayDashboardPortForward", "then open http://localhost:8265 (Ray dashboard, TPU charts per node)"),
-        TENSORBOARD,
+        TENSORBOARD, RELAUNCH,
     )
 
     def deploy(self, config: StackConfig, context: WorkloadContext) -> dict[str, Any]:
@@ -50,6 +51,7 @@ class RayBackend:
                                context.cluster, opts=context.provider_options, worker_image=context.worker_image,
                                worker_image_ready=context.worker_image_ready, nodes_ready=context.nodes_ready)
         exports = ray_exports(config, context.cluster_location, workload.job_name)
+        exports["relaunchCommand"] = relaunch_export(workload.resources["ray-job"])
         if workload.smoke_job_name:
             exports.update(ray_smoke_exports(config.kubernetes.namespace, workload.smoke_job_name))
         return exports
@@ -76,9 +78,13 @@ class RayBackend:
             notes = ["waiting for capacity: no limit (rayPreRunningDeadlineSeconds=0): until its cluster is up the "
                      "job pays for its head and any slices that did arrive"]
         else:
+            plan = config.workload.plan
+            idle = (f"; until then at worst {plan.min_slices - 1} of the {plan.min_slices} slices it needs to start "
+                    "are up and idle, billing" if plan.min_slices > 1 else "")
             notes = [f"waiting for capacity: the RayJob fails after {deadline} s ({deadline / 60:.0f} min) without "
                      "its cluster up (rayPreRunningDeadlineSeconds; KubeRay preRunningDeadlineSeconds); its RayCluster is "
-                     "deleted with every pod that did come up (shutdownAfterJobFinishes), and nothing retries it"]
+                     "deleted with every pod that did come up (shutdownAfterJobFinishes), and nothing retries it, not "
+                     f"even `pulumi up`: `relaunchCommand` starts it again{idle}"]
         plan = config.workload.plan
         if plan.min_slices < plan.slices:
             notes.append(f"elastic {plan.min_slices}..{plan.slices}: the job starts once {plan.min_slices} slice(s) "
@@ -108,13 +114,31 @@ class RayBackend:
             "RayJob submitter: the add-on's KubeRay is assumed to keep the submitter pod's own command (python -m "
             "trainer.submitter: submit once, poll the job's status until it ends, the log a side stream) and pass "
             "it the head address, job id and Ray token (KubeRay v1.7.0 configureSubmitterContainer); check: "
-            "`kubectl logs job/RAYJOB -n NAMESPACE` shows \"submitter: submitted job\""]
+            "`kubectl logs job/RAYJOB -n NAMESPACE` shows \"submitter: submitted job\"",
+            "finished RayJobs kept: the add-on's KubeRay is assumed to run without the operator setting "
+            "DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true (KubeRay v1.7.0), which deletes a RayJob once it finishes; "
+            "the next `pulumi up --refresh` would then create it again and train again (a finished run resumes "
+            "at its last step, after its slices' start-up has billed). Check after a job: `kubectl get rayjob -n "
+            "NAMESPACE` still lists it"]
         if config.workload.plan.elastic:
             lines.append("elastic start: the add-on's KubeRay is assumed to submit the job once elasticMinSlices "
                          "slices are Running and Ready (the group's replicas), to keep the job's cluster as the "
                          "driver patched it and to create the other slices' pods (v1.7.0 source); check while it "
                          "runs: the driver log says `asked KubeRay for N slices` and `kubectl get raycluster -n "
                          "NAMESPACE -o jsonpath='{.items[*].spec.workerGroupSpecs[0].replicas}'` prints N")
+        if config.workload.plan.elastic:
+            lines.append("grow policy: the API server is assumed to evaluate the admission policy's CEL over the "
+                         "RayCluster as JSON maps (Kubernetes >= 1.30 ValidatingAdmissionPolicy), so it compares "
+                         "the cluster key by key and lets the job's service account change only the TPU group's "
+                         "replicas; its status.typeChecking may warn about iterating a typed object. Check: `kubectl "
+                         "label raycluster -n NAMESPACE CLUSTER x=y --as=system:serviceaccount:NAMESPACE:SA` is "
+                         "refused by the policy")
+        if config.ray.pre_running_deadline_s == DEFAULT_RAY_PRE_RUNNING_DEADLINE_S:
+            lines.append(f"first wait for capacity: rayPreRunningDeadlineSeconds defaults to "
+                         f"{DEFAULT_RAY_PRE_RUNNING_DEADLINE_S // 3600} h, an allowance for a TPU quota request "
+                         "granted within a working day (assumed, not a published figure); a grant that comes later "
+                         "finds the job failed (PreRunningDeadlineExceeded): run `pulumi stack output "
+                         "relaunchCommand` then")
         if config.ray.pre_running_deadline_s is not None:
             lines.append("pre-start deadline: preRunningDeadlineSeconds (KubeRay >= 1.6; `pulumi up` refuses a "
                          "served CRD without it) is assumed to end only a job whose cluster never came up; after one "

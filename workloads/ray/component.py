@@ -28,7 +28,8 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | 
     job_inputs = ray_inputs.job_command(config), ray_inputs.runtime_env(config, bundle)
     job_digest = short_digest(bundle.digest, repr((job_inputs, cluster_spec)))
     code_name = f"{config.ray.job_name}-code-{bundle.short_digest}"
-    objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.files)
+    # Without the lock: the runtime env carries its pins (workloads/bundle.py LOCK_FILE).
+    objects["trainer-code"] = common.code_config_map(code_name, spec.namespace, bundle.code_files)
     objects.update(common.data_storage_classes(config, on_tpu=True))
     if ray_manifests.grows(spec):
         # An elastic run's driver asks KubeRay for its other slices once it has started (trainer/grow.py): the
@@ -39,7 +40,7 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | 
         objects["grow-slices-binding"] = ray_manifests.grow_role_binding(spec)
     objects["ray-job"] = ray_manifests.ray_job(
         name=f"{config.ray.job_name}-{job_digest}", spec=spec, cluster_spec=cluster_spec, entrypoint=job_inputs[0],
-        runtime_env=job_inputs[1], code_config_map_name=code_name, code_files=list(bundle.files))
+        runtime_env=job_inputs[1], code_config_map_name=code_name, code_files=list(bundle.code_files))
     objects["head-service"] = ray_manifests.head_service(spec)
     if config.ray.dashboard_exposure == "internal-lb":
         # Never a dashboard reachable from outside the cluster without Ray's token auth in front of it.

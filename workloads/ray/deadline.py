@@ -1,15 +1,17 @@
 """The RayJob's retries and deadline: what KubeRay itself may retry, and when it gives up on a run (pure).
 
 KubeRay v1.7.0 (ray-operator/apis/ray/v1/rayjob_types.go, controllers/ray/rayjob_controller.go):
-- `submitterConfig.backoffLimit` is the submitter Job's backoffLimit (default 2). The submitter only submits the
-  job and follows its logs (`ray job status || ray job submit --no-wait; ray job logs --follow`, common/job.go),
-  so a retry fixes a submitter pod that could not be scheduled or reach the head, never the job: one retry
-  (workloads/ray/manifests.py SUBMITTER_BACKOFF_LIMIT).
+- `submitterConfig.backoffLimit` is the submitter Job's backoffLimit (default 2). The stack's submitter
+  (trainer/submitter.py, in place of KubeRay's `ray job submit --no-wait; ray job logs --follow`, common/job.go)
+  submits the job once and polls its status until it ends, so a retry fixes a submitter pod that could not be
+  scheduled or reach the head, never the job: one retry (workloads/ray/manifests.py SUBMITTER_BACKOFF_LIMIT). It
+  exits 0 when its cluster is deleted under it (below), so that retry is not spent waiting for a dead head.
 - `backoffLimit` (default 0) retries the whole RayJob on a new RayCluster. Ray Train already recovers from
   failures inside the job (FailureConfig: max_failures, preemptions counted apart), so what is left when the job
   fails is what a retry cannot fix: 0, spelled out (JOB_BACKOFF_LIMIT).
 - `activeDeadlineSeconds` fails the RayJob (reason DeadlineExceeded) that long after it started initialising,
-  cluster creation and waiting for TPU nodes included. A deadline is a backstop for a run that hangs with every
+  cluster creation and waiting for TPU nodes included; KubeRay then deletes the RayCluster, not the submitter
+  Job (rayjob_controller.go deleteClusterResources), which sees its head gone and stops. A deadline is a backstop for a run that hangs with every
   slice paid for, and it must not end a slow but healthy one:
   * on-demand and reservation capacity: core/run_time.run_deadline_seconds: an hour to start, then
     (maxFailures + 1) whole runs at 10 % MFU with their periodic saves, far beyond any real run;
@@ -23,7 +25,8 @@ KubeRay v1.7.0 (ray-operator/apis/ray/v1/rayjob_types.go, controllers/ray/rayjob
   the submitter Job is created, so this bounds exactly the wait for capacity: the head and the first slices' pods
   Running and Ready. That wait is what has no bound on Spot and flex-start, where capacity can stay away for
   hours while the head and any slices that did arrive bill; a failed RayJob's cluster is deleted
-  (shutdownAfterJobFinishes) and backoffLimit 0 does not retry it. Every capacity gets it (rayPreRunningDeadline-
+  (shutdownAfterJobFinishes) and backoffLimit 0 does not retry it, nor does `pulumi up` (the spec is unchanged):
+  the stack exports `relaunchCommand` for that. Every capacity gets it (rayPreRunningDeadline-
   Seconds, default infra/config/schema.py DEFAULT_RAY_PRE_RUNNING_DEADLINE_S; 0: none): on on-demand and
   reservation capacity a stock-out is a wait like any other.
 """

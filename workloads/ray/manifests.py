@@ -84,8 +84,11 @@ def pin_ray_start(group: dict) -> dict:
 
 
 def submitter_command(entrypoint: str, runtime_env: dict) -> list[str]:
-    """The submitter container's command: the job's entrypoint and runtime env as the RayJob spec has them
-    (KubeRay gives a custom command only the address and the submission id, as environment variables)."""
+    """The submitter container's command: the job's entrypoint and runtime env as the RayJob spec has them.
+    KubeRay gives a container with a command of its own only environment variables: the head's job API
+    (RAY_DASHBOARD_ADDRESS), the submission id (RAY_JOB_SUBMISSION_ID), PYTHONUNBUFFERED=1 and, with token auth,
+    RAY_AUTH_MODE and RAY_AUTH_TOKEN (kuberay v1.7.0 rayjob_controller.go getSubmitterTemplate, common/pod.go);
+    not the entrypoint or the runtime env, hence these arguments."""
     return ["python", "-m", SUBMITTER_MODULE, "--entrypoint", entrypoint,
             "--runtime-env-json", json.dumps(runtime_env, sort_keys=True)]
 
@@ -311,7 +314,8 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
                         "imagePullPolicy": "IfNotPresent",
                         # A command of our own: KubeRay keeps it (rayjob_controller.go configureSubmitterContainer
                         # builds its default only for a container without one) and adds RAY_DASHBOARD_ADDRESS,
-                        # RAY_JOB_SUBMISSION_ID and, with token auth, RAY_AUTH_MODE and RAY_AUTH_TOKEN.
+                        # RAY_JOB_SUBMISSION_ID, PYTHONUNBUFFERED and, with token auth, RAY_AUTH_MODE and
+                        # RAY_AUTH_TOKEN (submitter_command).
                         "command": submitter_command(job_entrypoint, job_runtime_env),
                         "workingDir": CODE_MOUNT,
                         # The code mount is read-only: no bytecode cache to write.
@@ -409,27 +413,36 @@ def grow_role_binding(spec: RaySpec) -> dict:
     }
 
 
-# Fields of the RayCluster's spec that shape its pods or what runs in them, besides the worker groups: the driver's
-# service account may not change them (grow_policy).
-_FROZEN_SPEC_FIELDS = ("headGroupSpec", "rayVersion", "enableInTreeAutoscaling", "autoscalerOptions", "authOptions",
-                       "headServiceAnnotations", "gcsFaultToleranceOptions", "upgradeStrategy")
+# What the driver's service account may change in its RayCluster (grow_policy): the TPU group's `replicas`, nothing
+# else. Compared key by key, so a field this project does not set, or one a later KubeRay adds, is frozen too:
+# a worker group's resources (`ray start --resources`), labels, suspend and scaleStrategy, the spec's suspend,
+# the head, and the object's metadata. What the API server itself changes on every update is left free.
+_SERVER_SET_METADATA = ("resourceVersion", "generation", "managedFields")
 
 
-def _unchanged(field: str) -> str:
-    """CEL: `field` of the spec is absent in both or equal in both."""
-    new, old = f"object.spec.{field}", f"oldObject.spec.{field}"
-    return f"has({new}) == has({old}) && (!has({new}) || {new} == {old})"
+def _same_except(new: str, old: str, free: tuple[str, ...]) -> str:
+    """CEL: the maps `new` and `old` have the same keys with equal values, apart from the keys in `free`."""
+    if not free:
+        return f"{new} == {old}"
+    skip = " || ".join(f"k == '{key}'" for key in free)
+    return f"{new}.all(k, {skip} || (k in {old} && {new}[k] == {old}[k])) && {old}.all(k, {skip} || k in {new})"
 
+
+_SAME_REPLICAS = "(('replicas' in g) == ('replicas' in o) && (!('replicas' in g) || g.replicas == o.replicas))"
 
 GROW_POLICY_RULES = (
+    (_same_except("object", "oldObject", ("metadata", "spec", "status")) + " && "
+     + _same_except("object.metadata", "oldObject.metadata", _SERVER_SET_METADATA),
+     "the job's service account may not change the RayCluster's metadata"),
+    (_same_except("object.spec", "oldObject.spec", ("workerGroupSpecs",)),
+     "the job's service account may not change the head, the Ray version, suspend, autoscaling or authentication"),
+    # Same number of groups, and each group as it was (one new group of each old group's name), apart from the
+    # TPU group's replicas.
     ("size(object.spec.workerGroupSpecs) == size(oldObject.spec.workerGroupSpecs) && "
-     "object.spec.workerGroupSpecs.all(g, oldObject.spec.workerGroupSpecs.exists(o, o.groupName == g.groupName "
-     "&& o.template == g.template && o.numOfHosts == g.numOfHosts && o.minReplicas == g.minReplicas "
-     "&& o.maxReplicas == g.maxReplicas && has(o.rayStartParams) == has(g.rayStartParams) "
-     "&& (!has(g.rayStartParams) || o.rayStartParams == g.rayStartParams)))",
-     "the job's service account may change only the worker groups' replicas"),
-    (" && ".join(_unchanged(f) for f in _FROZEN_SPEC_FIELDS),
-     "the job's service account may not change the head, the Ray version, autoscaling or authentication"),
+     "oldObject.spec.workerGroupSpecs.all(o, object.spec.workerGroupSpecs.exists_one(g, "
+     f"g.groupName == o.groupName && {_same_except('g', 'o', ('replicas',))} && "
+     f"(g.groupName == '{TPU_WORKER_GROUP}' || {_SAME_REPLICAS})))",
+     f"the job's service account may change only the {TPU_WORKER_GROUP} worker group's replicas"),
 )
 
 

@@ -1,0 +1,41 @@
+"""A run that gave up waiting for capacity (or failed) can be started again with one exported command.
+
+Nothing starts it by itself: KubeRay v1.7.0 fails a RayJob still waiting after preRunningDeadlineSeconds
+(rayjob_controller.go checkPreRunningDeadlineAndUpdateStatusIfNeeded) and, with backoffLimit 0, never retries it;
+Kueue v0.19.2 deactivates a Workload after backoffLimitCount requeues (configuration_types.go); a failed JobSet
+stays failed. And a plain `pulumi up` changes nothing, since the job's spec did not change. `pulumi up --replace
+URN` (Pulumi CLI: "--replace: Specify a single resource URN to replace") deletes and creates that one object with
+the same spec; the same run name means the new job resumes from the run's last checkpoint.
+"""
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from infra.config import build
+from preview.stack_files import load_stack_config
+from tests.conftest import COMMITTED_STACKS, REPO, committed_stack_run
+from workloads.common import RUN_LABEL
+
+TRAINING_JOB = {"rayjob": "kubernetes:ray.io/v1:RayJob", "jobset": "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet",
+                "pathways": "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"}
+
+
+@pytest.mark.parametrize("stack", COMMITTED_STACKS)
+def test_the_relaunch_command_replaces_exactly_the_training_job(stack):
+    run = committed_stack_run(stack)
+    command = run.outputs.get("relaunchCommand")
+    assert command, f"{stack}: no relaunchCommand export"
+    argv = shlex.split(command)
+    assert argv[:3] == ["pulumi", "up", "--stack"] and argv[3] == stack and argv[4] == "--replace"
+    [urn] = argv[5:]
+    job = run.by_urn(urn)                          # a URN the program really registers
+    jobs = [r for r in run.resources if r.type in set(TRAINING_JOB.values())]
+    assert job in jobs and len(jobs) == 1, [r.name for r in jobs]
+    # Deleted before it is created again: the old job must not hold the TPU hosts the new one asks for.
+    assert job.delete_before_replace
+    # The same run name: the replaced job resumes from the run's checkpoints.
+    config = build(load_stack_config(stack, REPO))
+    assert job.inputs["metadata"]["labels"][RUN_LABEL] == config.workload.run.run_name
+    assert command in run.outputs["nextSteps"]
