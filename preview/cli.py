@@ -218,12 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     except (StackFileError, OverrideError, ConfigError) as error:
         # One line per mistake, each naming the key, the value and what is allowed.
         for problem in getattr(error, "problems", None) or [str(error)]:
-            # A refusal's first line names the key; lines after it (a refusal over HBM: the nearest fit and the
-            # planner's why) are printed as laid out.
-            first, *rest = problem.split("\n")
-            refuse("python -m preview", first)
-            for line in rest:
-                print(line, file=sys.stderr)
+            # A refusal's first line names the key; lines after it (a refusal over HBM: the nearest fit, the
+            # planner's why, the compile command) keep their place, each within 100 columns.
+            refuse("python -m preview", problem)
         return EXIT_CONFIG
 
     # Imported only now: the mocks pull in the Pulumi runtime, which a config error never needs.

@@ -9,6 +9,7 @@ import enum
 from dataclasses import dataclass
 from typing import Union
 
+from core.cli_errors import fit_columns
 from core.planner import Plan
 from core.pod_sizing import TpuPodSize
 from core.preemption import ShutdownBudget
@@ -21,7 +22,8 @@ class ConfigError(ValueError):
 
     def __init__(self, problems: list[str]):
         self.problems = problems
-        super().__init__("invalid stack config:\n  " + "\n  ".join(problems))
+        # As `pulumi up` prints it: each problem laid out within 100 columns (core/cli_errors.fit_columns).
+        super().__init__("invalid stack config:\n" + "\n".join(fit_columns("  " + p) for p in problems))
 
 
 class ClusterMode(str, enum.Enum):

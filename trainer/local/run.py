@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.cli_errors import OneLineParser
+from core.cli_errors import OneLineParser, fit_columns
 from trainer import cli, maxtext_runtime, progress
 from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         pre_train_argv(plan_, run_settings, "base.yml")
         validate_injections(args, plan_)
     except (PlanError, maxtext_runtime.MaxTextVersionError) as err:
-        print(f"trainer.local: {err}", file=sys.stderr)
+        print(fit_columns(f"trainer.local: {err}"), file=sys.stderr)
         return EXIT_BAD_INPUT
 
     workdir = Path(args.workdir).resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="tpu-local-"))
