@@ -44,8 +44,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--schemas", type=Path, help="directory of CRD YAML files (default: ../shared/schemas)")
     parser.add_argument("--compile", action="store_true",
                         help="also compile the stack's MaxText training step for its TPU target and slice count "
-                             "(MaxText's AOT compiler, on this CPU; 1.5-10 min): XLA's peak HBM per device, or why "
-                             "it does not fit")
+                             "(MaxText's AOT compiler, a full compile on this CPU): XLA's peak HBM per device, or why "
+                             "it does not fit. Measured on 2 cores (docs/planner.md): the dev stack's step 2m31s; "
+                             "an 8B step had not finished after 45 minutes. Other steps: not measured")
     parser.add_argument("--compile-timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="give up on the compile after this long (default 3600)")
     parser.add_argument("--root", type=Path, default=PROJECT_ROOT, help=argparse.SUPPRESS)
