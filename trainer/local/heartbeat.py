@@ -74,8 +74,7 @@ def phase_of(records: list[dict], steps: int, checkpoint_period: int) -> str:
     if attempt is None:
         return "starting the Ray Train workers and MaxText"
     if last_step is None:
-        return (f"compiling the training step with XLA (attempt {attempt}; on CPU this takes minutes, "
-                "the first step follows)")
+        return f"compiling the training step (minutes on CPU), attempt {attempt}"
     if last_step + 1 >= steps:
         return f"saving the last checkpoint and stopping (step {last_step + 1}/{steps} done)"
     if checkpoint_period and last_step % checkpoint_period == 0:      # MaxText saves where step % period == 0
