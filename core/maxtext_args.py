@@ -107,8 +107,13 @@ class RunSettings:
                             "(leave goodput unset there)")
 
 
+# The entrypoint's default without --checkpoint-period, as its --help and docs/trainer.md state it
+# (tests/docs/test_docs_defaults.py checks the words against the function).
+CHECKPOINT_PERIOD_RULE = "steps/10, at least 1, at most 100"
+
+
 def default_checkpoint_period(steps: int) -> int:
-    """At least ten checkpoints per run and never more than 100 steps of work at risk."""
+    """At least ten checkpoints per run and never more than 100 steps of work at risk (CHECKPOINT_PERIOD_RULE)."""
     return max(1, min(100, steps // 10))
 
 

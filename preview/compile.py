@@ -666,7 +666,7 @@ def _published_case(run: PublishedRun) -> CalibrationCase:
                                f"(batch {run.per_device_batch_size:g}, {run.weight_dtype} weights)")
 
 
-# The stacks' plans and the decisions the planner makes near the limit. Each row takes 1.5-10 min here.
+# The stacks' plans and the decisions the planner makes near the limit. Each row took 10-268 s here (memory-only: its `seconds`).
 CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
     CalibrationCase("llama3-70b-2xv6e-16-seed-fp32", "llama3-70b", "v6e", "4x4", 2, 1, dcn_fsdp=2,
                     max_target_length=4096, remat_policy="full", weight_dtype="float32",

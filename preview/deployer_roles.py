@@ -267,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
             known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
             return refuse(prog, f"--stack={args.stack!r}: no such stack; stacks: {', '.join(known)}")
         except ConfigError as error:
-            return refuse(prog, str(error).splitlines()[-1])
+            for problem in error.problems:       # one refusal per mistake, each laid out within 100 columns
+                refuse(prog, problem)
+            return EXIT_USAGE
         project = project or raw.get("project")
     if project is None:
         problems.append("--grants needs --project PROJECT, or --stack NAME (its project)")

@@ -24,7 +24,16 @@ fi
 # compat is a module of this project; run it from the repo root so `trainer` is importable.
 cd "${repo_root}"
 "${python}" -m trainer.compat
-"${python}" -m trainer.compat --check >/dev/null
-"${python}" -c 'import maxtext.trainers.pre_train.train' \
-  || { echo "install_maxtext: maxtext ${MAXTEXT_VERSION} still does not import" >&2; exit 1; }
+# Importing MaxText prints library warnings of up to 180 columns (transformers' "[transformers] PyTorch was not
+# found", its RoPE notes, MaxText's "[NO-OP] mldiagnostics"): kept and shown only when the import fails.
+if ! said="$("${python}" -m trainer.compat --check 2>&1)"; then
+  printf '%s\n' "${said}" | fold -s -w 100 >&2
+  echo "install_maxtext: trainer.compat --check failed" >&2
+  exit 1
+fi
+if ! said="$("${python}" -c 'import maxtext.trainers.pre_train.train' 2>&1)"; then
+  printf '%s\n' "${said}" | fold -s -w 100 >&2
+  echo "install_maxtext: maxtext ${MAXTEXT_VERSION} still does not import" >&2
+  exit 1
+fi
 echo "install_maxtext: maxtext ${MAXTEXT_VERSION} ready for $("${python}" -c 'import sys; print(sys.version.split()[0])')"

@@ -61,3 +61,5 @@ step 3 "MaxText 0.2.5 (scripts/install_maxtext.sh)" bash scripts/install_maxtext
 step 4 "Graphviz for the plan's --graph (optional)" install_graphviz
 step 5 "pinned CRDs for the plan's schema check (from GitHub; optional)" fetch_crds
 echo "setup done in $(elapsed "$started"): $(.venv/bin/python --version), venv in .venv"
+# The last line is what to run next: the main job on this machine (README's quick start).
+echo "setup: next, the training job on this machine (fake TPU slices): .venv/bin/python -m trainer.local"

@@ -45,7 +45,49 @@ def test_every_step_is_announced_timed_and_long_ones_keep_talking(tmp_path):
         assert any(line.startswith(f"setup [{number}/5] ") for line in lines), proc.stdout
         assert any(line.startswith(f"setup [{number}/5]   done in ") for line in lines), proc.stdout
     assert any(line.startswith("setup [2/5]   still running (") for line in lines), proc.stdout
-    assert lines[-1].startswith("setup done in ")
+    assert lines[-2].startswith("setup done in ")
+    # The last line names the next command, the README's quick start (issue 37 item 5).
+    assert lines[-1].endswith(": .venv/bin/python -m trainer.local"), lines[-1]
+    assert all(len(line) <= 100 for line in lines), [line for line in lines if len(line) > 100]
+
+
+# Stand-in for the venv's Python as scripts/install_maxtext.sh calls it: importing MaxText prints what
+# transformers 5 and MaxText 0.2.5 print on import here (lines of 135 and 181 columns).
+STUB_IMPORTING_PYTHON = """#!/usr/bin/env bash
+case "$*" in
+  *"import maxtext"*)
+    echo "[transformers] PyTorch was not found. Models won't be available and only tokenizers, configuration and file/data utilities can be used." >&2
+    echo "[transformers] DeepseekV32Config got 'key=rope_scaling' in kwargs but hasn't set it as attribute. For RoPE standardization you need to set 'self.rope_parameters' in model's config." >&2
+    exit "${STUB_IMPORT_EXIT:-0}" ;;
+  *"import sys"*) echo "3.11.7" ;;
+esac
+exit 0
+"""
+
+
+def _install_maxtext(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    python = tmp_path / "python"
+    python.write_text(STUB_IMPORTING_PYTHON)
+    python.chmod(0o755)
+    return subprocess.run(["bash", str(REPO / "scripts" / "install_maxtext.sh"), str(python)], capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin", **env}, timeout=60)
+
+
+def test_install_maxtext_keeps_the_libraries_import_warnings_out_of_a_good_setup(tmp_path):
+    proc = _install_maxtext(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = (proc.stdout + proc.stderr).splitlines()
+    assert "[transformers]" not in proc.stdout + proc.stderr
+    assert out == ["install_maxtext: maxtext 0.2.5 ready for 3.11.7"], out
+
+
+def test_install_maxtext_shows_them_within_100_columns_when_the_import_fails(tmp_path):
+    proc = _install_maxtext(tmp_path, STUB_IMPORT_EXIT="1")
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert any(line.startswith("[transformers] PyTorch was not found") for line in lines), proc.stderr
+    assert lines[-1] == "install_maxtext: maxtext 0.2.5 still does not import"
+    assert all(len(line) <= 100 for line in lines), [len(line) for line in lines]
 
 
 def test_a_failed_step_is_named_with_its_exit_status(tmp_path):

@@ -10,7 +10,8 @@ import os
 from typing import Any, Mapping
 
 from core.errors import PlanError
-from core.maxtext_args import DATASET_TYPES, DEFAULT_CHECKPOINTS_TO_KEEP, RunSettings, default_checkpoint_period
+from core.maxtext_args import (CHECKPOINT_PERIOD_RULE, DATASET_TYPES, DEFAULT_CHECKPOINTS_TO_KEEP, RunSettings,
+                               default_checkpoint_period)
 from core.memory import REMAT_POLICIES
 from core.planner import LIFTED_KEYS, PlanRequest, with_maxtext_keys
 from core.presets import PRESETS
@@ -81,7 +82,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, An
                    metavar="DIR", help="checkpoints, compile cache and logs (gs://... on GKE)")
     g.add_argument("--steps", type=_positive_int, default=int(_env("steps", defaults["steps"])))
     g.add_argument("--checkpoint-period", type=_positive_int, default=_env("checkpoint_period", defaults.get("checkpoint_period")),
-                   metavar="N", help="steps between checkpoints (default: steps/10, at most 100)")
+                   metavar="N", help="steps between checkpoints (default: "
+                   + (f"{defaults['checkpoint_period']})" if defaults.get("checkpoint_period") else
+                      f"{CHECKPOINT_PERIOD_RULE})"))
     g.add_argument("--checkpoints-to-keep", type=_positive_int,
                    default=_env("checkpoints_to_keep", DEFAULT_CHECKPOINTS_TO_KEEP), metavar="N",
                    help="MaxText keeps this many newest checkpoints and deletes older ones")

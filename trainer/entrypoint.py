@@ -24,7 +24,7 @@ from core.maxtext_facts import PINNED_MAXTEXT
 from trainer import cli, failures, grow, maxtext_runtime, watchdog
 from core.data import check_dataset
 from core.errors import PlanError
-from core.cli_errors import OneLineParser
+from core.cli_errors import OneLineParser, command_apart, fit_columns
 from core.maxtext_args import RunSettings
 from core.planner import DoesNotFit, Plan, plan, worker_bounds
 from trainer.worker import request_to_dict, run_to_dict, train_loop_per_worker, worker_plan_and_argv
@@ -136,7 +136,9 @@ def prepare(argv: list[str] | None) -> tuple[argparse.Namespace, Plan, RunSettin
         plan_ = plan(request)
     except DoesNotFit as err:
         nearest = advice.nearest_flags(request)
-        raise PlanError(f"nearest that fits: {nearest}; why: {err}" if nearest else str(err)) from None
+        # The compile command on its own line (what to copy; fit_columns wraps it with continuations).
+        raise PlanError(command_apart(f"nearest that fits: {nearest}; why: {err}" if nearest else str(err))) \
+            from None
     run = cli.run_settings(args, "cpu" if args.local_cpu else "tpu")
     check_dataset(plan_.model.name, run.dataset_type, run.dataset_path, run.tokenizer_path, dict(run.extra),
                   elastic=plan_.elastic, file_format=run.dataset_format, pretokenized=run.pretokenized,
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args, plan_, run = prepare(argv)
     except (PlanError, maxtext_runtime.MaxTextVersionError) as err:   # the latter: --maxtext-version too old
-        print(f"trainer: {err}", file=sys.stderr)
+        print(fit_columns(f"trainer: {err}"), file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.print_argv:
         print_argv(args, plan_, run)

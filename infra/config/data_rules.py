@@ -121,18 +121,26 @@ def _check_backend_runs_grain(v: dict[str, Any], raw: Mapping[str, Any], workloa
         return
     if workload_plan is None:
         return
+    elastic = ""
+    if workload_plan.elastic:
+        elastic = ("an elastic run (" + ("elasticMinSlices" if "elasticMinSlices" in raw else
+                                          f"elastic by default on capacity={v['capacity']}") +
+                   f": {workload_plan.min_slices}..{workload_plan.slices} slices)")
+        fixed = f"elasticMinSlices={workload_plan.slices} (a fixed-size run)"
+        fmt = data.dataset_format(v["datasetPath"])
+        if fmt not in data.ELASTIC_FORMATS:
+            # What is refused is the format, not Grain: an elastic run reads ArrayRecord (core/data.py).
+            problems.append(f"{NAMESPACE}:datasetPath={v['datasetPath']!r} is {fmt} data, refused on {elastic}: "
+                            f"convert it to {', '.join(sorted(data.ELASTIC_FORMATS))} (*.array_record files, "
+                            f"whose position Grain keeps through a resize), or set {fixed}")
+            return
     try:
         # The one place that decides whether an elastic run can keep Grain's position (core/data.py).
         data.check_dataset(workload_plan.model.name, "grain", v["datasetPath"], "", dict(maxtext_settings),
                            elastic=workload_plan.elastic)
     except PlanError as error:
-        if workload_plan.elastic:
-            why = ("an elastic run (" + ("elasticMinSlices" if "elasticMinSlices" in raw else
-                                          f"the default on capacity={v['capacity']}") +
-                   f": {workload_plan.min_slices}..{workload_plan.slices} slices)")
-            problems.append(f"{NAMESPACE}:datasetType='grain' cannot keep its data position on {why}: {error}; "
-                            f"set elasticMinSlices={workload_plan.slices} (a fixed-size run) or "
-                            "datasetType=synthetic")
+        if elastic:
+            problems.append(f"{NAMESPACE}:datasetType='grain' on {elastic}: {error}; or set {fixed}")
         else:
             problems.append(problem("datasetPath", v["datasetPath"], str(error)))
 

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Union
 
+from core.cli_errors import fit_columns
 from core.planner import Plan
 from core.pod_sizing import TpuPodSize
 from core.preemption import ShutdownBudget
@@ -40,7 +41,8 @@ class ConfigError(ValueError):
 
     def __init__(self, problems: list[str]):
         self.problems = problems
-        super().__init__("invalid stack config:\n  " + "\n  ".join(problems))
+        # As `pulumi up` prints it: each problem laid out within 100 columns (core/cli_errors.fit_columns).
+        super().__init__("invalid stack config:\n" + "\n".join(fit_columns("  " + p) for p in problems))
 
     def details(self, raw: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Each problem as {key, value, message, allowed}. A Problem carries its parts; a rule between keys that

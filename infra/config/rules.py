@@ -62,10 +62,10 @@ def check_applies(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]
             if actual is None:
                 break
             if actual not in condition.values:
-                setting = f"{key.name}={_quoted(value)}"
-                problems.append(f"{NAMESPACE}:{key.name} conflicts with {_setting(condition.when, actual, raw)}: "
-                                f"{setting} is read only with {condition.describe()} ({condition.reason}); "
-                                f"unset {key.name}")
+                # The key, its value and the fix first (what fits a terminal's first line), then why.
+                problems.append(f"{NAMESPACE}:{key.name}={_quoted(value)}: unset it; it does nothing with "
+                                f"{_setting(condition.when, actual, raw)}: it is read only with "
+                                f"{condition.describe()} ({condition.reason})")
                 break
 
 

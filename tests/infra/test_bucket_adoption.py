@@ -8,6 +8,8 @@ The look-up is `gcp.storage.get_bucket`, which raises the Storage API's 404 when
 """
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from preview import harness
@@ -80,7 +82,9 @@ def test_a_kept_bucket_in_another_location_is_refused_in_one_line_before_anythin
     monitor = harness.RecordingMonitor(harness.GcpMocks())
     with pytest.raises(Exception) as error:
         run_program(prod, stack="prod", monitor=monitor)
-    [line] = [line for line in str(error.value).splitlines() if "bucketLocation" in line]
+    # The message as `pulumi up` prints it: each problem on a line of its own, wrapped under its indent (read whole).
+    message = re.sub(r"\n {4,}", " ", str(error.value))
+    [line] = [line for line in message.splitlines() if "bucketLocation" in line]
     assert f"bucketLocation={stack_location!r}" in line and kept_location in line and PROD_BUCKET in line
     assert "Traceback" not in str(error.value)
     assert [r for r in monitor.registrations if r.custom] == []

@@ -239,7 +239,7 @@ DOES_NOTHING = (
         ("DCN ranges without dcn", MINIMAL, {"dcnSubnets": ["10.70.0.0/16"]}, "dcnSubnets=['10.70.0.0/16']",
          ["dcn=false", "dcn=true"]),
         ("DCN MTU without dcn", MINIMAL, {"dcnMtu": 1500}, "dcnMtu=1500", ["the default tpu-multislice:dcn=false"]),
-        ("DCN MTU with dcn off", MINIMAL, {"dcn": False, "dcnMtu": 1500}, "dcnMtu=1500", ["tpu-multislice:dcn=false:"]),
+        ("DCN MTU with dcn off", MINIMAL, {"dcn": False, "dcnMtu": 1500}, "dcnMtu=1500", ["with tpu-multislice:dcn=false:"]),
         ("DRANET without dcn", MINIMAL, {"dranet": True}, "dranet=true", ["dcn=true"]),
         ("dashboard ranges on cluster-ip", MINIMAL, {"dashboardSourceRanges": ["10.0.0.0/8"]},
          "dashboardSourceRanges=['10.0.0.0/8']", ["dashboardExposure='cluster-ip'", "internal-lb"]),

@@ -111,10 +111,13 @@ REFUSED = [
     # Grain's position per host cannot follow an elastic resize (core/data.py check_dataset, the one place).
     # An elastic run keeps Grain's one global position of ArrayRecord data (core/data.py), not Parquet's per-host
     # file shares, nor a position that packing moves.
+    # What is refused is Parquet on an elastic run (not Grain, and not by switching to synthetic data): the fixes
+    # are ArrayRecord files or a fixed-size run.
     ("Parquet on an elastic Spot run", {**SPOT, "datasetType": "grain", "datasetPath": PARQUET},
-     "datasetType='grain'", ["elastic", "elasticMinSlices=2", "parquet"]),
+     f"datasetPath='{PARQUET}'", ["is parquet data, refused on an elastic run", "capacity=spot",
+                                  "convert it to arrayrecord", "elasticMinSlices=2"]),
     ("Parquet with elasticMinSlices", {**GRAIN, "datasetPath": PARQUET, "model": "qwen3-0.6b", "elasticMinSlices": 1},
-     "datasetType='grain'", ["elasticMinSlices", "1..2 slices"]),
+     f"datasetPath='{PARQUET}'", ["elasticMinSlices", "1..2 slices", "arrayrecord"]),
     ("packing on an elastic run's grain data", {**SPOT, "datasetType": "grain", "datasetPath": DATA,
                                                 "maxtextSettings": {"packing": True}},
      "datasetType='grain'", ["elastic", "packing"]),

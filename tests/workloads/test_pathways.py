@@ -305,7 +305,7 @@ def test_jobset_waits_for_the_jobset_controller_and_goes_with_the_cluster(run):
      "MaxText 0.2.4 or later"),
     ({"clusterMode": "autopilot", "systemPoolMachineType": None}, "clusterMode='autopilot' conflicts"),
     ({"dcn": True, "dranet": True}, "dranet=true conflicts"),
-    ({"elasticMinSlices": 1}, "elasticMinSlices conflicts"),
+    ({"elasticMinSlices": 1}, "elasticMinSlices=1: unset it; it does nothing with"),
     ({"systemPoolMachineType": "e2-standard-16"}, "cannot hold the Pathways head"),
     ({"pathwaysJobName": "p" * 23}, "at most 22 characters"),
     ({"workloadBackend": "pathway"}, "allowed: rayjob"),

@@ -31,12 +31,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.cli_errors import OneLineParser
+from core.cli_errors import OneLineParser, fit_columns
 from trainer import cli, maxtext_runtime, progress
 from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
 from trainer.local import logs
 from trainer.local.cluster import LocalTpuCluster, session_members
+from trainer.local.heartbeat import Heartbeat, phase_of
 from trainer.local.kuberay import KubeRayStandIn
 from core.maxtext_args import pre_train_argv
 from core.planner import Plan
@@ -179,6 +180,9 @@ class LocalRun:
     kuberay: KubeRayStandIn | None = None
     kuberay_patches: list = field(default_factory=list)
     kuberay_reported: int = 0
+    # Every line the run prints, and what it is doing when nothing happens for a while (trainer/local/heartbeat.py).
+    heartbeat: Heartbeat = field(default_factory=lambda: Heartbeat(sys.stdout))
+    checkpoint_period: int = 0
 
     @property
     def progress_dir(self) -> Path:
@@ -200,10 +204,12 @@ class LocalRun:
             self.kuberay_reported = 0
             self.kuberay.start()
         t0 = time.time()
+        self.heartbeat.set_phase(f"starting Ray: head + {slices} x {self.plan.shape.pod_type}")
+        self.heartbeat.say(f"starting Ray: head + {slices} x {self.plan.shape.pod_type}")
         self.cluster.start()
-        print(f"local: Ray cluster up in {time.time() - t0:.0f}s: head + {slices} x "
-              f"{self.plan.shape.pod_type} ({self.plan.shape.hosts} hosts x {self.plan.shape.chips_per_host} "
-              f"chips each)", flush=True)
+        self.heartbeat.say(f"Ray cluster up in {time.time() - t0:.0f}s: head + {slices} x "
+                           f"{self.plan.shape.pod_type} ({self.plan.shape.hosts} hosts x "
+                           f"{self.plan.shape.chips_per_host} chips each)")
 
     def start_driver(self) -> None:
         assert self.cluster is not None
@@ -247,13 +253,13 @@ class LocalRun:
                 key = (rec["attempt"], rec["step"])
                 if key not in self.printed:
                     self.printed.add(key)
-                    print(f"local: step {rec['step']:>4} of {self.args.steps}  loss {rec['loss']:.4f}  "
-                          f"{rec['step_time_s']:.2f}s/step  workers {rec['workers']}", flush=True)
+                    self.heartbeat.say(f"step {rec['step']:>4} of {self.args.steps}  loss {rec['loss']:.4f}  "
+                                       f"{rec['step_time_s']:.2f}s/step  workers {rec['workers']}")
             elif rec.get("event") in ("attempt", "model", "failure", "notice", "saved-at-notice"):
                 key = (rec["event"], rec["t"])
                 if key not in self.printed:
                     self.printed.add(key)
-                    print(f"local: {_describe_event(rec)}", flush=True)
+                    self.heartbeat.say(_describe_event(rec))
         return last
 
     def maybe_end_grace(self) -> None:
@@ -282,8 +288,8 @@ class LocalRun:
         elif args.add_slice_at is not None:
             # Capacity arrives; only slices whose pods KubeRay created (the cluster wants them) can use it.
             wanted = self.kuberay.desired_slices
-            print(f"local: capacity for {self.plan.slices - args.start_slices} more slice(s) after step "
-                  f"{last['step']}; the RayCluster wants {wanted}", flush=True)
+            self.heartbeat.say(f"capacity for {self.plan.slices - args.start_slices} more slice(s) after step "
+                               f"{last['step']}; the RayCluster wants {wanted}")
             if wanted > args.start_slices:
                 self._record_failure("slice-added", last["step"])
             for index in range(args.start_slices, wanted):
@@ -320,8 +326,8 @@ class LocalRun:
             self.kuberay_reported += 1
             self.kuberay_patches.append(patch)
             replicas = ", ".join(str(op["value"]) for op in patch if op.get("op") == "replace")
-            print(f"local: the driver patched its RayCluster (TPU group replicas -> {replicas}); KubeRay now "
-                  f"wants {self.kuberay.desired_slices} slice(s)", flush=True)
+            self.heartbeat.say(f"the driver patched its RayCluster (TPU group replicas -> {replicas}); KubeRay "
+                               f"now wants {self.kuberay.desired_slices} slice(s)")
 
     def _record_failure(self, kind: str, step: int) -> None:
         progress.append(self.progress_dir, {"event": "failure", "kind": kind, "at_step": step})
@@ -334,8 +340,10 @@ class LocalRun:
         follower = logs.LogFollower(self.workdir / "driver.log") if self.args.verbose else None
         while True:
             for line in follower.new_lines() if follower else ():
-                print(f"driver| {line}", flush=True)
-            last = self.report_progress(progress.read(self.progress_dir))
+                self.heartbeat.say(f"driver| {line}", own_prefix=True)    # a sign of life too
+            records = progress.read(self.progress_dir)
+            last = self.report_progress(records)
+            self.heartbeat.set_phase(phase_of(records, self.args.steps, self.checkpoint_period))
             self.report_kuberay()
             self.maybe_inject(last)
             if self.driver.poll() is not None:
@@ -426,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         pre_train_argv(plan_, run_settings, "base.yml")
         validate_injections(args, plan_)
     except (PlanError, maxtext_runtime.MaxTextVersionError) as err:
-        print(f"trainer.local: {err}", file=sys.stderr)
+        print(fit_columns(f"trainer.local: {err}"), file=sys.stderr)
         return EXIT_BAD_INPUT
 
     workdir = Path(args.workdir).resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="tpu-local-"))
@@ -435,9 +443,13 @@ def main(argv: list[str] | None = None) -> int:
     ray_temp = Path(tempfile.mkdtemp(prefix="r"))
     driver_argv = entrypoint_argv(args, "@ADDRESS@", workdir / "output", workdir / "progress", args.run_name,
                                   checkpoint_period)
-    run = LocalRun(args, plan_, workdir, ray_temp, driver_argv)
+    run = LocalRun(args, plan_, workdir, ray_temp, driver_argv, checkpoint_period=checkpoint_period)
     print(textwrap.fill(f"local: {plan_.describe()}", width=100, subsequent_indent="       "), flush=True)
-    print(f"local: work directory {workdir} (driver log: driver.log)", flush=True)
+    # A temporary work directory is removed after a run that reaches its target: its path is named only when it
+    # is kept (at the end), never printed here to vanish a few lines later.
+    print(f"local: work directory {workdir} (driver log: driver.log)" if args.workdir or args.keep else
+          "local: work directory: a temporary one, removed when the run reaches its target (--keep keeps it)",
+          flush=True)
 
     def on_signal(signum, _frame):
         raise KeyboardInterrupt(f"signal {signum}")
@@ -445,13 +457,16 @@ def main(argv: list[str] | None = None) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     started = time.time()
     rc = 1
+    run.heartbeat.start()
     try:
         rc = run.run()
     except KeyboardInterrupt:
         print("local: interrupted; stopping everything this run started", file=sys.stderr, flush=True)
         rc = 130
     finally:
+        run.heartbeat.set_phase("stopping Ray and the driver")
         run.shutdown()
+        run.heartbeat.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     wall_s = time.time() - started
@@ -462,17 +477,32 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     shutil.rmtree(ray_temp, ignore_errors=True)
-    report_outputs(workdir, args.run_name)
-    if not args.workdir and not args.keep and result["reached_target"] and rc == 0:
+    removed = not args.workdir and not args.keep and result["reached_target"] and rc == 0
+    if removed:
         shutil.rmtree(workdir, ignore_errors=True)
-        print(f"local: removed {workdir} with its checkpoints and logs (the run reached its target; --keep keeps "
-              "them)", flush=True)
+        print("local: removed the temporary work directory with its checkpoints and logs (the run reached its "
+              "target; --keep keeps them)", flush=True)
     else:
+        report_outputs(workdir, args.run_name)
         print(f"local: kept {workdir}", flush=True)
+    ok = rc == 0 and result["reached_target"] and result["final_loss"] is not None and math.isfinite(result["final_loss"])
+    print(f"local: {next_step(ok, rc == 130, workdir)}", flush=True)
     if rc == 130:
         return rc
-    ok = rc == 0 and result["reached_target"] and result["final_loss"] is not None and math.isfinite(result["final_loss"])
     return 0 if ok else 1
+
+
+# The offline plan of the committed cloud stack the local run stands for (README: the quick start's next step).
+NEXT_COMMAND = "python -m preview --stack dev"
+
+
+def next_step(ok: bool, interrupted: bool, workdir: Path) -> str:
+    """The run's last line: the command to run next."""
+    if ok:
+        return f"done. Next, the same job planned for Cloud TPU (offline): {NEXT_COMMAND}"
+    if interrupted:
+        return "interrupted; run it again with: python -m trainer.local"
+    return f"the run did not reach its target; read why in {workdir / 'driver.log'}"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""What the docs state as a default or a rule is read back from the code, so a doc that drifts fails (issue 37
+item 6): the checkpoint period of a stack, of the entrypoint and of the local run; which data an elastic run reads;
+what the pre-flight compile's --help says it takes; the README's test time and deploy steps against the pages
+that measured or detail them."""
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+
+import pytest
+
+from core import data
+from core.maxtext_args import CHECKPOINT_PERIOD_RULE, default_checkpoint_period
+from infra.config import ConfigError, build
+from preview.cli import parse_args
+from tests.conftest import MINIMAL, REPO
+from trainer.local.run import LOCAL_DEFAULTS
+from trainer.local.run import build_parser as local_parser
+
+# How the docs write each grain format MaxText names (core/data.py DATASET_FORMATS).
+FORMAT_NAMES = {"arrayrecord": "ArrayRecord", "parquet": "Parquet"}
+
+
+def _doc(name: str) -> str:
+    return " ".join((REPO / name).read_text(encoding="utf-8").split())      # lines joined: sentences wrap
+
+
+def _one(pattern: str, text: str, where: str) -> re.Match:
+    found = re.search(pattern, text)
+    assert found, f"{where} no longer states: {pattern}"
+    return found
+
+
+def test_the_stacks_checkpoint_period_default_is_what_the_docs_say():
+    stated = {int(_one(r"`checkpointPeriod` \|[^|]*\|[^|]*\|[^|]*\|[^|]*Unset: (\d+), or trainSteps when the run "
+                       r"is shorter", _doc("docs/configuration.md"), "docs/configuration.md").group(1)),
+              int(_one(r"a stack's `checkpointPeriod` is (\d+), or trainSteps when the run is shorter",
+                       _doc("docs/trainer.md"), "docs/trainer.md").group(1))}
+    [period] = stated
+    assert build({**MINIMAL, "trainSteps": 10 * period}).workload.checkpoint_period == period
+    assert build({**MINIMAL, "trainSteps": period - 1}).workload.checkpoint_period == period - 1
+
+
+def test_the_entrypoints_and_the_local_runs_checkpoint_period_is_what_the_docs_say():
+    trainer_md = _doc("docs/trainer.md")
+    assert f"`python -m trainer.entrypoint` without `--checkpoint-period` takes {CHECKPOINT_PERIOD_RULE}" in trainer_md
+    divisor, low, high = map(int, _one(r"steps/(\d+), at least (\d+), at most (\d+)", CHECKPOINT_PERIOD_RULE,
+                                       "CHECKPOINT_PERIOD_RULE").groups())
+    for steps in range(1, 3000):
+        assert default_checkpoint_period(steps) == max(low, min(high, steps // divisor)), steps
+    local = LOCAL_DEFAULTS["checkpoint_period"]
+    assert int(_one(r"`python -m trainer.local` saves every (\d+) steps", trainer_md, "docs/trainer.md").group(1)) \
+        == local
+    assert int(_one(r"30 steps, a checkpoint every (\d+)\.", trainer_md, "docs/trainer.md").group(1)) == local
+    # trainer.local's --help states its own default, not the entrypoint's rule (issue 37: they disagreed).
+    help_text = " ".join(local_parser().format_help().split())
+    assert f"steps between checkpoints (default: {local})" in help_text
+
+
+def test_the_elastic_data_rules_are_what_configuration_md_says():
+    page = _doc("docs/configuration.md")
+    accepted = _one(r"Elastic runs \([^)]*\) read (\w+) data only", page, "docs/configuration.md").group(1)
+    refused = _one(r"So (\w+) is refused on an elastic run", page, "docs/configuration.md").group(1)
+    assert {accepted} == {FORMAT_NAMES[f] for f in data.ELASTIC_FORMATS}
+    assert {refused} == {FORMAT_NAMES[f] for f in data.DATASET_FORMATS} - {accepted}
+    # And the stack does what the page says: the dev stack's shape (elastic on Spot).
+    elastic = {**MINIMAL, "capacity": "spot", "model": "qwen3-0.6b", "datasetType": "grain"}
+    assert build({**elastic, "datasetPath": "gs://my-data/train-*.array_record"}).workload.plan.elastic
+    with pytest.raises(ConfigError) as refusal:
+        build({**elastic, "datasetPath": "gs://my-data/part-*.parquet"})
+    assert "is parquet data, refused on an elastic run" in refusal.value.problems[0]
+    # An elastic Pathways run: grain data in either format is refused, as the page says.
+    assert "An elastic Pathways run (`pathwaysElasticSlices` above 0) is refused grain data in either format" in page
+    for path in ("gs://my-data/train-*.array_record", "gs://my-data/part-*.parquet"):
+        with pytest.raises(ConfigError):
+            build({**MINIMAL, "workloadBackend": "pathways", "model": "qwen3-0.6b", "pathwaysElasticSlices": 1,
+                   "datasetType": "grain", "datasetPath": path})
+
+
+def test_the_compile_times_in_preview_help_are_the_measured_ones():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        parse_args(["--help"])
+    help_text = " ".join(out.getvalue().split())
+    assert "1.5-10 min" not in help_text
+    planner = _doc("docs/planner.md")
+    dev = _one(r"the dev stack's step (\d+m\d+s)", help_text, "--compile's help").group(1)
+    assert re.search(rf"Pre-flight compile: v6e-8 x 2 slice\(s\), {dev} ", planner), dev
+    minutes = _one(r"an 8B step had not finished after (\d+) minutes", help_text, "--compile's help").group(1)
+    assert f"had not finished after {minutes} minutes" in planner
+
+
+def test_the_readme_states_the_test_time_development_md_measured():
+    measured = _one(r"the tests took (\d+ min \d+ s)", _doc("docs/development.md"), "docs/development.md").group(1)
+    assert f"the tests took {measured} on 2 cores" in _doc("README.md")
+
+
+def test_the_readme_deploy_block_has_the_steps_deploying_md_has():
+    readme, deploying = (REPO / "README.md").read_text(), (REPO / "docs/deploying.md").read_text()
+    assert "PULUMI_CONFIG_PASSPHRASE" in deploying
+    assert "export PULUMI_CONFIG_PASSPHRASE=" in readme
+    assert "python -m preview.deployer_roles --grants --stack dev --member user:YOU@EXAMPLE.COM" in deploying
+    assert ".venv/bin/python -m preview.deployer_roles --grants --stack dev --member user:YOU@EXAMPLE.COM" in readme
+    quota = re.search(r"gcloud compute regions describe us-east5 .*?\| grep -i -E 'tpu\|metric'", deploying, re.DOTALL)
+    assert quota and quota.group(0) in readme
