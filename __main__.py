@@ -47,7 +47,7 @@ for warning in run_facts.warnings:
 for note in config.workload.plan.notes:
     (pulumi.log.warn if note.startswith("memory") else pulumi.log.info)(f"plan: {note}")
 
-services = ProjectServices("apis", config.gcp.project, required_apis(config.worker_image is not None))
+services = ProjectServices("apis", config.gcp.project, required_apis(config.worker_image.builder if config.worker_image else None))
 network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)
 node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready)
 # Prod data survives destroy: deletionProtection (on by default) also protects the bucket; a kept bucket is adopted.
@@ -61,7 +61,9 @@ bundle = load_bundle()
 worker_image = None if config.worker_image is None else WorkerImage(
     "worker-image", WorkerImageSpec(project=config.gcp.project, region=config.gcp.region,
                                     repository_id=config.worker_image.repository_id,
-                                    tag=image_tag()),
+                                    tag=image_tag(), builder=config.worker_image.builder,
+                                    staging_bucket=config.worker_image.staging_bucket,
+                                    build_account_id=config.worker_image.build_account_id),
     node_account.email, depends_on=services.ready)
 
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,

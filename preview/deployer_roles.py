@@ -57,6 +57,9 @@ ROLES: tuple[DeployerRole, ...] = (
     DeployerRole("roles/artifactregistry.admin", "the worker image repository, its reader grant, the image push",
                  "https://cloud.google.com/artifact-registry/docs/access-control",
                  when="workerEnvironment=image"),
+    DeployerRole("roles/cloudbuild.builds.editor", "submit the worker image's build (gcloud builds submit) and "
+                 "wait for it", "https://cloud.google.com/build/docs/iam-roles-permissions",
+                 when="workerEnvironment=image, imageBuilder=cloud-build"),
 )
 _BY_ROLE = {role.role: role for role in ROLES}
 
@@ -81,10 +84,15 @@ _TYPE_ROLE: dict[str, str] = {
     "gcp:artifactregistry/repository:Repository": "roles/artifactregistry.admin",
     "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember": "roles/artifactregistry.admin",
     "docker-build:index:Image": "roles/artifactregistry.admin",
+    # imageBuilder=cloud-build: the build the command submits (its staging bucket and account are rows above).
+    "command:local:Command": "roles/cloudbuild.builds.editor",
 }
 # Node pools and clusters that run as a user-managed service account also need actAs on it.
 _ALSO = {"gcp:container/nodePool:NodePool": ("roles/iam.serviceAccountUser",),
-         "gcp:container/cluster:Cluster": ("roles/iam.serviceAccountUser",)}
+         "gcp:container/cluster:Cluster": ("roles/iam.serviceAccountUser",),
+         # A build that runs as the stack's build account: the submitter acts as it
+         # (https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts).
+         "command:local:Command": ("roles/iam.serviceAccountUser",)}
 
 
 def role_for(resource_type: str) -> str | None:
