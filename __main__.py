@@ -52,7 +52,8 @@ for line in read_access.owner_grants:
 for note in config.workload.plan.notes:
     (pulumi.log.warn if note.startswith("memory") else pulumi.log.info)(f"plan: {note}")
 
-services = ProjectServices("apis", config.gcp.project, required_apis(config.worker_image is not None))
+services = ProjectServices("apis", config.gcp.project,
+                           required_apis(config.worker_image.builder if config.worker_image else None))
 network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)
 node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready,
                                   deployer=preflight.deployer)
@@ -67,8 +68,10 @@ bundle = load_bundle()
 worker_image = None if config.worker_image is None else WorkerImage(
     "worker-image", WorkerImageSpec(project=config.gcp.project, region=config.gcp.region,
                                     repository_id=config.worker_image.repository_id,
-                                    tag=image_tag()),
-    node_account.email, depends_on=services.ready)
+                                    tag=image_tag(), builder=config.worker_image.builder,
+                                    staging_bucket=config.worker_image.staging_bucket,
+                                    build_account_id=config.worker_image.build_account_id),
+    node_account.email, depends_on=services.ready, deployer=preflight.deployer)
 
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
                             opts=pulumi.ResourceOptions(deleted_with=cluster.cluster))

@@ -133,6 +133,11 @@ class Names:
         return fit(f"{self.cluster}-nodes", SERVICE_ACCOUNT_MAX)
 
     @property
+    def build_service_account(self) -> str:
+        """The account the worker image's Cloud Build runs as (one per cluster, like the nodes')."""
+        return fit(f"{self.cluster}-builds", SERVICE_ACCOUNT_MAX)
+
+    @property
     def pods_range(self) -> str:
         return "pods"
 

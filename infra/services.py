@@ -21,12 +21,20 @@ REQUIRED_APIS = (
 # workerEnvironment=image: the stack creates an Artifact Registry repository and pushes the worker image to it; the
 # Artifact Registry API is off in a new project ("Enable the Artifact Registry API",
 # https://cloud.google.com/artifact-registry/docs/enable-service).
-IMAGE_APIS = ("artifactregistry.googleapis.com",)
+# Its TPU pools stream the image (infra/tpu_pools.py image_streaming), which needs the Container File System API
+# (https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming, "Requirements").
+IMAGE_APIS = ("artifactregistry.googleapis.com", "containerfilesystem.googleapis.com")
+# imageBuilder=cloud-build: Cloud Build runs the build (https://cloud.google.com/build/docs/build-push-docker-image:
+# "Enable the Cloud Build API").
+CLOUD_BUILD_APIS = ("cloudbuild.googleapis.com",)
 
 
-def required_apis(worker_image: bool) -> tuple[str, ...]:
-    """The APIs this stack's resources need: the base set, plus Artifact Registry when it builds an image."""
-    return REQUIRED_APIS + (IMAGE_APIS if worker_image else ())
+def required_apis(image_builder: str | None) -> tuple[str, ...]:
+    """The APIs this stack's resources need: the base set, plus Artifact Registry when it builds an image
+    (image_builder: the config's imageBuilder, None without an image), plus Cloud Build when that builds it."""
+    if image_builder is None:
+        return REQUIRED_APIS
+    return REQUIRED_APIS + IMAGE_APIS + (CLOUD_BUILD_APIS if image_builder == "cloud-build" else ())
 
 
 class ProjectServices(pulumi.ComponentResource):

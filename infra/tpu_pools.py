@@ -45,6 +45,17 @@ def shutdown_settings(config: StackConfig) -> dict:
         shutdown_grace_period_critical_pods_seconds=budget.node_critical_s)}
 
 
+def image_streaming(config: StackConfig) -> gcp.container.NodePoolNodeConfigGcfsConfigArgs | None:
+    """With the workers' image, GKE Image streaming: a cold node starts the container while the multi-GB image
+    streams, instead of after the whole pull. Needs the Container File System API (infra/services.py), the
+    Container-Optimized OS containerd image (GKE's default), an Artifact Registry image and, on private nodes,
+    Private Google Access on the node subnet (infra/network.py sets it): "Use Image streaming to pull container
+    images", https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming."""
+    if config.worker_image is None:
+        return None
+    return gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True)
+
+
 def size_settings(config: StackConfig, index: int) -> dict:
     """Node pool kwargs for slice `index`'s size: a fixed whole slice when warm, else autoscaling 0..hosts.
 
@@ -126,6 +137,7 @@ class TpuSlicePools(pulumi.ComponentResource):
                     machine_type=shape.machine.name,
                     labels=labels,
                     gvnic=gcp.container.NodePoolNodeConfigGvnicArgs(enabled=True),
+                    gcfs_config=image_streaming(config),
                     advanced_machine_features=advanced_machine_features,
                     **node_security(node_service_account),
                     **node_kwargs,

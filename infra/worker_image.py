@@ -5,9 +5,11 @@ The tag is the content hash of exactly the build context (the Dockerfile and eve
 infra/build_context.py), and the repository keeps tags immutable: a tag names exactly one image, so pods can use it as a plain string (the manifests stay
 pure and their names hash it) while an unchanged tree never rebuilds. Pods wait for the push through
 dependencies. The node account may only read this repository (roles/artifactregistry.reader on it).
-Docker build: pulumi-docker-build `Image` (BuildKit; https://www.pulumi.com/registry/packages/docker-build/),
-pushing with a short-lived OAuth token of the deploying identity as Artifact Registry documents for Docker
-("oauth2accesstoken", https://cloud.google.com/artifact-registry/docs/docker/authentication#token).
+Two builders (imageBuilder): cloud-build, the default, needs no Docker where `pulumi up` runs (infra/cloud_build.py
+says why and how); docker builds with a local daemon: pulumi-docker-build `Image` (BuildKit;
+https://www.pulumi.com/registry/packages/docker-build/), pushing with a short-lived OAuth token of the deploying
+identity as Artifact Registry documents for Docker ("oauth2accesstoken",
+https://cloud.google.com/artifact-registry/docs/docker/authentication#token).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pulumi_docker_build as docker_build
 import pulumi_gcp as gcp
 
 from infra.build_context import context_tag
+from infra.cloud_build import CloudBuildImage, CloudBuildSpec
 from infra.component import child_options, component_type
 
 # Relative to the project directory, where Pulumi runs the program: state then holds no machine's paths.
@@ -54,6 +57,9 @@ class WorkerImageSpec:
     region: str
     repository_id: str
     tag: str
+    builder: str = "cloud-build"           # imageBuilder: cloud-build | docker
+    staging_bucket: str | None = None      # cloud-build: where the build context is uploaded
+    build_account_id: str | None = None    # cloud-build: the account the build runs as
 
     @property
     def registry(self) -> str:
@@ -72,7 +78,8 @@ def image_tag(root: Path | None = None) -> str:
 
 class WorkerImage(pulumi.ComponentResource):
     def __init__(self, name: str, spec: WorkerImageSpec, node_service_account: pulumi.Input[str],
-                 depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None):
+                 depends_on: list[pulumi.Resource], deployer: str | None = None,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "WorkerImage"), name, None, opts)
         self.repository = gcp.artifactregistry.Repository(
             "images", project=spec.project, location=spec.region, repository_id=spec.repository_id,
@@ -84,18 +91,29 @@ class WorkerImage(pulumi.ComponentResource):
             "node-reader", project=spec.project, location=spec.region, repository=self.repository.repository_id,
             role=READER_ROLE, member=pulumi.Output.concat("serviceAccount:", node_service_account),
             opts=child_options(self))
-        token = gcp.organizations.get_client_config_output().access_token
-        self.image = docker_build.Image(
-            "worker",
-            context=docker_build.BuildContextArgs(location=CONTEXT),
-            dockerfile=docker_build.DockerfileArgs(location=DOCKERFILE),
-            # TPU VMs are x86_64; the lock is resolved for manylinux_2_31 x86_64.
-            platforms=[docker_build.Platform.LINUX_AMD64],
-            push=True,
-            tags=[spec.ref],
-            registries=[docker_build.RegistryArgs(address=spec.registry, username="oauth2accesstoken",
-                                                  password=pulumi.Output.secret(token))],
-            opts=child_options(self, depends_on=[self.repository]))
+        if spec.builder == "cloud-build":
+            cloud_build = CloudBuildImage(
+                self, CloudBuildSpec(project=spec.project, region=spec.region, image_ref=spec.ref,
+                                     staging_bucket=spec.staging_bucket or "",
+                                     account_id=spec.build_account_id or ""),
+                self.repository, depends_on, deployer)
+            self.built: pulumi.Resource = cloud_build.build
+            digest: pulumi.Input[str] | None = None      # the build's own record has it (gcloud builds list)
+        else:
+            token = gcp.organizations.get_client_config_output().access_token
+            image = docker_build.Image(
+                "worker",
+                context=docker_build.BuildContextArgs(location=CONTEXT),
+                dockerfile=docker_build.DockerfileArgs(location=DOCKERFILE),
+                # TPU VMs are x86_64; the lock is resolved for manylinux_2_31 x86_64.
+                platforms=[docker_build.Platform.LINUX_AMD64],
+                push=True,
+                tags=[spec.ref],
+                registries=[docker_build.RegistryArgs(address=spec.registry, username="oauth2accesstoken",
+                                                      password=pulumi.Output.secret(token))],
+                opts=child_options(self, depends_on=[self.repository]))
+            self.built = image
+            digest = image.digest
         self.ref = spec.ref
-        self.ready: list[pulumi.Resource] = [self.image, self.node_reader]
-        self.register_outputs({"ref": self.ref, "digest": self.image.digest})
+        self.ready: list[pulumi.Resource] = [self.built, self.node_reader]
+        self.register_outputs({"ref": self.ref, "digest": digest})

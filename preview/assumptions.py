@@ -93,9 +93,17 @@ def assumptions(config: StackConfig) -> list[str]:
     for image in backend.images(config):
         lines.append(f"image {image}: its tag or digest cannot be checked offline; check it exists "
                      "(gcloud artifacts docker images describe / docker manifest inspect)")
-    if config.workload.worker_environment == "image" and backend.runs_worker_environment:
+    if config.worker_image is not None and config.worker_image.builder == "docker":
         lines.append("worker image: built from worker_env/Dockerfile during `pulumi up` (needs Docker with BuildKit "
                      "where it runs); never built offline")
+    elif config.worker_image is not None:
+        lines.append("worker image: built by Cloud Build from worker_env/cloudbuild.yaml during `pulumi up` (needs "
+                     "gcloud where it runs; the recipe is checked against the API's schema, never built offline); "
+                     "the build's E2_HIGHCPU_8 minutes bill once per change of the lock or the code")
+    if config.worker_image is not None and not config.cluster.autopilot:
+        lines.append("image streaming: the TPU pools stream the image (gcfsConfig); GKE's page lists no TPU "
+                     "limitation and no price of its own for it, so both are assumed; a pool without it pulls "
+                     "the whole image first")
     lines.extend(backend.assumptions(config))
     if config.network.dcn:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "

@@ -29,7 +29,7 @@ class DeployerRole:
 
 
 ROOT = Path(__file__).resolve().parent.parent
-NODE_ACCOUNT = "the node service account (the stack grants it)"
+NODE_ACCOUNT = "the node service account, and the image build's (the stack grants it)"
 _IAM_COMPUTE = "https://cloud.google.com/compute/docs/access/iam"
 ROLES: tuple[DeployerRole, ...] = (
     DeployerRole("roles/serviceusage.serviceUsageAdmin", "enable the APIs the stack needs (ProjectServices)",
@@ -43,8 +43,9 @@ ROLES: tuple[DeployerRole, ...] = (
     DeployerRole("roles/iam.serviceAccountAdmin", "the node service account (NodeServiceAccount)",
                  "https://cloud.google.com/iam/docs/service-account-permissions"),
     DeployerRole("roles/iam.serviceAccountUser", "create the cluster and node pools that run as the node service "
-                 "account (actAs); the stack grants it to whoever runs pulumi up on that account alone, not on the "
-                 "project (which would act as every service account)",
+                 "account, and submit the image build that runs as the build account (actAs); the stack grants "
+                 "it to whoever runs pulumi up on those accounts alone, not on the project (which would act as "
+                 "every service account)",
                  "https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts", on=NODE_ACCOUNT),
     DeployerRole("roles/resourcemanager.projectIamAdmin",
                  "project-level grants to the node account and the training pods (goodput, logging); granted "
@@ -65,6 +66,9 @@ ROLES: tuple[DeployerRole, ...] = (
     DeployerRole("roles/artifactregistry.admin", "the worker image repository, its reader grant, the image push",
                  "https://cloud.google.com/artifact-registry/docs/access-control",
                  when="workerEnvironment=image"),
+    DeployerRole("roles/cloudbuild.builds.editor", "submit the worker image's build (gcloud builds submit) and "
+                 "wait for it", "https://cloud.google.com/build/docs/iam-roles-permissions",
+                 when="workerEnvironment=image, imageBuilder=cloud-build"),
 )
 _BY_ROLE = {role.role: role for role in ROLES}
 
@@ -92,10 +96,15 @@ _TYPE_ROLE: dict[str, str] = {
     "gcp:artifactregistry/repository:Repository": "roles/artifactregistry.admin",
     "gcp:artifactregistry/repositoryIamMember:RepositoryIamMember": "roles/artifactregistry.admin",
     "docker-build:index:Image": "roles/artifactregistry.admin",
+    # imageBuilder=cloud-build: the build the command submits (its staging bucket and account are rows above).
+    "command:local:Command": "roles/cloudbuild.builds.editor",
 }
 # Node pools and clusters that run as a user-managed service account also need actAs on it.
 _ALSO = {"gcp:container/nodePool:NodePool": ("roles/iam.serviceAccountUser",),
-         "gcp:container/cluster:Cluster": ("roles/iam.serviceAccountUser",)}
+         "gcp:container/cluster:Cluster": ("roles/iam.serviceAccountUser",),
+         # A build that runs as the stack's build account: the submitter acts as it
+         # (https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts).
+         "command:local:Command": ("roles/iam.serviceAccountUser",)}
 
 
 def role_for(resource_type: str) -> str | None:

@@ -105,9 +105,11 @@ def lookup_apis(repo: Path = REPO) -> str:
 
 
 def required_apis(repo: Path = REPO) -> str:
-    from infra.services import IMAGE_APIS, required_apis as apis
-    lines = [f"- `{api}`" for api in apis(worker_image=False)]
-    lines += [f"- `{api}` (only with `workerEnvironment: image`)" for api in IMAGE_APIS]
+    from infra.services import CLOUD_BUILD_APIS, IMAGE_APIS, required_apis as apis
+    lines = [f"- `{api}`" for api in apis(None)]
+    lines += [f"- `{api}` (with `workerEnvironment: image`, the default on Ray and JobSet)" for api in IMAGE_APIS]
+    lines += [f"- `{api}` (with `workerEnvironment: image` and `imageBuilder: cloud-build`, the defaults)"
+              for api in CLOUD_BUILD_APIS]
     return "\n".join(lines)
 
 

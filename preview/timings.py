@@ -55,6 +55,13 @@ BY_TYPE: dict[str, Timing] = {
     "gcp:storage/bucket:Bucket": Timing(3, 5, "guess (force-destroy of many objects takes longer)"),
     "gcp:storage/bucketIAMMember:BucketIAMMember": Timing(5, 5, "guess"),
     "gcp:container/cluster:Cluster": CLUSTER,
+    # The workers' image (workerEnvironment=image), built when the build context changes: pull the Ray base
+    # image, install the lock's ~740 MB of wheels, push a multi-GB layer. Nothing to delete (the repository's
+    # cleanup policy removes old images).
+    "command:local:Command": Timing(600, 0, "guess: a Cloud Build of the workers' image on E2_HIGHCPU_8 "
+                                           "(base pull, lock install, in-region push); unchanged trees skip it"),
+    "docker-build:index:Image": Timing(900, 0, "guess: a local BuildKit build and push of the workers' image; "
+                                               "the push leaves this machine; unchanged trees skip it"),
     # Kubernetes objects: the API server answers in about a second; pulumi-kubernetes does not wait for
     # custom resources to become ready. Namespace deletion waits for its finalizers.
     "kubernetes:core/v1:Namespace": Timing(1, 15, "guess"),

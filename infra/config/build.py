@@ -70,9 +70,22 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
             run=data_rules.training_run(v, maxtext_settings, rules.checkpoint_period(v)),
             memory_check=v["memoryCheck"] is not False),
         backend=_backend_settings(v, raw, shape.chips),
-        worker_image=(WorkerImageSettings(repository_id=naming.fit(f"{v['clusterName']}-images", 63))
-                      if v["workerEnvironment"] == "image" else None),
+        worker_image=_worker_image_settings(v),
     )
+
+
+def _worker_image_settings(v: dict[str, Any]) -> WorkerImageSettings | None:
+    """workerEnvironment=image on a backend that runs the workers' environment (Pathways runs its own images)."""
+    if v["workerEnvironment"] != "image" or v["workloadBackend"] not in ("rayjob", "jobset"):
+        return None
+    builder = v["imageBuilder"]
+    return WorkerImageSettings(
+        repository_id=naming.fit(f"{v['clusterName']}-images", 63), builder=builder,
+        # Bucket names are global: the project's ID keeps two projects' stacks of one cluster name apart.
+        staging_bucket=(naming.fit(f"{v['project']}-{v['clusterName']}-builds", 63)
+                        if builder == "cloud-build" else None),
+        build_account_id=(naming.Names(v["clusterName"]).build_service_account
+                          if builder == "cloud-build" else None))
 
 
 def _backend_settings(v: dict[str, Any], raw: Mapping[str, Any], chips_per_slice: int) -> BackendSettings:

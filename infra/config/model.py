@@ -201,6 +201,9 @@ class WorkloadSettings:
 class WorkerImageSettings:
     """workerEnvironment=image: where the stack pushes the image it builds from worker_env/Dockerfile."""
     repository_id: str
+    builder: str = "cloud-build"           # imageBuilder: cloud-build | docker
+    staging_bucket: str | None = None      # cloud-build: the bucket its build contexts are uploaded to
+    build_account_id: str | None = None    # cloud-build: the service account the build runs as
 
 
 @dataclass(frozen=True)

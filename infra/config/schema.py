@@ -214,11 +214,17 @@ KEYS: tuple[Key, ...] = (
         # The field is an int32 of at least 1 (rayjob_types.go `+kubebuilder:validation:Minimum=1`); 0 leaves it out.
         check=check.within(0, 2**31 - 1, "0 (no limit) or 1 to 2147483647 seconds"), applies_to=(_ON_RAY,)),
     Key("workerEnvironment", "string", "How the workers get their locked Python environment "
-        "(worker_env/requirements.lock): runtime (Ray workers and JobSet pods install the lock when they start; no "
-        "Docker needed) or image (the stack builds worker_env/Dockerfile, pushes it to an Artifact Registry "
-        "repository it creates and runs every pod on it; needs Docker where pulumi up runs). Not used by "
-        "workloadBackend=pathways, which runs pathwaysTrainerImage.", "runtime", ("runtime", "image"),
+        "(worker_env/requirements.lock): image (the stack builds worker_env/Dockerfile, pushes it to an Artifact "
+        "Registry repository it creates and runs every pod on it: a slice that scales from zero, grows or "
+        "replaces a Spot host installs nothing at start) or runtime (Ray workers and JobSet pods install the "
+        "lock, about 740 MB of wheels, from the package index on every host at every start). Not used by "
+        "workloadBackend=pathways, which runs pathwaysTrainerImage.", "runtime", ("image", "runtime"),
         applies_to=(_ON_RAY_OR_JOBSET,)),
+    Key("imageBuilder", "string", "What builds the workers' image: cloud-build (Cloud Build, submitted by pulumi "
+        "up with gcloud; no Docker needed where it runs) or docker (a local Docker/BuildKit daemon).",
+        "cloud-build", ("cloud-build", "docker"),
+        applies_to=(_ON_RAY_OR_JOBSET, AppliesTo("workerEnvironment", ("image",),
+                                                 "only an image is built (workerEnvironment=runtime builds none)"))),
     Key("maxtextVersion", "string", "MaxText release the workers install (>= 0.2.2; older ones train the wrong "
         "model).", "0.2.5",
         check=check.maxtext_release, applies_to=(_ON_RAY_OR_JOBSET,)),

@@ -135,19 +135,30 @@ def _image_content(root: Path) -> bytes:
                     for p in paths) + (root / DOCKERFILE).read_bytes()
 
 
-def test_up_after_a_change_to_a_file_the_old_tag_did_not_hash_pushes_a_new_tag(tmp_path, monkeypatch):
+def _built_ref(run, builder: str) -> str:
+    """The image reference a build pushes: the Docker build's tag, or what the Cloud Build command builds on
+    (its trigger: a new reference is a new build)."""
+    if builder == "docker":
+        [ref] = run.one("docker-build:index:Image").inputs["tags"]
+    else:
+        [ref] = run.one("command:local:Command", "worker-build").inputs["triggers"]
+    return ref
+
+
+@pytest.mark.parametrize("builder", ["docker", "cloud-build"])
+def test_up_after_a_change_to_a_file_the_old_tag_did_not_hash_pushes_a_new_tag(tmp_path, monkeypatch, builder):
     """`pulumi up` (image built and pushed), a change to core/xla_calibration.json (in the context, not a .py file),
     `pulumi up` again: the provider rebuilds on any context change, and the push must not meet an existing tag.
     The program's tag is context_tag of the project (so every kind of change above reaches it)."""
     root = _copy_context(tmp_path)
     monkeypatch.setattr(worker_image, "PROJECT_ROOT", root)
     registry = ImmutableTagRegistry()
-    config = {**MINIMAL, "workerEnvironment": "image"}
+    config = {**MINIMAL, "workerEnvironment": "image", "imageBuilder": builder}
     for step in ("first up", "change", "second up"):
         if step == "change":
             CHANGES["json"](root)
             continue
-        [ref] = run_program(config, stack="img").one("docker-build:index:Image").inputs["tags"]
+        ref = _built_ref(run_program(config, stack="img"), builder)
         assert ref.endswith(":" + context_tag(root, DOCKERFILE))
         registry.push(ref, _image_content(root))
     assert len(registry.images) == 2

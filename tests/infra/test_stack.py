@@ -325,13 +325,15 @@ def test_autopilot_nodes_run_as_the_stacks_node_account():
 
 
 def test_the_image_path_builds_pushes_and_lets_only_the_node_account_read():
-    """workerEnvironment=image: an Artifact Registry repository with immutable tags (a tag names one image), the
-    image pushed there by pulumi-docker-build, roles/artifactregistry.reader for the node account on that
-    repository only (nodes pull the image; https://cloud.google.com/artifact-registry/docs/access-control)."""
+    """workerEnvironment=image, imageBuilder=docker: an Artifact Registry repository with immutable tags (a tag
+    names one image), the image pushed there by pulumi-docker-build, roles/artifactregistry.reader for the node
+    account on that repository only (nodes pull the image;
+    https://cloud.google.com/artifact-registry/docs/access-control). Cloud Build: tests/infra/test_cloud_build.py."""
     from preview.harness import run_program
-    run = run_program({**MINIMAL, "workerEnvironment": "image"}, stack="img")
+    run = run_program({**MINIMAL, "workerEnvironment": "image", "imageBuilder": "docker"}, stack="img")
     repo = run.one("gcp:artifactregistry/repository:Repository").inputs
     assert repo["format"] == "DOCKER" and repo["dockerConfig"] == {"immutableTags": True}
+    assert not run.of_type("command:local:Command")
     reader = run.one("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember").inputs
     assert reader["role"] == "roles/artifactregistry.reader"
     assert reader["member"].startswith("serviceAccount:tpu-multislice-nodes@")

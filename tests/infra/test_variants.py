@@ -38,8 +38,10 @@ def test_every_variant_keeps_the_first_run_rules(variant):
     assert "roles/logging.viewer" not in {g.inputs["role"] for g in project_grants}
     # Workloads wait for every grant of their identity.
     account = run.one("kubernetes:core/v1:ServiceAccount", "trainer")
-    for grant in run.of_type("gcp:storage/bucketIAMMember:BucketIAMMember") + [
-            g for g in project_grants if g.name.startswith("goodput-")]:
+    trainer_grants = [g for g in run.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
+                      if "WorkloadIdentity" in g.urn]
+    assert trainer_grants
+    for grant in trainer_grants + [g for g in project_grants if g.name.startswith("goodput-")]:
         assert depends_on(run, account, grant), grant.name
     # The image path enables the registry it pushes to.
     services = {s.inputs["service"] for s in run.of_type("gcp:projects/service:Service")}

@@ -28,8 +28,12 @@ def test_a_version_the_user_pins_is_an_assumption_too_and_the_image_path_is_buil
     config = build({**load_stack_config("prod", REPO), "gkeVersion": "1.35", "workerEnvironment": "image"})
     lines = assumptions(config)
     assert any("gkeVersion=1.35 is assumed to be offered" in line for line in lines)
-    assert any("built from worker_env/Dockerfile during `pulumi up`" in line for line in lines)
+    assert any("built by Cloud Build from worker_env/cloudbuild.yaml during `pulumi up`" in line for line in lines)
+    assert any(line.startswith("image streaming:") for line in lines)
     assert not any(line.startswith("image rayproject") for line in lines)
+    docker = assumptions(build({**load_stack_config("prod", REPO), "workerEnvironment": "image",
+                                "imageBuilder": "docker"}))
+    assert any("built from worker_env/Dockerfile during `pulumi up` (needs Docker" in line for line in docker)
 
 
 def test_the_plan_names_the_recipe_the_run_follows():

@@ -30,11 +30,13 @@ def test_every_type_a_committed_stack_registers_has_a_role(stack):
     ({}, None),
     ({"dcn": "true"}, "roles/compute.securityAdmin"),
     ({"zone": "us-central1-c", "tpuGeneration": "tpu7x", "tpuTopology": "2x2x4"}, "roles/compute.instanceAdmin.v1"),
-    ({"workerEnvironment": "image"}, "roles/artifactregistry.admin"),
+    ({"workerEnvironment": "image", "imageBuilder": "docker"}, "roles/artifactregistry.admin"),
+    ({"workerEnvironment": "image"}, ("roles/artifactregistry.admin", "roles/cloudbuild.builds.editor")),
 ])
 def test_roles_follow_what_the_config_creates(overrides, extra_role):
     roles = {role.role for role in roles_for(_types(run_program({**MINIMAL, **overrides})))}
-    assert roles == ALWAYS | ({extra_role} if extra_role else set())
+    extra = {extra_role} if isinstance(extra_role, str) else set(extra_role or ())
+    assert roles == ALWAYS | extra
 
 
 def test_an_unknown_resource_type_is_not_silently_allowed():

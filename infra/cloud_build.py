@@ -1,0 +1,123 @@
+"""The workers' image built by Cloud Build (imageBuilder=cloud-build): no Docker daemon where `pulumi up` runs.
+
+Why Cloud Build, submitted by the program with `gcloud builds submit`: the machine that runs `pulumi up` already
+needs gcloud and the deploying identity (the README's deploy block), and nothing else is added: no daemon, no
+privileged container, no cluster to exist first (an in-cluster builder would put the build behind the cluster
+on the critical path, and its pushes behind Workload Identity). The build runs next to Artifact Registry, so
+the multi-GB push stays inside Google's network; only the allow-listed context (the lock and the code, about
+1 MB) is uploaded.
+
+What it is made of, each least privilege:
+- a staging bucket of the stack's for the uploaded context (objects deleted after a week: a context is
+  needed only while its build runs), readable by the build's service account only;
+- a build service account of the stack's that may write to the stack's image repository, read the staging
+  bucket and write its logs, and nothing else (a user-specified account instead of the project's default build
+  account, whose grants differ by project age and organisation policy:
+  https://cloud.google.com/build/docs/cloud-build-service-account-updates);
+- the recipe worker_env/cloudbuild.yaml (a Build resource, checked against the service's discovery document);
+- a `command` resource whose create runs the build and waits for it; its trigger is the image tag, the build
+  context's digest, so an unchanged tree never builds again and a changed one always does.
+
+A failed build fails that resource with one line saying what failed and where the build's log is, and every pod
+that runs the image depends on it, so nothing that runs the image is created after a failed build.
+"""
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_command as command
+import pulumi_gcp as gcp
+
+from infra.component import child_options
+
+RECIPE = "worker_env/cloudbuild.yaml"
+UPLOAD_IGNORE_FILE = "worker_env/Dockerfile.gcloudignore"
+WRITER_ROLE = "roles/artifactregistry.writer"
+STAGING_READER_ROLE = "roles/storage.objectViewer"
+LOG_WRITER_ROLE = "roles/logging.logWriter"
+ACT_AS_ROLE = "roles/iam.serviceAccountUser"
+STAGING_OBJECT_DAYS = 7
+
+
+@dataclass(frozen=True)
+class CloudBuildSpec:
+    project: str
+    region: str
+    image_ref: str          # <region>-docker.pkg.dev/<project>/<repository>/worker:<context digest>
+    staging_bucket: str     # the bucket name the stack creates for uploaded contexts
+    account_id: str         # the build's service account, created by the stack
+
+
+def builds_console_url(project: str, region: str) -> str:
+    """Where a build's log is: the region's build history (the failed build is on top)."""
+    return f"https://console.cloud.google.com/cloud-build/builds;region={region}?project={project}"
+
+
+def submit_argv(spec: CloudBuildSpec, service_account_email: str) -> list[str]:
+    """`gcloud builds submit` of the build context with the recipe, run from the project directory.
+
+    The uploaded files are the ones its ignore file admits (the Dockerfile's own allow-list, so the upload is the
+    context the tag is the digest of); the build waits (no --async) so the resource ends when the push has.
+    """
+    return ["gcloud", "builds", "submit", ".",
+            f"--project={spec.project}", f"--region={spec.region}", f"--config={RECIPE}", f"--ignore-file={UPLOAD_IGNORE_FILE}",
+            f"--substitutions=_IMAGE={spec.image_ref}",
+            f"--service-account=projects/{spec.project}/serviceAccounts/{service_account_email}",
+            f"--gcs-source-staging-dir=gs://{spec.staging_bucket}/source"]
+
+
+def submit_script(spec: CloudBuildSpec, service_account_email: str) -> str:
+    """The shell text the command resource runs: gcloud's own output (its log URL included) goes to
+    `pulumi up`'s log, and a failure ends in one line naming what failed and where the log is."""
+    missing = "the worker image is built with gcloud (imageBuilder=cloud-build): install the Google Cloud CLI"
+    failed = (f"worker image build failed (Cloud Build, {spec.region}): its log is at "
+              f"{builds_console_url(spec.project, spec.region)}")
+    return (f"command -v gcloud >/dev/null || {{ echo {shlex.quote(missing)} >&2; exit 127; }}\n"
+            f"{shlex.join(submit_argv(spec, service_account_email))} "
+            f"|| {{ echo {shlex.quote(failed)} >&2; exit 1; }}")
+
+
+class CloudBuildImage:
+    """The Cloud Build resources of a WorkerImage (created as its children, so their URNs sit under it)."""
+
+    def __init__(self, parent: pulumi.Resource, spec: CloudBuildSpec, repository: gcp.artifactregistry.Repository,
+                 depends_on: list[pulumi.Resource], deployer: str | None = None):
+        self.staging = gcp.storage.Bucket(
+            "build-staging", name=spec.staging_bucket, project=spec.project, location=spec.region,
+            uniform_bucket_level_access=True, public_access_prevention="enforced",
+            # Only build inputs live here, re-uploaded by every build: nothing to keep on destroy.
+            force_destroy=True,
+            lifecycle_rules=[gcp.storage.BucketLifecycleRuleArgs(
+                action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
+                condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=STAGING_OBJECT_DAYS))],
+            opts=child_options(parent, depends_on=depends_on))
+        self.account = gcp.serviceaccount.Account(
+            "worker-builder", project=spec.project, account_id=spec.account_id,
+            display_name="tpu-multislice worker image builds",
+            opts=child_options(parent, depends_on=depends_on))
+        member = self.account.email.apply(lambda email: f"serviceAccount:{email}")
+        self.grants = [
+            gcp.artifactregistry.RepositoryIamMember(
+                "builder-push", project=spec.project, location=spec.region, repository=repository.repository_id,
+                role=WRITER_ROLE, member=member, opts=child_options(parent)),
+            gcp.storage.BucketIAMMember("builder-staging", bucket=self.staging.name, role=STAGING_READER_ROLE,
+                                        member=member, opts=child_options(parent)),
+            gcp.projects.IAMMember("builder-logs", project=spec.project, role=LOG_WRITER_ROLE, member=member,
+                                   opts=child_options(parent)),
+        ]
+        # Submitting a build that runs as this account needs actAs on it
+        # (https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts): granted
+        # to whoever runs `pulumi up` on this account alone, as the node account's is (infra/identity.py).
+        if deployer is not None:
+            self.grants.append(gcp.serviceaccount.IAMMember(
+                "builder-deployer-act-as", service_account_id=self.account.name, role=ACT_AS_ROLE, member=deployer,
+                opts=child_options(parent)))
+        self.build = command.local.Command(
+            "worker-build",
+            create=self.account.email.apply(lambda email: submit_script(spec, email)),
+            # The project directory, where Pulumi runs the program: the state holds no machine's paths.
+            dir=".",
+            triggers=[spec.image_ref],
+            opts=child_options(parent, depends_on=[repository, self.staging, *self.grants]))

@@ -1,0 +1,198 @@
+"""The workers' image built by Cloud Build (imageBuilder=cloud-build): no Docker daemon where `pulumi up` runs.
+
+Checked here: the recipe is a Build the Cloud Build API accepts (its discovery document, shipped with
+google-api-python-client: googleapiclient/discovery_cache/documents/cloudbuild.v1.json, made strict by
+tests/infra/discovery_schema.py); gcloud uploads exactly the build context the tag is the digest of
+(.gcloudignore syntax mirrors .gitignore's: `gcloud topic gcloudignore`,
+https://cloud.google.com/sdk/gcloud/reference/topic/gcloudignore; pathspec implements git's rules); the stack
+wires the build's least-privilege account, its staging bucket and the pods' dependency on the build; and the
+command the stack runs really runs: with a stand-in `gcloud` it passes the flags `gcloud builds submit`
+documents (https://cloud.google.com/sdk/gcloud/reference/builds/submit), and a failed build or a missing
+gcloud ends in one line saying what failed and where the log is.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pathspec
+import pytest
+import yaml
+
+from infra.build_context import context_files
+from infra.cloud_build import RECIPE, UPLOAD_IGNORE_FILE, CloudBuildSpec, submit_script
+from infra.worker_image import DOCKERFILE
+from preview.harness import run_program
+from tests.conftest import MINIMAL, REPO
+from tests.infra.discovery_schema import load_discovery, to_json_schema
+from tests.infra.test_stack import depends_on
+
+IMAGE_CONFIG = {**MINIMAL, "workerEnvironment": "image", "imageBuilder": "cloud-build"}
+SPEC = CloudBuildSpec(project="my-proj", region="us-east5",
+                      image_ref="us-east5-docker.pkg.dev/my-proj/imgs/worker:0123456789abcdef",
+                      staging_bucket="my-proj-tpu-builds", account_id="tpu-builds")
+ACCOUNT = "tpu-builds@my-proj.iam.gserviceaccount.com"
+
+
+def _recipe() -> dict:
+    return yaml.safe_load((REPO / RECIPE).read_text())
+
+
+def test_the_recipe_is_a_build_the_api_accepts():
+    discovery = load_discovery("googleapiclient", "cloudbuild.v1.json")
+    validator = jsonschema.Draft202012Validator(to_json_schema(discovery, "Build"))
+    errors = sorted(validator.iter_errors(_recipe()), key=lambda e: list(e.path))
+    assert not errors, [f"{list(e.path)}: {e.message}" for e in errors]
+
+
+def test_the_strict_schema_refuses_a_misspelt_field():
+    """The check above can fail: a field the Build schema does not have is refused."""
+    discovery = load_discovery("googleapiclient", "cloudbuild.v1.json")
+    validator = jsonschema.Draft202012Validator(to_json_schema(discovery, "Build"))
+    assert list(validator.iter_errors({**_recipe(), "image": ["x"]}))
+    assert list(validator.iter_errors({**_recipe(), "options": {"logging": "CLOUD_LOGGING"}}))
+
+
+def test_the_recipe_builds_the_workers_dockerfile_and_pushes_the_substituted_image():
+    recipe = _recipe()
+    [step] = recipe["steps"]
+    args = step["args"]
+    assert args[0] == "build" and args[args.index("--file") + 1] == DOCKERFILE and args[-1] == "."
+    assert args[args.index("--tag") + 1] == "$_IMAGE" and recipe["images"] == ["$_IMAGE"]
+    # Dockerfile.dockerignore (the allow-list) is read only by BuildKit.
+    assert "DOCKER_BUILDKIT=1" in step["env"]
+    # A user-specified build account needs its logs in Cloud Logging or a bucket of ours
+    # (https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts).
+    assert recipe["options"]["logging"] == "CLOUD_LOGGING_ONLY"
+    # Every substitution used must be passed: a build without _IMAGE fails instead of pushing somewhere else.
+    assert recipe["options"]["substitutionOption"] == "MUST_MATCH"
+
+
+def _uploaded(root: Path) -> set[str]:
+    spec = pathspec.GitIgnoreSpec.from_lines((root / UPLOAD_IGNORE_FILE).read_text().splitlines())
+    files = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
+    return {f for f in files if not spec.match_file(f)}
+
+
+def test_gcloud_uploads_exactly_the_build_context_and_the_files_the_build_reads(tmp_path):
+    """What gcloud uploads = what the tag hashes (context_files) + the Dockerfile and its ignore file (BuildKit
+    reads them beside the context). Checked on the repository and on a tree with the files a developer has."""
+    expected_extra = {DOCKERFILE, f"{DOCKERFILE}.dockerignore"}
+    assert _uploaded(REPO) == set(context_files(REPO, DOCKERFILE)) | expected_extra
+    for relative in ("core/x.py", "trainer/local/run.py", "trainer/__pycache__/a.pyc", ".venv/lib/a.py",
+                     "worker_env/requirements.in", "worker_env/requirements.lock", DOCKERFILE,
+                     f"{DOCKERFILE}.dockerignore", UPLOAD_IGNORE_FILE, "secrets.json", "tests/t.py"):
+        path = tmp_path / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    (tmp_path / f"{DOCKERFILE}.dockerignore").write_text((REPO / f"{DOCKERFILE}.dockerignore").read_text())
+    (tmp_path / UPLOAD_IGNORE_FILE).write_text((REPO / UPLOAD_IGNORE_FILE).read_text())
+    assert _uploaded(tmp_path) == set(context_files(tmp_path, DOCKERFILE)) | expected_extra
+    assert _uploaded(tmp_path) == {"core/x.py", "worker_env/requirements.lock"} | expected_extra
+
+
+def test_the_stack_builds_with_its_own_account_and_every_pod_waits_for_the_build():
+    run = run_program(IMAGE_CONFIG, stack="img")
+    assert not run.of_type("docker-build:index:Image")
+    build = run.one("command:local:Command", "worker-build")
+    [ref] = build.inputs["triggers"]
+    assert ref.startswith("us-east5-docker.pkg.dev/my-tpu-project/tpu-multislice-images/worker:")
+    script = build.inputs["create"]
+    account = run.one("gcp:serviceaccount/account:Account", "worker-builder").inputs
+    email = f"{account['accountId']}@my-tpu-project.iam.gserviceaccount.com"
+    for flag in ("--project=my-tpu-project", "--region=us-east5", f"--config={RECIPE}",
+                 f"--ignore-file={UPLOAD_IGNORE_FILE}", f"--substitutions=_IMAGE={ref}",
+                 f"--service-account=projects/my-tpu-project/serviceAccounts/{email}",
+                 "--gcs-source-staging-dir=gs://my-tpu-project-tpu-multislice-builds/source"):
+        assert flag in script, flag
+    assert build.inputs["dir"] == "."
+    # Least privilege: push to this repository, read this bucket, write logs; nothing project-wide but logs.
+    grants = {g.name: g.inputs for g in run.resources if g.name.startswith("builder-")}
+    assert {n: g["role"] for n, g in grants.items()} == {
+        "builder-push": "roles/artifactregistry.writer", "builder-staging": "roles/storage.objectViewer",
+        "builder-logs": "roles/logging.logWriter", "builder-deployer-act-as": "roles/iam.serviceAccountUser"}
+    assert grants["builder-push"]["repository"] == "tpu-multislice-images"
+    assert grants["builder-staging"]["bucket"] == "my-tpu-project-tpu-multislice-builds"
+    # The deployer may act as the build account alone (it submits builds that run as it).
+    act_as = grants.pop("builder-deployer-act-as")
+    assert act_as["member"] == run.one("gcp:serviceaccount/iAMMember:IAMMember", "nodes-deployer-act-as").inputs["member"]
+    assert all(g["member"] == f"serviceAccount:{email}" for g in grants.values())
+    staging = run.one("gcp:storage/bucket:Bucket", "build-staging").inputs
+    assert staging["publicAccessPrevention"] == "enforced" and staging["uniformBucketLevelAccess"] is True
+    assert staging["lifecycleRules"][0]["condition"]["age"] == 7
+    # The build runs after its grants; the job's pods after the build.
+    for name in grants:
+        assert depends_on(run, build, run.one(next(r.type for r in run.resources if r.name == name), name))
+    assert depends_on(run, run.one("kubernetes:ray.io/v1:RayJob"), build)
+    services = {s.inputs["service"] for s in run.of_type("gcp:projects/service:Service")}
+    assert {"cloudbuild.googleapis.com", "artifactregistry.googleapis.com",
+            "containerfilesystem.googleapis.com"} <= services
+
+
+def test_two_clusters_in_one_project_get_their_own_build_account_and_bucket():
+    names = set()
+    for cluster in ("tpu-a", "tpu-b"):
+        run = run_program({**IMAGE_CONFIG, "clusterName": cluster}, stack=cluster)
+        names.add((run.one("gcp:serviceaccount/account:Account", "worker-builder").inputs["accountId"],
+                   run.one("gcp:storage/bucket:Bucket", "build-staging").inputs["name"]))
+    assert len(names) == 2
+
+
+def test_slices_stream_the_image_only_when_they_run_one():
+    """GKE Image streaming (gcfsConfig) on the TPU pools with the image; nothing to stream on the runtime path."""
+    def streaming(config):
+        pools = [p for p in run_program(config, stack="s").of_type("gcp:container/nodePool:NodePool")
+                 if p.name.startswith("slice-")]
+        return {bool((p.inputs["nodeConfig"].get("gcfsConfig") or {}).get("enabled")) for p in pools}
+    assert streaming(IMAGE_CONFIG) == {True}
+    assert streaming({**MINIMAL, "workerEnvironment": "runtime"}) == {False}
+
+
+def _stand_in(bin_dir: Path, exit_code: int) -> Path:
+    log = bin_dir / "argv"
+    script = bin_dir / "gcloud"
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {log}\necho 'Logs are available at [x].'\n"
+                      f"exit {exit_code}\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return log
+
+
+def _run(script: str, path: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["/bin/sh", "-c", script], cwd=cwd, env={**os.environ, "PATH": path},
+                          capture_output=True, text=True, timeout=30)
+
+
+def test_the_command_runs_gcloud_builds_submit_and_waits(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = _stand_in(bin_dir, 0)
+    done = _run(submit_script(SPEC, ACCOUNT), f"{bin_dir}:/usr/bin:/bin", tmp_path)
+    assert done.returncode == 0, done.stderr
+    argv = log.read_text().splitlines()
+    assert argv[:3] == ["builds", "submit", "."] and "--async" not in argv
+    assert f"--substitutions=_IMAGE={SPEC.image_ref}" in argv
+    assert f"--service-account=projects/my-proj/serviceAccounts/{ACCOUNT}" in argv
+
+
+def test_a_failed_build_ends_in_one_line_naming_what_failed_and_where_the_log_is(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _stand_in(bin_dir, 1)
+    done = _run(submit_script(SPEC, ACCOUNT), f"{bin_dir}:/usr/bin:/bin", tmp_path)
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("worker image build failed (Cloud Build, us-east5)")
+    assert "https://console.cloud.google.com/cloud-build/builds;region=us-east5?project=my-proj" in last
+
+
+def test_without_gcloud_the_command_says_what_to_install(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = subprocess.run(["/bin/sh", "-c", submit_script(SPEC, ACCOUNT)], cwd=tmp_path,
+                          env={"PATH": str(empty)}, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 127
+    assert done.stderr.strip().splitlines() == [
+        "the worker image is built with gcloud (imageBuilder=cloud-build): install the Google Cloud CLI"]
