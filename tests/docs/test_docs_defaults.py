@@ -102,5 +102,6 @@ def test_the_readme_deploy_block_has_the_steps_deploying_md_has():
     assert "export PULUMI_CONFIG_PASSPHRASE=" in readme
     assert "python -m preview.deployer_roles --grants --stack dev --member user:YOU@EXAMPLE.COM" in deploying
     assert ".venv/bin/python -m preview.deployer_roles --grants --stack dev --member user:YOU@EXAMPLE.COM" in readme
-    quota = re.search(r"gcloud compute regions describe us-east5 .*?\| grep -i -E 'tpu\|metric'", deploying, re.DOTALL)
+    quota = re.search(r"gcloud beta quotas info list .*?--format='yaml\(quotaId,dimensionsInfos\)'", deploying,
+                      re.DOTALL)
     assert quota and quota.group(0) in readme
