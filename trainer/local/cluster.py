@@ -218,8 +218,11 @@ class LocalTpuCluster:
     def _alive_node_count(self) -> int:
         probe = ("import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
                  "print(sum(1 for n in ray.nodes() if n['Alive']))")
-        out = subprocess.run([sys.executable, "-c", probe, self.address], env=self.driver_env(),
-                             capture_output=True, text=True, timeout=60)
+        try:
+            out = subprocess.run([sys.executable, "-c", probe, self.address], env=self.driver_env(),
+                                 capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            return 0        # a busy machine: _wait_for_nodes asks again until its own deadline, which it reports
         try:
             return int(out.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):

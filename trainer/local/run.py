@@ -342,9 +342,18 @@ class LocalRun:
                 self.report_progress(progress.read(self.progress_dir))
                 return self.driver.returncode
             if time.time() > deadline:
-                print(f"local: timed out after {self.args.timeout:.0f}s", file=sys.stderr, flush=True)
+                print(f"local: timed out after {self.args.timeout:.0f}s; {_how_far(last, self.args.steps, started)}",
+                      file=sys.stderr, flush=True)
                 return 1
             time.sleep(POLL_S)
+
+
+def _how_far(last: dict | None, steps: int, started: float) -> str:
+    """Where a run stood when it gave up: the last step done and how long before (a hang, or just slow?)."""
+    if last is None:
+        return f"no step of {steps} done"
+    return f"last step done: {last['step']} of 0..{steps - 1}, {time.time() - last['t']:.0f}s ago " \
+           f"({last['t'] - started:.0f}s into the run)"
 
 
 def _describe_event(rec: dict) -> str:
