@@ -88,11 +88,23 @@ class LocalRunResult:
         steps = [line for line in self.stdout.splitlines() if line.startswith("local: step ")]
         return steps[-1].strip() if steps else "no step done"
 
+    def driver_log_tail(self, lines: int = 40) -> str:
+        """The end of the driver's log in the work directory trainer.local kept ("local: kept DIR"), without
+        MaxText's config listing: why a run failed, readable after pytest has rotated its temporary directories."""
+        kept = [line.split("local: kept ", 1)[1].strip() for line in self.stdout.splitlines()
+                if line.startswith("local: kept ")]
+        log = Path(kept[-1]) / "driver.log" if kept else None
+        if log is None or not log.is_file():
+            return "(no driver log kept)"
+        text = [line for line in log.read_text(errors="replace").splitlines() if "Config param " not in line]
+        return "\n".join(text[-lines:])
+
     def describe(self) -> str:
-        """What a failed assertion shows: the run, how long, how far it got, and the ends of its output."""
+        """What a failed assertion shows: the run, how long, how far it got, and the ends of its output and of
+        the driver's log."""
         return (f"python -m trainer.local {' '.join(self.argv)}\n  exit {self.returncode} after {self.wall_s:.0f}s; "
                 f"last progress: {self.last_step()}\n--- stdout (end) ---\n{self.stdout[-3000:]}\n"
-                f"--- stderr (end) ---\n{self.stderr[-3000:]}")
+                f"--- stderr (end) ---\n{self.stderr[-3000:]}\n--- driver log (end) ---\n{self.driver_log_tail()}")
 
 
 def run_trainer_local(argv: list[str], timeout_s: float, logs: Path) -> LocalRunResult:

@@ -32,11 +32,16 @@ def test_a_hung_run_is_stopped_and_reported_with_its_last_step(monkeypatch, tmp_
     assert "exit 143" in message                                 # SIGTERM first: trainer.local stops its cluster
 
 
-def test_a_run_that_ends_is_returned_with_its_output(tmp_path):
-    run = conftest.run_with_deadlines([sys.executable, "-c", "import sys; print(sys.argv[1:]); sys.exit(3)"],
-                                      ["--steps", "4"], 60.0, tmp_path)
+def test_a_failed_run_is_returned_with_its_output_and_the_end_of_its_driver_log(tmp_path):
+    kept = tmp_path / "work"
+    kept.mkdir()
+    (kept / "driver.log").write_text("Config param steps: 4\nRuntimeError: the reason it failed\n")
+    ends = f"import sys; print(sys.argv[1:]); print('local: kept {kept}'); sys.exit(3)"
+    run = conftest.run_with_deadlines([sys.executable, "-c", ends], ["--steps", "4"], 60.0, tmp_path)
     assert run.returncode == 3 and run.last_step() == "no step done"
     assert "['--steps', '4', '--timeout', '60.0']" in run.stdout
+    assert run.driver_log_tail() == "RuntimeError: the reason it failed"
+    assert "exit 3 after" in run.describe() and "RuntimeError: the reason it failed" in run.describe()
 
 
 class _NeverEnds:
