@@ -36,7 +36,7 @@ from trainer import cli, maxtext_runtime, progress
 from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
 from trainer.local import logs
-from trainer.local.cluster import LocalTpuCluster, session_members
+from trainer.local.cluster import ClusterStartError, LocalTpuCluster, session_members
 from trainer.local.kuberay import KubeRayStandIn
 from core.maxtext_args import pre_train_argv
 from core.planner import Plan
@@ -459,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("local: interrupted; stopping everything this run started", file=sys.stderr, flush=True)
         rc = 130
+    except ClusterStartError as err:
+        print(f"local: the local Ray cluster did not start: {err}", file=sys.stderr, flush=True)
+        rc = 1
     finally:
         run.shutdown()
         for sig, handler in previous.items():
