@@ -132,3 +132,46 @@ def test_a_node_that_fails_otherwise_is_not_started_again(tmp_path):
     node.relaunch = lambda: pytest.fail("started again")
     with pytest.raises(RuntimeError, match="exited during start"):
         local._wait_started(node, 0, timeout_s=30)
+
+
+
+def test_every_start_of_a_node_gets_the_whole_timeout(monkeypatch, tmp_path):
+    """At a load average of 36 the first start of a node can use most of the wait before `ray start` gives up;
+    the start after it gets the whole timeout again, not what was left of it."""
+    log = tmp_path / "n.log"
+    log.write_text("")
+    events = {5: "Exception: The current node timed out during startup.\n"}    # tick -> what `ray start` logs
+
+    class Clock:                      # every poll of _wait_started is 10 s
+        ticks = 0
+
+        def monotonic(self):
+            return self.ticks * 10.0
+
+        def sleep(self, _s):
+            self.ticks += 1
+            with log.open("a") as out:
+                out.write(events.get(self.ticks, ""))
+
+    class Process:
+        pid = 2**22 + 12345           # beyond pid_max's default: session_members finds no such process
+
+        def __init__(self, exits_at):
+            self.exits_at = exits_at
+
+        def poll(self):
+            return None if clock.ticks < self.exits_at else 1
+
+    clock = Clock()
+    monkeypatch.setattr(cluster_mod, "time", clock)
+    local = cluster_mod.LocalTpuCluster(slice_shape("v6e", "2x4"), 0, tmp_path, tmp_path)
+    node = cluster_mod.Node("n", Process(exits_at=5), None, log, 0)
+
+    def relaunch():
+        # The second start is up 30 s later: 80 s after the first began, within 60 s of its own start.
+        events[clock.ticks + 3] = "Ray runtime started.\n"
+        return cluster_mod.Node("n", Process(exits_at=10**6), None, log, log.stat().st_size)
+
+    node.relaunch = relaunch
+    local._wait_started(node, 0, timeout_s=60)
+    assert clock.ticks == 8

@@ -6,9 +6,11 @@ every 5, data shuffling off so that the records read can be checked against the 
 per batch and host, Grain's position and the first tokens of each row; each document starts "record NNNNN:",
 so the decoded tokens name the record (trainer/local/tiny_data.py).
 
-- Run A, ArrayRecord text, elastic 1..2 slices, `--kill-slice-at 12`: one slice lost mid-epoch, the run goes on
-  with 2 hosts instead of 4 and restores Grain's global position from one host's file
-  (trainer/maxtext_runtime.py install_elastic_grain_restore). Checked: every batch holds exactly the records its
+- Run A, ArrayRecord text, elastic 1..2 slices, `--kill-slice-at 12`: one slice lost mid-epoch (every process of
+  its hosts SIGKILLed, trainer/local/cluster.py kill_slice), Ray Train's elastic policy re-forms the group on the
+  slice left (ray/train/v2/_internal/execution/scaling_policy/elastic.py), the run goes on with 2 hosts instead
+  of 4 and restores Grain's global position from one host's file
+  (trainer/maxtext_runtime.py install_elastic_grain_restore); the scale-up notice actor lives through the loss. Checked: every batch holds exactly the records its
   position names; the batches of the run's history (each attempt up to where the next one resumed) cover
   records 0..N-1 once each, none skipped or repeated; only the steps since the last checkpoint are read again,
   with the same records; the loss falls.
@@ -24,8 +26,6 @@ so the decoded tokens name the record (trainer/local/tiny_data.py).
 import json
 import math
 import re
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -34,8 +34,11 @@ import pytest
 pytest.importorskip("maxtext")
 pytest.importorskip("ray.train")
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import run_trainer_local  # noqa: E402
+
 STEPS = 30
+# trainer.local's --timeout: about 3x what a run takes on 2 cores with other work beside it (docs/development.md).
+TIMEOUT_S = 1500
 CHECKPOINT_PERIOD = 5     # trainer.local's default
 COMMON = ["--model", "tiny-text", "--dataset-type", "grain", "--trace-data", "--set", "grain_worker_count=0",
           "--set", "enable_data_shuffling=false"]
@@ -43,11 +46,9 @@ COMMON = ["--model", "tiny-text", "--dataset-type", "grain", "--trace-data", "--
 
 def _run(workdir: Path, argv: list[str]) -> tuple[dict, str]:
     out = workdir / "out.json"
-    proc = subprocess.run([sys.executable, "-m", "trainer.local", *COMMON, *argv, "--workdir", str(workdir),
-                           "--json", str(out), "--timeout", "1500"], cwd=REPO, capture_output=True, text=True,
-                          timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text()), proc.stdout
+    run = run_trainer_local([*COMMON, *argv, "--workdir", str(workdir), "--json", str(out)], TIMEOUT_S, workdir)
+    assert run.returncode == 0, run.describe()
+    return json.loads(out.read_text()), run.stdout
 
 
 @pytest.fixture(scope="module")
@@ -160,9 +161,20 @@ def test_elastic_run_loses_a_slice_and_reaches_its_target(run_a):
     assert result["steps_completed"] == STEPS and math.isfinite(result["final_loss"])
     (failure,) = result["failures"]
     assert failure["kind"] == "slice-lost" and 0 <= failure["steps_redone"] <= CHECKPOINT_PERIOD
-    assert result["scaling"]["workers_final"] == 2
+    assert failure["workers_after"] == 2 and result["scaling"]["workers_final"] == 2
     losses = [r["loss"] for r in result["step_losses"]]
     assert losses[-1] < losses[0] - 0.2                     # it trains: from about ln 32000 = 10.4 down
+
+
+def test_the_scale_up_notice_actor_survives_the_lost_slice(run_a):
+    """The scale-up notice actor that rank 0 polls every step (trainer/resize.py) must not be on the lost slice:
+    before it was pinned to the controller's node, Ray could place it there and the next poll failed the run with
+    "The actor died because its node has died"."""
+    workdir, _, _ = run_a
+    driver_log = (workdir / "driver.log").read_text(errors="replace")
+    assert "class_name: ScaleUpNotice" not in driver_log          # the notice actor never died
+    assert "notice actor unreachable" not in driver_log           # and rank 0 always reached it
+    assert "watchdog: first step within" in driver_log            # the watchdog watched, and let it be
 
 
 def test_elastic_run_reads_every_record_once_across_the_resize(run_a):

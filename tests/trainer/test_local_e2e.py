@@ -14,17 +14,17 @@ resume must also restore Grain's position in the data (MaxText saves the iterato
 """
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("maxtext")
 pytest.importorskip("ray.train")
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import run_trainer_local  # noqa: E402
+
 CHECKPOINT_PERIOD = 5     # trainer.local's default
+# trainer.local's --timeout: about 3x what a run takes on 2 cores with other work beside it (docs/development.md).
+TIMEOUT_S = 1200
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +40,10 @@ def grain_flags(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory, grain_flags):
-    out = tmp_path_factory.mktemp("local") / "out.json"
-    proc = subprocess.run([sys.executable, "-m", "trainer.local", "--fail-at", "12", *grain_flags, "--json", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text()), proc.stdout
+    logs = tmp_path_factory.mktemp("local")
+    run = run_trainer_local(["--fail-at", "12", *grain_flags, "--json", str(logs / "out.json")], TIMEOUT_S, logs)
+    assert run.returncode == 0, run.describe()
+    return json.loads((logs / "out.json").read_text()), run.stdout
 
 
 def test_target_reached_with_finite_loss(local_run):
@@ -82,12 +81,11 @@ def test_progress_and_summary_are_shown(local_run):
 
 @pytest.fixture(scope="module")
 def preempt_run(tmp_path_factory, grain_flags):
-    out = tmp_path_factory.mktemp("preempt") / "out.json"
-    proc = subprocess.run([sys.executable, "-m", "trainer.local", "--preempt-slice-at", "6", *grain_flags,
-                           "--json", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text()), proc.stdout
+    logs = tmp_path_factory.mktemp("preempt")
+    run = run_trainer_local(["--preempt-slice-at", "6", *grain_flags, "--json", str(logs / "out.json")], TIMEOUT_S,
+                            logs)
+    assert run.returncode == 0, run.describe()
+    return json.loads((logs / "out.json").read_text()), run.stdout
 
 
 def test_preemption_notice_costs_no_steps(preempt_run):

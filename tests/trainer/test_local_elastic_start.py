@@ -11,9 +11,6 @@ trainer/resize.py) and the run ends with 4 workers.
 """
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,19 +18,19 @@ pytest.importorskip("maxtext")
 pytest.importorskip("ray.train")
 
 from core.ray_cluster import grow_patch  # noqa: E402
+from tests.conftest import run_trainer_local  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
 STEPS = 80   # the growth takes Ray Train some 40 steps to notice on 2 loaded cores (docs/measurements.md)
+TIMEOUT_S = 1500     # trainer.local's --timeout: about 3x the run on 2 cores with other work beside it
 
 
 @pytest.fixture(scope="module")
 def grow_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("grow") / "out.json"
-    proc = subprocess.run([sys.executable, "-m", "trainer.local", "--elastic", "1,2", "--start-slices", "1",
-                           "--add-slice-at", "5", "--steps", str(STEPS), "--json", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text()), proc.stdout
+    logs = tmp_path_factory.mktemp("grow")
+    run = run_trainer_local(["--elastic", "1,2", "--start-slices", "1", "--add-slice-at", "5", "--steps", str(STEPS),
+                             "--json", str(logs / "out.json")], TIMEOUT_S, logs)
+    assert run.returncode == 0, run.describe()
+    return json.loads((logs / "out.json").read_text()), run.stdout
 
 
 def test_the_driver_asked_kuberay_for_both_slices(grow_run):

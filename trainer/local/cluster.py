@@ -28,8 +28,9 @@ LOOPBACK = "127.0.0.1"
 # Training data is synthetic and checkpoints go to disk: the object store only carries small control
 # messages. Ray's default (30% of RAM per node) would reserve /dev/shm five times over.
 OBJECT_STORE_BYTES = 256 * 1024**2
-# Starts of one node when `ray start` gives up on a slow machine (LocalTpuCluster._wait_started).
-START_ATTEMPTS = 3
+# Starts of one node when `ray start` gives up on a slow machine (LocalTpuCluster._wait_started): at a load average
+# of 36 on 2 cores, all four hosts of a run missed Ray's 30 s twice in a row (2026-11-28).
+START_ATTEMPTS = 5
 
 
 # Ports every `ray start` takes for itself unless told otherwise (ray/scripts/scripts.py defaults): the workers'
@@ -76,6 +77,10 @@ def session_members(sid: int) -> list[int]:
         if int(fields[3]) == sid:      # fields after "(comm)": state ppid pgrp session ...
             members.append(int(entry.name))
     return sorted(members, key=lambda pid: pid == sid)
+
+
+class ClusterStartError(RuntimeError):
+    """A node of the local cluster did not come up: the run ends with this one line, not a traceback."""
 
 
 @dataclass
@@ -147,7 +152,8 @@ class LocalTpuCluster:
     def _wait_started(self, node: Node, log_offset: int, timeout_s: float = 120.0) -> None:
         """Wait for `ray start` to report its node up. On a loaded machine `ray start` can give up by itself: it
         allows a raylet a fixed 30 s to register with the GCS (ray/_private/node.py `Node.__init__`, "The current
-        node timed out during startup"). Such a node is stopped and started again, up to START_ATTEMPTS times."""
+        node timed out during startup"). Such a node is stopped and started again, up to START_ATTEMPTS times,
+        each start with TIMEOUT_S of its own."""
         deadline = time.monotonic() + timeout_s
         attempts = 1
         while time.monotonic() < deadline:
@@ -158,15 +164,17 @@ class LocalTpuCluster:
                 return
             if not node.alive:
                 if b"timed out during startup" not in text or attempts >= START_ATTEMPTS:
-                    raise RuntimeError(f"ray node {node.name} exited during start; see {node.log}")
+                    raise ClusterStartError(f"ray node {node.name} exited during start; see {node.log}")
                 node.kill(signal.SIGKILL)        # whatever the failed start left behind in its session
                 fresh = node.relaunch()
                 node.process, node.log_offset, log_offset = fresh.process, fresh.log_offset, fresh.log_offset
+                deadline = time.monotonic() + timeout_s
                 attempts += 1
                 print(f"local: ray node {node.name} timed out registering with the GCS; starting it again "
                       f"(attempt {attempts} of {START_ATTEMPTS})", flush=True)
             time.sleep(0.2)
-        raise RuntimeError(f"ray node {node.name} did not start in {timeout_s:.0f}s; see {node.log}")
+        raise ClusterStartError(f"ray node {node.name} did not start in {timeout_s:.0f}s (start {attempts} of "
+                                f"{START_ATTEMPTS}); see {node.log}")
 
     def start(self, timeout_s: float = 120.0) -> str:
         # The head holds the driver and the Ray Train controller: one CPU, no TPU, no training workers.
@@ -218,8 +226,11 @@ class LocalTpuCluster:
     def _alive_node_count(self) -> int:
         probe = ("import ray,sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
                  "print(sum(1 for n in ray.nodes() if n['Alive']))")
-        out = subprocess.run([sys.executable, "-c", probe, self.address], env=self.driver_env(),
-                             capture_output=True, text=True, timeout=60)
+        try:
+            out = subprocess.run([sys.executable, "-c", probe, self.address], env=self.driver_env(),
+                                 capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            return 0        # a busy machine: _wait_for_nodes asks again until its own deadline, which it reports
         try:
             return int(out.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -230,11 +241,11 @@ class LocalTpuCluster:
         while time.monotonic() < deadline:
             dead = [n.name for n in self.nodes if not n.alive]
             if dead:
-                raise RuntimeError(f"ray node(s) {', '.join(dead)} exited; see {self.workdir / 'nodes'}")
+                raise ClusterStartError(f"ray node(s) {', '.join(dead)} exited; see {self.workdir / 'nodes'}")
             if self._alive_node_count() >= count:
                 return
             time.sleep(1.0)
-        raise RuntimeError(f"local Ray cluster did not reach {count} nodes in {timeout_s:.0f}s")
+        raise ClusterStartError(f"local Ray cluster did not reach {count} nodes in {timeout_s:.0f}s")
 
     def kill_slice(self, index: int) -> None:
         """Lose a whole slice at once, as a preempted TPU slice does: SIGKILL its hosts' process groups."""

@@ -36,7 +36,7 @@ from trainer import cli, maxtext_runtime, progress
 from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
 from trainer.local import logs
-from trainer.local.cluster import LocalTpuCluster, session_members
+from trainer.local.cluster import ClusterStartError, LocalTpuCluster, session_members
 from trainer.local.heartbeat import Heartbeat, phase_of
 from trainer.local.kuberay import KubeRayStandIn
 from core.maxtext_args import pre_train_argv
@@ -350,9 +350,18 @@ class LocalRun:
                 self.report_progress(progress.read(self.progress_dir))
                 return self.driver.returncode
             if time.time() > deadline:
-                print(f"local: timed out after {self.args.timeout:.0f}s", file=sys.stderr, flush=True)
+                print(f"local: timed out after {self.args.timeout:.0f}s; {_how_far(last, self.args.steps, started)}",
+                      file=sys.stderr, flush=True)
                 return 1
             time.sleep(POLL_S)
+
+
+def _how_far(last: dict | None, steps: int, started: float) -> str:
+    """Where a run stood when it gave up: the last step done and how long before (a hang, or just slow?)."""
+    if last is None:
+        return f"no step of {steps} done"
+    return f"last step done: {last['step']} of 0..{steps - 1}, {time.time() - last['t']:.0f}s ago " \
+           f"({last['t'] - started:.0f}s into the run)"
 
 
 def _describe_event(rec: dict) -> str:
@@ -463,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("local: interrupted; stopping everything this run started", file=sys.stderr, flush=True)
         rc = 130
+    except ClusterStartError as err:
+        print(f"local: the local Ray cluster did not start: {err}", file=sys.stderr, flush=True)
+        rc = 1
     finally:
         run.heartbeat.set_phase("stopping Ray and the driver")
         run.shutdown()
