@@ -106,7 +106,21 @@ def train_loop_per_worker(config: dict) -> None:
     watch = notice.NoticeWatch(notice.ray_poll(scale_up_requested), on_notice)
     notice.require_autocheckpoint(argv)
     notice.install(watch)
-    maxtext_runtime.install_hooks(current.model.param_count, current.model.name, on_params=on_params, on_step=on_step)
+    def on_eval_start() -> None:
+        if beat is not None:
+            beat.eval_started()
+        if progress_dir and rank == 0:
+            progress.append(progress_dir, {"event": "eval-start", "attempt": attempt, "after_step": last.get("step")})
+
+    def on_eval_step(count: int) -> None:
+        if beat is not None:
+            beat.eval_step(count)
+        if progress_dir and rank == 0:
+            progress.append(progress_dir, {"event": "eval-step", "attempt": attempt, "count": count,
+                                           "after_step": last.get("step")})
+
+    maxtext_runtime.install_hooks(current.model.param_count, current.model.name, on_params=on_params, on_step=on_step,
+                                  on_eval_start=on_eval_start, on_eval_step=on_eval_step)
     maxtext_runtime.run_pre_train(argv)
     if watch.stopped:
         # MaxText saved at the notice step and returned; returning too would end the run as finished.
