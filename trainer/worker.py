@@ -55,6 +55,10 @@ def asks_for_scale_up(config: dict, current: Plan) -> bool:
                 and current.slices < config["plan_request"]["slices"])
 
 
+# The local run's long eval pass (trainer.local --slow-eval S): every eval step takes S seconds more.
+SLOW_EVAL_ENV = "TRAINER_LOCAL_SLOW_EVAL_S"
+
+
 def train_loop_per_worker(config: dict) -> None:
     import ray.train
 
@@ -112,7 +116,11 @@ def train_loop_per_worker(config: dict) -> None:
         if progress_dir and rank == 0:
             progress.append(progress_dir, {"event": "eval-start", "attempt": attempt, "after_step": last.get("step")})
 
+    slow_eval_s = float(os.environ.get(SLOW_EVAL_ENV, "0") or 0)
+
     def on_eval_step(count: int) -> None:
+        if slow_eval_s:
+            time.sleep(slow_eval_s)          # every host, so they stay in step
         if beat is not None:
             beat.eval_step(count)
         if progress_dir and rank == 0:

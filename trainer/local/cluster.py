@@ -188,8 +188,14 @@ class LocalTpuCluster:
     def slice_name(self, index: int) -> str:
         return f"local-{self.shape.pod_type}-{index}"
 
+    def slice_count(self) -> int:
+        """Slices with a live host (a preempted or killed slice counts once it is gone)."""
+        return len({node.slice_index for node in self.nodes if node.slice_index is not None and node.alive})
+
     def add_slice(self, index: int, wait: bool = True, timeout_s: float = 120.0) -> None:
         shape, gen = self.shape, self.shape.generation
+        # A slice that comes back is new hosts: forget the ones it lost.
+        self.nodes = [node for node in self.nodes if node.slice_index != index or node.alive]
         for worker_id in range(shape.hosts):
             resources = {"TPU": shape.chips_per_host, f"accelerator_type:{gen.ray_accelerator_type}": 1}
             if worker_id == 0:
