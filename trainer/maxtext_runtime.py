@@ -327,11 +327,24 @@ def install_data_trace(trace_dir: str) -> None:
     patching.install(cls, "_get_next_batch_sharded", traced, original)
 
 
+def parse_absl_flags() -> None:
+    """Give absl's flags their defaults, as `python -m maxtext.trainers.pre_train.train` does (its `__main__` runs
+    `app.run(main)`, which parses them). The trainer calls `train.main` itself, and Grain reads an absl flag when it
+    starts its worker processes (grain/_src/core/profiler.py `grain_enable_multiprocess_worker_profiling`): unparsed,
+    that raises UnparsedFlagAccessError at the first batch read through Grain workers (grain_worker_count > 0; the
+    eval split's default). Idempotent."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
 def run_pre_train(argv: list[str]) -> None:
     import os
 
     from maxtext.trainers.pre_train import train
 
+    parse_absl_flags()
     install_phase_guards()
     install_elastic_grain_restore()
     install_elastic_eval_batches()
