@@ -321,8 +321,6 @@ class LocalRun:
         self.maybe_end_grace()
         if self.schedule is None:
             self.schedule = injection_schedule(self.args)
-            if not self.schedule and self.args.recovery == "cold" and self.args.fail_at is not None:
-                self.schedule = [(self.args.fail_at, "fail")]
         if not self.schedule or last is None:
             return
         step, kind = self.schedule[0]
