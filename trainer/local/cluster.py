@@ -250,6 +250,12 @@ class LocalTpuCluster:
         for node in self.nodes:
             if node.slice_index == index:
                 node.kill(signal.SIGKILL)
+        for node in self.nodes:
+            if node.slice_index == index:
+                try:
+                    node.process.wait(10)           # gone before anyone counts the slices that are up
+                except subprocess.TimeoutExpired:
+                    pass
 
     def preempt_slice(self, index: int) -> None:
         """The preemption notice GKE gives a Spot slice: SIGTERM to the main process of every host's pod, which

@@ -218,6 +218,7 @@ class LocalRun:
     # Injected events still to come ((step, kind), injection_schedule); None until the run starts.
     schedule: list | None = None
     in_eval: bool = False
+    attempt: str | None = None                  # the latest worker group's attempt id
     printed: set = field(default_factory=set)
     # A preempted slice: when its grace period ends (time.time()), and which slice.
     preempt_deadline: float | None = None
@@ -330,18 +331,20 @@ class LocalRun:
         if kind == "preempt":
             # Not during an eval pass: the group saves at a notice at its next training step, and a pass longer
             # than the grace period would lose the steps since the last checkpoint (as it would on GKE).
-            if self.preempt_deadline is not None or last.get("workers") != self.plan.workers or self.in_eval:
+            # ... and only to a group that trains on the slice now (not the group the last notice ended).
+            if (self.preempt_deadline is not None or last.get("workers") != self.plan.workers or self.in_eval
+                    or last.get("attempt") != self.attempt):
                 return
             self._record_failure("preempted", last["step"])
             self.preempted_slice = self.plan.slices - 1
             self.cluster.preempt_slice(self.preempted_slice)
             self.preempt_deadline = time.time() + args.grace_period
         elif kind == "add":
-            if self.preempt_deadline is not None:
+            first = self.cluster.slice_count()
+            if self.preempt_deadline is not None or first >= self.plan.slices:
                 return                              # the notice's slice is not gone yet
             # Capacity arrives; only slices whose pods KubeRay created (the cluster wants them) can use it.
             wanted = self.kuberay.desired_slices
-            first = self.cluster.slice_count()
             print(f"local: capacity for {self.plan.slices - first} more slice(s) after step "
                   f"{last['step']}; the RayCluster wants {wanted}", flush=True)
             if wanted > first:
@@ -398,6 +401,7 @@ class LocalRun:
             records = progress.read(self.progress_dir)
             last = self.report_progress(records)
             self.in_eval = _in_eval(records)
+            self.attempt = next((r["attempt"] for r in reversed(records) if r.get("event") == "attempt"), None)
             self.report_kuberay()
             self.maybe_inject(last)
             if self.driver.poll() is not None:
