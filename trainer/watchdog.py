@@ -79,20 +79,36 @@ class RunProgress:
         self.starting = True
         self.compiling = False
         self.waiting_since: float | None = None
+        # Worker groups (rank 0's attempt id) that have left their running state: a report of theirs that comes
+        # after (rank 0 reports a step when it writes its metrics, one step late, also after a notice has already
+        # taken the group out of its running state) is not progress of the group that replaces them.
+        self.attempt: str | None = None
+        self.retired: set[str] = set()
 
-    def step(self, step: int) -> None:
-        self.since, self.last_step, self.starting, self.compiling = self.clock(), step, False, False
+    def _current(self, attempt: str | None) -> bool:
+        if attempt is not None and attempt in self.retired:
+            return False
+        self.attempt = attempt if attempt is not None else self.attempt
+        return True
 
-    def eval_started(self) -> None:
+    def step(self, step: int, attempt: str | None = None) -> None:
+        if self._current(attempt):
+            self.since, self.last_step, self.starting, self.compiling = self.clock(), step, False, False
+
+    def eval_started(self, attempt: str | None = None) -> None:
         """An eval pass begins: its first step compiles (module docstring)."""
-        self.since, self.compiling = self.clock(), True
+        if self._current(attempt):
+            self.since, self.compiling = self.clock(), True
 
-    def eval_step(self, count: int) -> None:
-        self.since, self.compiling = self.clock(), False
+    def eval_step(self, count: int, attempt: str | None = None) -> None:
+        if self._current(attempt):
+            self.since, self.compiling = self.clock(), False
 
     def restarting(self) -> None:
         # The start-up clock runs from the last step: a restart does not reset it.
         self.starting, self.compiling = True, False
+        if self.attempt is not None:
+            self.retired.add(self.attempt)
 
     def waiting_for_capacity(self) -> None:
         """No group is scheduled: too few slices. The start-up clock stops until one is."""
@@ -126,18 +142,18 @@ class StepBeat:
     waits and never raises: a lost actor only blinds the watchdog's stall check until the next lookup, it must not
     fail a step."""
 
-    def __init__(self, run_name: str) -> None:
-        self.run_name = run_name
+    def __init__(self, run_name: str, attempt: str | None = None) -> None:
+        self.run_name, self.attempt = run_name, attempt
         self._actor = None
 
     def __call__(self, step: int) -> None:
-        self._tell("step", step)
+        self._tell("step", step, self.attempt)
 
     def eval_started(self) -> None:
-        self._tell("eval_started")
+        self._tell("eval_started", self.attempt)
 
     def eval_step(self, count: int) -> None:
-        self._tell("eval_step", count)
+        self._tell("eval_step", count, self.attempt)
 
     def _tell(self, method: str, *args) -> None:
         from ray.exceptions import RayError

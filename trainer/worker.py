@@ -81,7 +81,7 @@ def train_loop_per_worker(config: dict) -> None:
                                            "plan": current.describe()})
     last = {}
     # Rank 0 tells the driver's watchdog of every step (trainer/watchdog.py); never waits, never raises.
-    beat = watchdog.StepBeat(config["run_name"]) if rank == 0 and config.get("run_name") else None
+    beat = watchdog.StepBeat(config["run_name"], attempt) if rank == 0 and config.get("run_name") else None
 
     def on_step(step: int, loss: float, step_time: float) -> None:
         last.update(step=step, loss=loss)

@@ -226,3 +226,19 @@ def test_a_real_driver_that_keeps_stepping_is_left_alone():
     # 8 s of steps every 0.5 s against a 3 s stall limit, then a normal end.
     done = _driver("8", "600", "finish")
     assert done.returncode == 0 and "finished" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_late_step_report_of_a_group_that_left_its_running_state_does_not_end_its_start_up():
+    """Rank 0 reports a step when MaxText writes its metrics, one step late, and a Spot notice takes the group
+    out of its running state before rank 0 even sees it: the old group's last report comes after the controller
+    said "restarting". Counted, it ended the start-up allowance and the stall limit ran during the restart (seen
+    in the local elastic run with a 25 s stall limit: exit 7 while the group re-formed)."""
+    now, clock = _fake_clock()
+    progress = watchdog.RunProgress(clock)
+    progress.step(52, "old")
+    progress.restarting()                         # the notice: the controller leaves its running state
+    progress.step(53, "old")                      # the old group's late report
+    now[0] += 30
+    assert progress.status()["starting"] and verdict(progress.status(), LIMITS) is None
+    progress.step(55, "new")                      # the new group's first step
+    assert not progress.status()["starting"] and progress.status()["last_step"] == 55
