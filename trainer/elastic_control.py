@@ -30,6 +30,16 @@ import math
 _GROUP_WORKERS: dict[str, int] = {}
 
 
+def group_workers() -> dict[str, int]:
+    """The slot, looked up in the module as imported in this process. The policy and the callback are classes
+    made inside functions, which Ray's cloudpickle sends by value with a copy of each global they name: naming
+    `_GROUP_WORKERS` in their methods would give each its own dict in the controller (seen: the policy never saw
+    a group size). An import at call time finds the one module of the process."""
+    from trainer import elastic_control
+
+    return elastic_control._GROUP_WORKERS
+
+
 def lost_slices(preempted_ranks, workers_per_slice: int) -> int:
     """Slices a preemption of `preempted_ranks` takes (pure). Ray Train's preemption watcher already names every
     rank of a preempted TPU slice (a slice goes as a whole); a worker-death error names only the dead ranks. Each
@@ -62,7 +72,7 @@ def elastic_failure_policy(failure_config, run_name: str, min_workers: int, work
     class ElasticFailurePolicy(DefaultFailurePolicy):
         def make_decision(self, training_failed_error):
             ranks = preempted_ranks(training_failed_error)
-            group = _GROUP_WORKERS.get(run_name)
+            group = group_workers().get(run_name)
             if ranks is not None and group is not None:
                 left = group - lost_slices(ranks, workers_per_slice) * workers_per_slice
                 if left >= min_workers:
@@ -83,7 +93,7 @@ def group_size_callback(run_name: str):
         def after_controller_state_update(self, previous_state, current_state) -> None:
             decision = getattr(current_state, "scaling_decision", None)
             if type(current_state).__name__ == "SchedulingState" and decision is not None:
-                _GROUP_WORKERS[run_name] = int(decision.num_workers)
+                group_workers()[run_name] = int(decision.num_workers)
 
     return GroupSize()
 

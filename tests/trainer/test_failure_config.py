@@ -225,3 +225,26 @@ def test_the_elastic_trainer_hands_its_policies_to_ray_s_controller(monkeypatch)
     assert type(seen["scaling_policy"]).__name__ == "SaveFirstScaling"
     assert seen["callbacks"] == []
     assert trainer_class(plan(PlanRequest("tiny", "v6e", "2x4", slices=2)), run) is JaxTrainer
+
+
+def test_the_policy_sees_the_group_size_after_ray_sends_both_to_the_controller():
+    """Ray sends the failure policy and the RunConfig callbacks to the controller actor separately, by
+    cloudpickle, which copies the globals a function-local class names: each copy must still find the one slot of
+    the process (seen without it in the local elastic run: Ray's budget counted the optional slice's loss)."""
+    import ray.cloudpickle as cloudpickle
+    from ray.train.v2._internal.execution.controller.state import SchedulingState
+    from ray.train.v2._internal.execution.failure_handling.failure_policy import FailureDecision
+    from ray.train.v2._internal.execution.scaling_policy import ResizeDecision
+    from ray.train.v2.api.exceptions import PreemptionError
+    from ray.train.v2.api.preemption import PreemptionInfo
+
+    from trainer.elastic_control import elastic_failure_policy, group_size_callback
+
+    run = "pickled"
+    policy = cloudpickle.loads(cloudpickle.dumps(
+        elastic_failure_policy(FailureConfig(**failure_config_kwargs(0, 0)), run, min_workers=2, workers_per_slice=2)))
+    callback = cloudpickle.loads(cloudpickle.dumps(group_size_callback(run)))
+    callback.after_controller_state_update(None, SchedulingState(ResizeDecision(num_workers=4,
+                                                                                resources_per_worker={"TPU": 4})))
+    optional = PreemptionError(preemption_info=PreemptionInfo(None, {"node-c": [2, 3]}))
+    assert policy.make_decision(optional) == FailureDecision.RETRY
