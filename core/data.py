@@ -29,6 +29,10 @@ the run's history; the steps since the last checkpoint are trained again after a
 (as after any restore). Only arrayrecord can do this: Parquet is read sequentially with a per-host file split
 that an index cannot address, so elastic runs are refused Parquet. Packing is off on elastic runs (documents are
 trimmed or padded to the sequence length), and a weighted mixture of patterns (`a,0.5;b,0.5`) is refused there.
+An eval split keeps no position (each pass starts at its first record), so it is read as on a fixed run: MaxText
+0.2.5 would leave its elements unbatched on an elastic run (`format_and_batch` skips batching whenever
+`grain_use_elastic_iterator` is set, though the eval iterator is not elastic); the trainer builds it with that flag
+off (trainer/maxtext_runtime.py install_elastic_eval_batches).
 
 Removed, because they cannot work as offered:
 - `tfds`: needs TensorFlow and tensorflow-datasets, which are not in the workers' lock (maxtext[tpu] 0.2.5 does not

@@ -152,7 +152,6 @@ def prepare(argv: list[str] | None) -> tuple[argparse.Namespace, Plan, RunSettin
 def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
     import ray
     from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.v2.jax import JaxTrainer
 
     os.environ.setdefault("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", PREEMPTION_POLL_INTERVAL_S)
     ray.init(address=args.ray_address or "auto", logging_level="WARNING")
@@ -164,7 +163,7 @@ def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
     print(f"trainer: recovers from {args.max_failures} failure(s) and {preemptions} preemption(s)", flush=True)
     limits = watchdog_limits(args, plan_)
     print(f"trainer: {limits.describe()}", flush=True)
-    trainer = JaxTrainer(
+    trainer = trainer_class(plan_, run)(
         train_loop_per_worker=train_loop_per_worker,
         train_loop_config=_train_loop_config(args, plan_, run),
         scaling_config=ScalingConfig(**scaling_kwargs(plan_, args.resize_interval)),
@@ -192,14 +191,34 @@ def watchdog_limits(args: argparse.Namespace, plan_: Plan) -> watchdog.Limits:
 
 def run_callbacks(plan_: Plan, run: RunSettings) -> list:
     """Fail at once on a worker error no retry can fix (trainer.failures); tell the watchdog when the group
-    leaves its running state (trainer.watchdog); elastic runs save before the group grows (trainer.resize)."""
+    leaves its running state or waits for capacity (trainer.watchdog); elastic runs record each group's size for
+    their failure policy (trainer.elastic_control)."""
     callbacks = [failures.fail_fast_callback(lambda: advice.out_of_hbm(plan_)),
                  watchdog.controller_callback(run.run_name)]
     if plan_.elastic:
-        from trainer.resize import save_before_resize_callback
+        from trainer.elastic_control import group_size_callback
 
-        callbacks.append(save_before_resize_callback(run.run_name))
+        callbacks.append(group_size_callback(run.run_name))
     return callbacks
+
+
+def trainer_class(plan_: Plan, run: RunSettings):
+    """JaxTrainer; for an elastic run, with the trainer's policies (trainer.elastic_control): a preemption that
+    leaves the group at or above its minimum is not counted, and a running group saves before it is re-formed
+    (trainer.resize)."""
+    if not plan_.elastic:
+        from ray.train.v2.jax import JaxTrainer
+
+        return JaxTrainer
+    from trainer import elastic_control, resize
+
+    def policies(trainer) -> dict:
+        return {"failure_policy": elastic_control.elastic_failure_policy(
+                    trainer.run_config.failure_config, run.run_name, plan_.min_workers,
+                    plan_.shape.hosts),
+                "scaling_policy": resize.save_first_scaling_policy(trainer.scaling_config, run.run_name)}
+
+    return elastic_control.policy_trainer(policies)
 
 
 def _train_loop_config(args: argparse.Namespace, plan_: Plan, run: RunSettings) -> dict[str, Any]:

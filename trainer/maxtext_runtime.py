@@ -90,8 +90,12 @@ def check_param_count(actual: int, expected: int, model_name: str) -> None:
 
 def install_hooks(expected_params: int, model_name: str,
                   on_params: Callable[[int], None] | None = None,
-                  on_step: Callable[[int, float, float], None] | None = None) -> None:
-    """Wrap MaxText's MetricLogger so this process checks the model and reports steps.
+                  on_step: Callable[[int, float, float], None] | None = None,
+                  on_eval_start: Callable[[], None] | None = None,
+                  on_eval_step: Callable[[int], None] | None = None) -> None:
+    """Wrap MaxText's MetricLogger so this process checks the model and reports steps, eval passes and eval
+    steps. MaxText 0.2.5's train loop (maxtext/trainers/pre_train/train.py) calls `mark_eval_loop_start` before
+    an eval pass and `buffer_and_write_metrics(..., is_training=False)` after each eval step.
 
     Idempotent per process: re-installing replaces the previous hooks (each Ray Train attempt runs in a
     fresh worker process anyway).
@@ -100,7 +104,8 @@ def install_hooks(expected_params: int, model_name: str,
     from maxtext.utils import max_utils
 
     cls = metric_logger.MetricLogger
-    for name in ("write_setup_info_to_tensorboard", "write_metrics"):
+    for name in ("write_setup_info_to_tensorboard", "write_metrics", "mark_eval_loop_start",
+                 "buffer_and_write_metrics"):
         if not hasattr(cls, name):
             raise MaxTextVersionError(f"maxtext MetricLogger has no {name}(); the trainer's hooks need updating")
     setup_info = patching.original(cls.write_setup_info_to_tensorboard)
@@ -121,8 +126,24 @@ def install_hooks(expected_params: int, model_name: str,
                     float(scalars.get("perf/step_time_seconds", 0.0)))
         return result
 
+    eval_loop_start = patching.original(cls.mark_eval_loop_start)
+    buffer_and_write = patching.original(cls.buffer_and_write_metrics)
+
+    def reported_eval_loop_start(self):
+        if on_eval_start:
+            on_eval_start()
+        return eval_loop_start(self)
+
+    def reported_buffer_and_write(self, metrics, step, step_time_delta=None, is_training=True):
+        result = buffer_and_write(self, metrics, step, step_time_delta, is_training)
+        if on_eval_step and not is_training:
+            on_eval_step(int(step))
+        return result
+
     patching.install(cls, "write_setup_info_to_tensorboard", checked_setup_info, setup_info)
     patching.install(cls, "write_metrics", reported_write_metrics, write_metrics)
+    patching.install(cls, "mark_eval_loop_start", reported_eval_loop_start, eval_loop_start)
+    patching.install(cls, "buffer_and_write_metrics", reported_buffer_and_write, buffer_and_write)
 
 
 def install_phase_guards() -> None:
@@ -219,6 +240,40 @@ def install_elastic_grain_restore() -> None:
     patching.install(grain_utility, "for_restore", for_restore, original)
 
 
+class _NotElastic:
+    """A MaxText config seen with `grain_use_elastic_iterator` off; every other key as it is."""
+
+    def __init__(self, config) -> None:
+        self._config = config
+
+    def __getattr__(self, name):
+        if name == "grain_use_elastic_iterator":
+            return False
+        return getattr(self._config, name)
+
+
+def install_elastic_eval_batches() -> None:
+    """Batch and shard an elastic run's eval data like a fixed run's (core/data.py, "Elastic runs").
+
+    MaxText 0.2.5 builds the eval iterator without Grain's ElasticIterator (input_pipeline/grain_data_processing.py
+    `make_grain_eval_iterator` passes no `elastic`), but the shared formatting step skips batching whenever
+    `grain_use_elastic_iterator` is set, leaving it to that iterator (data_processing_utils.py `format_and_batch`),
+    so eval elements come unbatched ((seq,), not (batch, seq)) and cannot take the input sharding. An eval pass
+    restarts from the split's first record each time and keeps no position, so it needs nothing elastic: this
+    builds it with the elastic flag off, through MaxText's own function (looked up by name on
+    input_pipeline_interface by `create_data_iterator` at call time). Idempotent per process."""
+    from maxtext.input_pipeline import input_pipeline_interface
+
+    original = patching.original(input_pipeline_interface.make_grain_eval_iterator)
+
+    def make_grain_eval_iterator(config, global_mesh, process_indices):
+        if getattr(config, "grain_use_elastic_iterator", False):
+            config = _NotElastic(config)
+        return original(config, global_mesh, process_indices)
+
+    patching.install(input_pipeline_interface, "make_grain_eval_iterator", make_grain_eval_iterator, original)
+
+
 # The local run's data trace (trainer.local --trace-data): a directory where every training process appends,
 # per batch it loads, the Grain position and the first tokens of each row, so a test can tell which records
 # each host trained on.
@@ -272,13 +327,27 @@ def install_data_trace(trace_dir: str) -> None:
     patching.install(cls, "_get_next_batch_sharded", traced, original)
 
 
+def parse_absl_flags() -> None:
+    """Give absl's flags their defaults, as `python -m maxtext.trainers.pre_train.train` does (its `__main__` runs
+    `app.run(main)`, which parses them). The trainer calls `train.main` itself, and Grain reads an absl flag when it
+    starts its worker processes (grain/_src/core/profiler.py `grain_enable_multiprocess_worker_profiling`): unparsed,
+    that raises UnparsedFlagAccessError at the first batch read through Grain workers (grain_worker_count > 0; the
+    eval split's default). Idempotent."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
 def run_pre_train(argv: list[str]) -> None:
     import os
 
     from maxtext.trainers.pre_train import train
 
+    parse_absl_flags()
     install_phase_guards()
     install_elastic_grain_restore()
+    install_elastic_eval_batches()
     if os.environ.get(DATA_TRACE_ENV):
         install_data_trace(os.environ[DATA_TRACE_ENV])
     train.main(argv)

@@ -3,23 +3,29 @@
 Ray 2.60's elastic scaling policy decides to resize a running group when more workers fit
 (ray/train/v2/_internal/execution/scaling_policy/elastic.py `make_decision_for_running_worker_group`); the
 controller then kills the group and starts the new one (controller.py `_execute_resize_decision`: "Standard: full
-restart") without telling the workers: every step since the last periodic checkpoint is trained again. Before it
-kills the group the controller calls its callbacks' `before_controller_execute_resize_decision` hook
-(ray/train/v2/_internal/execution/callback.py, ControllerCallback; a RunConfig callback that is also a
-ControllerCallback gets it, controller.py `_controller_callbacks`). `SaveBeforeResize` uses that hook: it raises a
-flag in a small named actor and waits until rank 0 says the group has saved; the workers read the flag once per
-step (trainer.notice: rank 0 reads, a broadcast makes every worker stop at the same step), save there and stop.
+restart") without telling the workers: every step since the last periodic checkpoint is trained again.
+`save_first_scaling_policy` is that policy with one change: when it would resize a running group, it first raises
+a flag in a small named actor and answers "no change" (NoopDecision) until rank 0 says the group has saved (or
+the wait times out), then gives Ray's decision. The workers read the flag once per step (trainer.notice: rank 0
+reads, a broadcast makes every worker stop at the same step), save there and wait to be replaced.
+
+The controller's loop is never blocked: the policy is asked once per loop iteration and only looks at an answer
+that has already arrived (`ray.wait(timeout=0)`), so the controller keeps polling the workers meanwhile (a
+failure, a preemption or the run's end during the wait are handled as usual). A request is good for one wait:
+it expires on the actor after the wait's timeout, and the policy clears it (without waiting for the answer; one
+caller's calls to an actor run in order) when it resizes, gives up, or the group stops running. A stale request
+cannot make a later group save and wait.
 
 The actor lives on the controller's node, never on a TPU host: Ray places an actor that asks for no resources on
 any node it likes, and an actor on a slice's host dies with that slice ("The actor died because its node has
 died") exactly when elasticity should carry the run. Ray Train pins its own controller to the driver's node
 (ray/train/v2/api/data_parallel_trainer.py `_initialize_and_run_controller`), which on KubeRay is the head pod;
-`notice_actor` pins the notice actor to the node of whoever creates it, the controller's callback, and Ray
-restarts it there if its process dies (max_restarts=-1; the flag it held is lost, which only costs a save). A lost
-or unreachable actor still never fails a step: the workers' poll (`ScaleUpPoll`) reads "no scale-up" and looks the
-actor up again next step, and the controller resizes without the save if it cannot reach it. (A dead named actor
-keeps its name while its creator lives — seen on Ray 2.60 — so it cannot be recreated under the same name; pinned
-to the controller's node it only dies for good with that node, and the run with it.)
+`notice_actor` pins the notice actor to the node of whoever creates it, the scaling policy in the controller, and
+Ray restarts it there if its process dies (max_restarts=-1; the flag it held is lost, which only costs a save). A
+lost or unreachable actor still never fails a step: the workers' poll (`ScaleUpPoll`) reads "no scale-up" and
+looks the actor up again next step, and the controller resizes without the save if it cannot reach it. (A dead
+named actor keeps its name while its creator lives — seen on Ray 2.60 — so it cannot be recreated under the same
+name; pinned to the controller's node it only dies for good with that node, and the run with it.)
 """
 from __future__ import annotations
 
@@ -40,17 +46,19 @@ def notice_actor_name(run_name: str) -> str:
 
 
 class ScaleUpNotice:
-    """State shared by the controller's callback and rank 0 (a Ray actor, num_cpus=0)."""
+    """State shared by the controller's scaling policy and rank 0 (a Ray actor, num_cpus=0). Times are this
+    process's monotonic clock."""
 
     def __init__(self) -> None:
-        self.requested = False
+        self.requested_until = 0.0
         self.saved_step: int | None = None
 
-    def request(self) -> None:
-        self.requested, self.saved_step = True, None
+    def request(self, ttl_s: float) -> None:
+        # Good for one wait of the controller: past `ttl_s` nobody waits for this save any more.
+        self.requested_until, self.saved_step = time.monotonic() + ttl_s, None
 
     def is_requested(self) -> bool:
-        return self.requested
+        return time.monotonic() < self.requested_until
 
     def mark_saved(self, step: int) -> None:
         self.saved_step = step
@@ -59,7 +67,7 @@ class ScaleUpNotice:
         return self.saved_step
 
     def clear(self) -> None:
-        self.requested, self.saved_step = False, None
+        self.requested_until, self.saved_step = 0.0, None
 
 
 def notice_actor(run_name: str, create: bool = False):
@@ -80,13 +88,18 @@ class ScaleUpPoll:
 
     def __call__(self) -> bool:
         import ray
-        from ray.exceptions import RayError
+        from ray.exceptions import GetTimeoutError, RayError
 
         try:
             if self._actor is None:
                 self._actor = notice_actor(self.run_name)
             return bool(ray.get(self._actor.is_requested.remote(), timeout=self.timeout_s))
-        except (ValueError, RayError) as err:      # get_actor: ValueError when absent; RayActorError, timeouts
+        except GetTimeoutError:
+            # A slow answer (GetTimeoutError is a RayError, ray/exceptions.py: caught first): the actor is alive,
+            # keep its handle. A request missed now is still there next step until it expires.
+            self.misses += 1
+            return False
+        except (ValueError, RayError) as err:      # get_actor: ValueError when absent; RayActorError
             self._actor = None
             self.misses += 1
             if self.misses == 1:
@@ -108,55 +121,80 @@ def mark_saved(run_name: str, step: int) -> None:
               flush=True)
 
 
-def save_before_resize_callback(run_name: str, timeout_s: float = DEFAULT_SAVE_TIMEOUT_S):
-    """The controller-side callback (module docstring). Only a resize of a running group waits: the first
-    start and a restart after a failure have no group to save."""
-    from ray.train.v2._internal.execution.callback import ControllerCallback
+def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = DEFAULT_SAVE_TIMEOUT_S,
+                              clock=time.monotonic):
+    """Ray's elastic scaling policy that asks the running group to save before it is re-formed (module
+    docstring). Only a resize of a running group waits: the first start and a restart after a failure have no
+    group to save."""
+    import ray
+    from ray.exceptions import RayError
+    from ray.train.v2._internal.execution.scaling_policy import NoopDecision, ResizeDecision
+    from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
 
-    # Not a UserCallback: Ray hands those to a handler that only forwards after_report/after_exception; other
-    # RayTrainCallbacks in RunConfig.callbacks join the controller's own (ray/train/v2/api/data_parallel_trainer.py
-    # `_create_default_callbacks`: "Append all other callbacks to the full list").
-    class SaveBeforeResize(ControllerCallback):
-        def __init__(self) -> None:
+    class SaveFirstScaling(ElasticScalingPolicy):
+        def __init__(self, config) -> None:
+            super().__init__(config)
             self._actor = None
-            self._running_group_resizes = False
+            # (Ray's decision, when the save was asked for, the pending answer of `saved`)
+            self._pending = None
 
         def after_controller_start(self, train_run_context) -> None:
+            super().after_controller_start(train_run_context)
             self._actor = notice_actor(run_name, create=True)
 
         def after_controller_state_update(self, previous_state, current_state) -> None:
-            if type(current_state).__name__ == "ResizingState":
-                self._running_group_resizes = type(previous_state).__name__ == "RunningState"
+            super().after_controller_state_update(previous_state, current_state)
+            left = type(current_state).__name__ not in ("RunningState", "ResizingState", "SchedulingState")
+            if self._pending is not None and left:
+                self._pending = None      # the group failed or ended: nobody will be re-formed after a save
+                self._clear()
 
-        def before_controller_execute_resize_decision(self, resize_decision) -> None:
-            import ray
-            from ray.exceptions import RayError
-
-            if not self._running_group_resizes or self._actor is None:
-                return
-            self._running_group_resizes = False
+        def make_decision_for_running_worker_group(self, worker_group_state, worker_group_status):
+            if self._pending is not None:
+                return self._follow_save()
+            decision = super().make_decision_for_running_worker_group(worker_group_state, worker_group_status)
+            if not isinstance(decision, ResizeDecision) or self._actor is None:
+                return decision
             try:
-                ray.get(self._actor.request.remote(), timeout=POLL_TIMEOUT_S)
-                step = self._wait_for_save()
-                ray.get(self._actor.clear.remote(), timeout=POLL_TIMEOUT_S)
+                self._actor.request.remote(timeout_s)
+                self._pending = (decision, clock(), self._actor.saved.remote())
             except RayError as err:
-                # Resizing without the save costs the steps since the last checkpoint; failing would cost the run.
-                print(f"trainer: resize to {resize_decision.num_workers} workers without a save at the notice: "
-                      f"the notice actor is unreachable ({type(err).__name__})", flush=True)
-                return
-            print(f"trainer: resize to {resize_decision.num_workers} workers after "
+                return self._without_save(decision, err)
+            print(f"trainer: resize to {decision.num_workers} workers: asked the group to save first", flush=True)
+            return NoopDecision()
+
+        def _follow_save(self):
+            decision, asked_at, answer = self._pending
+            step = None
+            try:
+                if ray.wait([answer], timeout=0)[0]:
+                    step = ray.get(answer, timeout=0)
+                    if step is None:
+                        self._pending = (decision, asked_at, self._actor.saved.remote())
+            except RayError as err:
+                self._pending = None
+                return self._without_save(decision, err)
+            if step is None and clock() - asked_at < timeout_s:
+                return NoopDecision()
+            self._pending = None
+            self._clear()
+            print(f"trainer: resize to {decision.num_workers} workers after "
                   + (f"a checkpoint at step {step}" if step is not None else
                      f"waiting {timeout_s:.0f}s for a checkpoint that did not come"), flush=True)
+            return decision
 
-        def _wait_for_save(self) -> int | None:
-            import ray
+        def _without_save(self, decision, err: BaseException):
+            # Resizing without the save costs the steps since the last checkpoint; failing would cost the run.
+            print(f"trainer: resize to {decision.num_workers} workers without a save at the notice: the notice "
+                  f"actor is unreachable ({type(err).__name__})", flush=True)
+            self._clear()
+            return decision
 
-            started = time.monotonic()
-            while time.monotonic() - started < timeout_s:
-                step = ray.get(self._actor.saved.remote(), timeout=POLL_TIMEOUT_S)
-                if step is not None:
-                    return step
-                time.sleep(0.5)
-            return None
+        def _clear(self) -> None:
+            try:
+                if self._actor is not None:
+                    self._actor.clear.remote()          # not waited for: the controller's loop goes on
+            except RayError:
+                pass                                    # the request expires on its own (ScaleUpNotice.request)
 
-    return SaveBeforeResize()
+    return SaveFirstScaling(scaling_config)

@@ -55,6 +55,10 @@ def asks_for_scale_up(config: dict, current: Plan) -> bool:
                 and current.slices < config["plan_request"]["slices"])
 
 
+# The local run's long eval pass (trainer.local --slow-eval S): every eval step takes S seconds more.
+SLOW_EVAL_ENV = "TRAINER_LOCAL_SLOW_EVAL_S"
+
+
 def train_loop_per_worker(config: dict) -> None:
     import ray.train
 
@@ -77,7 +81,7 @@ def train_loop_per_worker(config: dict) -> None:
                                            "plan": current.describe()})
     last = {}
     # Rank 0 tells the driver's watchdog of every step (trainer/watchdog.py); never waits, never raises.
-    beat = watchdog.StepBeat(config["run_name"]) if rank == 0 and config.get("run_name") else None
+    beat = watchdog.StepBeat(config["run_name"], attempt) if rank == 0 and config.get("run_name") else None
 
     def on_step(step: int, loss: float, step_time: float) -> None:
         last.update(step=step, loss=loss)
@@ -106,7 +110,25 @@ def train_loop_per_worker(config: dict) -> None:
     watch = notice.NoticeWatch(notice.ray_poll(scale_up_requested), on_notice)
     notice.require_autocheckpoint(argv)
     notice.install(watch)
-    maxtext_runtime.install_hooks(current.model.param_count, current.model.name, on_params=on_params, on_step=on_step)
+    def on_eval_start() -> None:
+        if beat is not None:
+            beat.eval_started()
+        if progress_dir and rank == 0:
+            progress.append(progress_dir, {"event": "eval-start", "attempt": attempt, "after_step": last.get("step")})
+
+    slow_eval_s = float(os.environ.get(SLOW_EVAL_ENV, "0") or 0)
+
+    def on_eval_step(count: int) -> None:
+        if slow_eval_s:
+            time.sleep(slow_eval_s)          # every host, so they stay in step
+        if beat is not None:
+            beat.eval_step(count)
+        if progress_dir and rank == 0:
+            progress.append(progress_dir, {"event": "eval-step", "attempt": attempt, "count": count,
+                                           "after_step": last.get("step")})
+
+    maxtext_runtime.install_hooks(current.model.param_count, current.model.name, on_params=on_params, on_step=on_step,
+                                  on_eval_start=on_eval_start, on_eval_step=on_eval_step)
     maxtext_runtime.run_pre_train(argv)
     if watch.stopped:
         # MaxText saved at the notice step and returned; returning too would end the run as finished.

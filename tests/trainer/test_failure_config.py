@@ -124,3 +124,127 @@ def test_worker_group_start_failures_are_retried_without_limit_by_ray_and_env_fa
     assert policy.make_decision(env_failure) == FailureDecision.RAISE
     assert exit_code_of(env_failure) == exit_codes.IMPORT_ERROR
     assert exit_code_of(ControllerError(WorkerGroupStartupFailedError("init"))) == exit_codes.RUNTIME_FAILURE
+
+
+def _scheduled(run_name: str, workers: int) -> None:
+    """What the controller does when it starts a group of `workers` (its SchedulingState carries the decision)."""
+    from ray.train.v2._internal.execution.controller.state import SchedulingState
+    from ray.train.v2._internal.execution.scaling_policy import ResizeDecision
+
+    from trainer.elastic_control import group_size_callback
+
+    group_size_callback(run_name).after_controller_state_update(
+        None, SchedulingState(ResizeDecision(num_workers=workers, resources_per_worker={"TPU": 4})))
+
+
+def test_losing_the_optional_slice_does_not_spend_the_preemption_budget():
+    """An elastic 1..2 run of 2-host slices (minimum 2 workers, maximum 4) with the plan's budget of 3: Spot takes
+    the optional slice (ranks 2, 3) again and again, each time after it came back. Ray's default policy charges
+    each to max_preemption_failures and ends the run at the fourth while the minimum slice is healthy (see
+    test_ray_stops_retrying_preemptions_at_the_budget); the trainer's policy retries them uncounted. Losses that
+    take the group below its minimum are still counted, and end the run past the budget."""
+    from ray.train.v2._internal.execution.failure_handling.failure_policy import FailureDecision
+    from ray.train.v2.api.exceptions import PreemptionError
+    from ray.train.v2.api.preemption import PreemptionInfo
+
+    from trainer.elastic_control import elastic_failure_policy
+
+    run = "spot-1-2"
+    policy = elastic_failure_policy(FailureConfig(**failure_config_kwargs(3, 3)), run, min_workers=2,
+                                    workers_per_slice=2)
+    optional = PreemptionError(preemption_info=PreemptionInfo(None, {"node-c": [2], "node-d": [3]}))
+    for _ in range(10):
+        _scheduled(run, 4)                                    # the slice came back: the group grew to 4
+        assert policy.make_decision(optional) == FailureDecision.RETRY
+    minimum = PreemptionError(preemption_info=PreemptionInfo(None, {"node-a": [0], "node-b": [1]}))
+    _scheduled(run, 2)                                        # the group of the minimum slice alone
+    assert [policy.make_decision(minimum) for _ in range(4)] == [FailureDecision.RETRY] * 3 + [FailureDecision.RAISE]
+
+
+def test_a_preemption_of_both_slices_or_of_one_worker_below_the_minimum_is_counted():
+    from ray.train.v2._internal.execution.failure_handling.failure_policy import FailureDecision
+    from ray.train.v2.api.exceptions import PreemptionError
+    from ray.train.v2.api.preemption import PreemptionInfo
+
+    from trainer.elastic_control import elastic_failure_policy, lost_slices
+
+    run = "spot-both"
+    policy = elastic_failure_policy(FailureConfig(**failure_config_kwargs(3, 1)), run, min_workers=2,
+                                    workers_per_slice=2)
+    _scheduled(run, 4)
+    both = PreemptionError(preemption_info=PreemptionInfo(None, {"a": [0, 1], "c": [2, 3]}))
+    assert [policy.make_decision(both) for _ in range(2)] == [FailureDecision.RETRY, FailureDecision.RAISE]
+    # A rank from each slice: both slices are lost (a TPU slice goes as a whole), not "two workers of four".
+    assert lost_slices([1, 2], 2) == 2 and lost_slices([2, 3], 2) == 1 and lost_slices([], 2) == 0
+
+
+def test_a_worker_killed_by_a_preemption_counts_like_the_notice():
+    """The other form of a preemption (default.py `_is_preemption_failure`): a WorkerGroupError in which a worker
+    died because its node was preempted (RayActorError.preempted), e.g. a reclaim whose notice was not seen."""
+    from ray.exceptions import ActorDiedError
+    from ray.train.v2._internal.execution.failure_handling.failure_policy import FailureDecision
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    from trainer.elastic_control import elastic_failure_policy, preempted_ranks
+
+    died = ActorDiedError()
+    died._preempted = True
+    assert died.preempted
+    error = WorkerGroupError("slice lost", {2: died, 3: RuntimeError("collective aborted"), 0: RuntimeError("x")})
+    assert preempted_ranks(error) == [2]
+    assert preempted_ranks(WorkerGroupError("bug", {0: RuntimeError("bug")})) is None
+    run = "spot-died"
+    policy = elastic_failure_policy(FailureConfig(**failure_config_kwargs(0, 0)), run, min_workers=2,
+                                    workers_per_slice=2)
+    _scheduled(run, 4)
+    assert policy.make_decision(error) == FailureDecision.RETRY
+    # A real failure (no preemption) is still charged to max_failures (0 here: the run ends).
+    assert policy.make_decision(WorkerGroupError("bug", {0: RuntimeError("bug")})) == FailureDecision.RAISE
+
+
+def test_the_elastic_trainer_hands_its_policies_to_ray_s_controller(monkeypatch):
+    """Ray 2.60 builds DefaultFailurePolicy and its scaling policy in `fit` and passes them to
+    `_initialize_and_run_controller` (ray/train/v2/api/data_parallel_trainer.py); the trainer's JaxTrainer
+    replaces those two arguments there. A fixed-size run keeps Ray's JaxTrainer."""
+    from ray.train.v2.api.config import RunConfig, ScalingConfig
+    from ray.train.v2.jax import JaxTrainer
+
+    from core.maxtext_args import RunSettings
+    from trainer.entrypoint import scaling_kwargs, trainer_class
+
+    elastic = plan(PlanRequest("tiny", "v6e", "2x4", slices=2, min_slices=1))
+    run = RunSettings("r", "/tmp/out", 100, 10)
+    seen = {}
+    monkeypatch.setattr(JaxTrainer, "_initialize_and_run_controller", lambda self, **kw: seen.update(kw))
+    cls = trainer_class(elastic, run)
+    trainer = cls(lambda: None, scaling_config=ScalingConfig(**scaling_kwargs(elastic, 60)),
+                  run_config=RunConfig(name="r", storage_path="/tmp/out",
+                                       failure_config=FailureConfig(**failure_config_kwargs(3, 3))))
+    trainer._initialize_and_run_controller(failure_policy="ray's", scaling_policy="ray's", callbacks=[])
+    assert type(seen["failure_policy"]).__name__ == "ElasticFailurePolicy"
+    assert type(seen["scaling_policy"]).__name__ == "SaveFirstScaling"
+    assert seen["callbacks"] == []
+    assert trainer_class(plan(PlanRequest("tiny", "v6e", "2x4", slices=2)), run) is JaxTrainer
+
+
+def test_the_policy_sees_the_group_size_after_ray_sends_both_to_the_controller():
+    """Ray sends the failure policy and the RunConfig callbacks to the controller actor separately, by
+    cloudpickle, which copies the globals a function-local class names: each copy must still find the one slot of
+    the process (seen without it in the local elastic run: Ray's budget counted the optional slice's loss)."""
+    import ray.cloudpickle as cloudpickle
+    from ray.train.v2._internal.execution.controller.state import SchedulingState
+    from ray.train.v2._internal.execution.failure_handling.failure_policy import FailureDecision
+    from ray.train.v2._internal.execution.scaling_policy import ResizeDecision
+    from ray.train.v2.api.exceptions import PreemptionError
+    from ray.train.v2.api.preemption import PreemptionInfo
+
+    from trainer.elastic_control import elastic_failure_policy, group_size_callback
+
+    run = "pickled"
+    policy = cloudpickle.loads(cloudpickle.dumps(
+        elastic_failure_policy(FailureConfig(**failure_config_kwargs(0, 0)), run, min_workers=2, workers_per_slice=2)))
+    callback = cloudpickle.loads(cloudpickle.dumps(group_size_callback(run)))
+    callback.after_controller_state_update(None, SchedulingState(ResizeDecision(num_workers=4,
+                                                                                resources_per_worker={"TPU": 4})))
+    optional = PreemptionError(preemption_info=PreemptionInfo(None, {"node-c": [2, 3]}))
+    assert policy.make_decision(optional) == FailureDecision.RETRY

@@ -4,8 +4,8 @@ trainer/resize.py, trainer/failures.py), checked against the installed sources w
 Sources:
 - ray/train/v2/api/data_parallel_trainer.py `_create_default_callbacks`: RunConfig callbacks that are UserCallbacks
   go to UserCallbackHandler (after_report / after_exception only); "all other callbacks" join the controller's
-  list, where ControllerCallback hooks such as `before_controller_execute_resize_decision` are called
-  (ray/train/v2/_internal/execution/controller/controller.py `_controller_callbacks`, `_execute_resize_decision`).
+  list, where ControllerCallback hooks are called (ray/train/v2/_internal/execution/controller/controller.py
+  `_controller_callbacks`, which also holds the scaling policy).
 - maxtext/common/checkpointing.py: `maybe_save_checkpoint` asks the module-level `reached_preemption` and calls the
   module-level `save_checkpoint`, passing `force` on to Orbax.
 """
@@ -33,41 +33,35 @@ def _default_callbacks(callbacks):
     return trainer._create_default_callbacks()
 
 
-def test_elastic_run_registers_a_controller_callback_that_hears_resizes():
+def test_elastic_run_registers_its_controller_callbacks_and_its_scaling_policy_hears_the_controller():
     from ray.train.v2._internal.callbacks.user_callback import UserCallbackHandler
     from ray.train.v2._internal.execution.callback import ControllerCallback
     from ray.train.v2._internal.execution.controller import controller
+    from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
 
     from core.maxtext_args import RunSettings
 
     elastic = plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2, min_slices=1))
     callbacks = run_callbacks(elastic, RunSettings("r", "gs://b", 100, 10))
     registered = _default_callbacks(callbacks)
-    resize = [c for c in registered if type(c).__name__ == "SaveBeforeResize"]
-    assert len(resize) == 1 and isinstance(resize[0], ControllerCallback)
+    sizes = [c for c in registered if type(c).__name__ == "GroupSize"]
+    assert len(sizes) == 1 and isinstance(sizes[0], ControllerCallback)
     handler = next(c for c in registered if isinstance(c, UserCallbackHandler))
     assert [type(c).__name__ for c in handler._user_callbacks] == ["FailFast"]
-    # The hook the callback implements is the one the controller calls before it re-forms the group.
-    assert '"before_controller_execute_resize_decision"' in inspect.getsource(controller.TrainController)
+    # The scaling policy is the first of the controller's callbacks (after_controller_start creates the notice
+    # actor, after_controller_state_update drops a request when the group stops running) and is asked once per
+    # loop iteration of a running group.
+    source = inspect.getsource(controller.TrainController)
+    assert "self._controller_callbacks = (\n            [\n                self._scaling_policy,\n" in source
+    assert "make_decision_for_running_worker_group(" in source
+    from trainer.resize import save_first_scaling_policy
+    from ray.train.v2.api.config import ScalingConfig
+
+    policy = save_first_scaling_policy(ScalingConfig(num_workers=(4, 8), use_tpu=True, topology="4x4",
+                                                     accelerator_type="TPU-V6E"), "r")
+    assert isinstance(policy, ElasticScalingPolicy) and isinstance(policy, ControllerCallback)
     fixed = run_callbacks(plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2)), RunSettings("r", "gs://b", 100, 10))
     assert [type(c).__name__ for c in fixed] == ["FailFast", "ProgressStates"]
-
-
-def test_resize_waits_only_for_a_running_group():
-    from trainer.resize import save_before_resize_callback
-
-    callback = save_before_resize_callback("r", timeout_s=0)
-
-    class RunningState: ...
-
-    class ResizingState: ...
-
-    class InitializingState: ...
-
-    callback.after_controller_state_update(InitializingState(), ResizingState())
-    assert callback._running_group_resizes is False
-    callback.after_controller_state_update(RunningState(), ResizingState())
-    assert callback._running_group_resizes is True
 
 
 def test_maxtext_looks_the_hooked_functions_up_at_call_time():

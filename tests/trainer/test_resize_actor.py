@@ -75,7 +75,7 @@ def test_poll_survives_the_death_of_the_actors_node(cluster):
         scheduling_strategy=NodeAffinitySchedulingStrategy(doomed_host.node_id, soft=False)).remote()
     poll = resize.ScaleUpPoll(run, timeout_s=5.0)
     assert poll() is False
-    ray.get(stray.request.remote())
+    ray.get(stray.request.remote(600))
     assert poll() is True
     local.remove_node(doomed_host, allow_graceful=False)        # the slice is lost with the actor on it
     # Until the GCS declares the node dead the actor is "unavailable", then dead. Every poll meanwhile is a step:
@@ -96,15 +96,126 @@ def test_poll_survives_the_death_of_the_actors_node(cluster):
     assert poll.misses >= 3
 
 
-def test_pinned_actor_comes_back_after_its_process_dies_and_the_poll_rides_through(cluster):
+def _ray_would_resize(self, worker_group_state, worker_group_status):
+    """Stands in for Ray's own elastic decision (it asks the cluster's autoscaling coordinator): a running group
+    of 4 workers, 8 fit."""
+    from ray.train.v2._internal.execution.scaling_policy import ResizeDecision
+
+    return ResizeDecision(num_workers=8, resources_per_worker={"TPU": 4})
+
+
+@pytest.fixture
+def policy_for(monkeypatch):
+    """The trainer's scaling policy for a run, with its actor created as after_controller_start creates it."""
+    from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
+    from ray.train.v2.api.config import ScalingConfig
+
+    monkeypatch.setattr(ElasticScalingPolicy, "make_decision_for_running_worker_group", _ray_would_resize)
+
+    def make(run: str, timeout_s: float, clock=time.monotonic):
+        policy = resize.save_first_scaling_policy(ScalingConfig(num_workers=(4, 8), use_tpu=True, topology="2x4",
+                                                                accelerator_type="TPU-V6E"), run, timeout_s, clock)
+        policy._actor = resize.notice_actor(run, create=True)
+        return policy
+
+    return make
+
+
+def _state(name: str):
+    return type(name, (), {})()
+
+
+def _decide_until(policy, kind: str, within_s: float = 30.0):
+    """Ask as the controller's loop does (once per iteration) until the decision is of `kind`."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        decision = policy.make_decision_for_running_worker_group(None, None)
+        if type(decision).__name__ == kind:
+            return decision
+        time.sleep(0.05)
+    raise AssertionError(f"no {kind} within {within_s} s")
+
+
+def test_the_controller_asks_for_a_save_without_blocking_and_resizes_once_it_is_there(cluster, policy_for):
+    """Each call returns at once (the controller's loop keeps polling the workers): "no change" until rank 0
+    marks the save, then Ray's decision; the request is cleared after it."""
+    run = "save-first"
+    policy = policy_for(run, timeout_s=600)
+    poll = resize.ScaleUpPoll(run, timeout_s=5.0)
+    started = time.monotonic()
+    for _ in range(20):
+        assert type(policy.make_decision_for_running_worker_group(None, None)).__name__ == "NoopDecision"
+    assert time.monotonic() - started < 5       # the old hook slept in the loop for up to 600 s
+    assert poll() is True                       # rank 0 hears it at its next step
+    resize.mark_saved(run, 12)
+    decision = _decide_until(policy, "ResizeDecision")
+    assert decision.num_workers == 8
+    deadline = time.monotonic() + 10
+    while poll() and time.monotonic() < deadline:   # the clear is sent without waiting for it
+        time.sleep(0.1)
+    assert poll() is False
+
+
+def test_a_save_that_never_comes_leaves_no_stale_request(cluster, policy_for):
+    """The group never saves (rank 0 missed the notice): past the timeout the controller resizes anyway, and the
+    next group must not read the old request and save and wait at its first step (which then outlived the
+    watchdog's stall limit: exit 7). The old hook's GetTimeoutError (a RayError) skipped the clear."""
+    run = "stale"
+    now = [0.0]
+    policy = policy_for(run, timeout_s=2.0, clock=lambda: now[0])
+    poll = resize.ScaleUpPoll(run, timeout_s=5.0)
+    assert type(policy.make_decision_for_running_worker_group(None, None)).__name__ == "NoopDecision"
+    assert poll() is True
+    now[0] += 3.0
+    assert _decide_until(policy, "ResizeDecision").num_workers == 8
+    time.sleep(2.5)                              # even if the clear were lost, the request expires on the actor
+    assert poll() is False
+    assert poll() is False
+
+
+def test_a_request_expires_on_the_actor_by_itself():
+    notice = resize.ScaleUpNotice()
+    notice.request(0.2)
+    assert notice.is_requested()
+    time.sleep(0.3)
+    assert not notice.is_requested()
+
+
+def test_a_group_that_fails_while_the_controller_waits_drops_the_request(cluster, policy_for):
+    run = "fails-meanwhile"
+    policy = policy_for(run, timeout_s=600)
+    poll = resize.ScaleUpPoll(run, timeout_s=5.0)
+    assert type(policy.make_decision_for_running_worker_group(None, None)).__name__ == "NoopDecision"
+    assert poll() is True
+    policy.after_controller_state_update(_state("RunningState"), _state("RestartingState"))
+    deadline = time.monotonic() + 10
+    while poll() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert poll() is False
+    assert policy._pending is None
+
+
+def test_a_slow_actor_answer_keeps_the_handle(cluster):
+    """GetTimeoutError is a RayError (ray/exceptions.py): the poll catches it first, answers "no scale-up" for
+    this step and keeps asking the same live actor."""
+    run = "slow"
+    actor = resize.notice_actor(run, create=True)
+    assert ray.get(actor.is_requested.remote(), timeout=60) is False      # up and answering
+    poll = resize.ScaleUpPoll(run, timeout_s=0.5)
+    poll._actor = actor
+    blocker = actor.__ray_call__.remote(lambda self: time.sleep(3))     # the actor busy for 3 s
+    assert poll() is False and poll._actor is actor and poll.misses == 1
+    ray.get(blocker)
+
+
+def test_pinned_actor_comes_back_after_its_process_dies_and_the_poll_rides_through(cluster, policy_for):
     import os
     import signal
 
     _, head, _ = cluster
     run = "process-death"
-    callback = resize.save_before_resize_callback(run, timeout_s=0.5)
-    callback.after_controller_start(None)                    # what the controller does when the run starts
-    actor = callback._actor
+    policy = policy_for(run, timeout_s=600)
+    actor = policy._actor
     assert _node_of(actor) == head
     poll = resize.ScaleUpPoll(run, timeout_s=5.0)
     assert poll() is False
@@ -122,16 +233,10 @@ def test_pinned_actor_comes_back_after_its_process_dies_and_the_poll_rides_throu
         time.sleep(0.5)
     assert _node_of(actor) == head
     assert poll() is False
-
-    class Decision:
-        num_workers = 8
-
     # A resize of a running group: the controller asks through the restarted actor and waits for the save.
-    callback.after_controller_state_update(type("RunningState", (), {})(), type("ResizingState", (), {})())
-    ray.get(actor.mark_saved.remote(None))
-    callback.before_controller_execute_resize_decision(Decision())
+    assert type(policy.make_decision_for_running_worker_group(None, None)).__name__ == "NoopDecision"
     resize.mark_saved(run, 7)                                 # rank 0 reaches it by name
-    assert ray.get(actor.saved.remote()) == 7
+    assert _decide_until(policy, "ResizeDecision").num_workers == 8
     ray.kill(actor)
 
 
@@ -148,22 +253,16 @@ def _wait_until_dead(actor, within_s: float = 60.0) -> None:
     raise AssertionError(f"the killed actor still answers after {within_s:.0f} s")
 
 
-def test_controller_resizes_without_the_save_when_the_actor_is_gone(cluster, capsys):
+def test_controller_resizes_without_the_save_when_the_actor_is_gone(cluster, policy_for, capsys):
     run = "killed"
-    callback = resize.save_before_resize_callback(run, timeout_s=0.5)
-    callback.after_controller_start(None)
+    policy = policy_for(run, timeout_s=600)
     poll = resize.ScaleUpPoll(run, timeout_s=5.0)
     assert poll() is False
-    ray.kill(callback._actor, no_restart=True)
-    _wait_until_dead(callback._actor)
+    ray.kill(policy._actor, no_restart=True)
+    _wait_until_dead(policy._actor)
     assert poll() is False and poll.misses == 1
-
-    class Decision:
-        num_workers = 8
-
     # A raise here would end the run as a ControllerError; a resize without the save only redoes some steps.
-    callback.after_controller_state_update(type("RunningState", (), {})(), type("ResizingState", (), {})())
-    callback.before_controller_execute_resize_decision(Decision())
+    assert _decide_until(policy, "ResizeDecision").num_workers == 8
     assert "without a save at the notice" in capsys.readouterr().out
 
 

@@ -63,9 +63,66 @@ def test_a_restart_does_not_reset_the_start_up_clock(monkeypatch):
     progress.restarting()
     now[0] += 60
     progress.restarting()
-    assert progress.status() == {"age_s": 90, "starting": True, "last_step": 7}
+    assert progress.status() == {"age_s": 90, "starting": True, "last_step": 7, "compiling": False, "waiting": False}
     progress.step(8)
-    assert progress.status() == {"age_s": 0, "starting": False, "last_step": 8}
+    assert progress.status() == {"age_s": 0, "starting": False, "last_step": 8, "compiling": False, "waiting": False}
+
+
+def _fake_clock():
+    now = [1000.0]
+    return now, (lambda: now[0])
+
+
+def test_an_eval_pass_longer_than_the_stall_limit_is_progress():
+    """An eval pass reads the whole split (eval_steps=0) and its first step compiles the eval program: together
+    longer than the stall limit. Each eval step is progress, and the compile before the first one has the
+    start-up allowance. Without it the watchdog counted training steps only and ended the run with exit 7."""
+    now, clock = _fake_clock()
+    progress = watchdog.RunProgress(clock)
+    progress.step(20)
+    now[0] += 5
+    progress.eval_started()
+    now[0] += 60                                  # the eval program compiles: > stall (10), < start-up (100)
+    assert verdict(progress.status(), LIMITS) is None
+    for count in range(12):                       # a pass of 12 eval steps, 8 s each: 96 s, far over 10 s
+        progress.eval_step(count)
+        now[0] += 8
+        assert verdict(progress.status(), LIMITS) is None
+    progress.step(21)
+    now[0] += 11                                  # then training stalls: the stall limit applies again
+    assert "stalled" in verdict(progress.status(), LIMITS)
+
+
+def test_an_eval_compile_that_never_ends_still_ends_the_run():
+    now, clock = _fake_clock()
+    progress = watchdog.RunProgress(clock)
+    progress.step(20)
+    progress.eval_started()
+    now[0] += 101
+    assert "eval pass did not compile" in verdict(progress.status(), LIMITS)
+
+
+def test_a_wait_for_capacity_does_not_spend_the_start_up_allowance():
+    """A Spot stockout longer than the allowance (an hour on TPU): the controller waits with no group scheduled.
+    The clock stops while it waits and goes on, from where it stopped, once a group is scheduled; a group that is
+    scheduled and never trains still ends the run."""
+    now, clock = _fake_clock()
+    progress = watchdog.RunProgress(clock)
+    progress.step(7)
+    now[0] += 30
+    progress.restarting()
+    progress.waiting_for_capacity()
+    now[0] += 3 * 3600
+    assert progress.status()["age_s"] == 30 and verdict(progress.status(), LIMITS) is None
+    progress.waiting_for_capacity()               # told again: the wait started when it first did
+    progress.scheduled()
+    assert progress.status()["age_s"] == 30
+    now[0] += 69
+    assert verdict(progress.status(), LIMITS) is None
+    now[0] += 2                                   # 101 s of start-up with capacity, no step
+    assert "start-up allowance" in verdict(progress.status(), LIMITS)
+    progress.step(8)
+    assert verdict(progress.status(), LIMITS) is None
 
 
 def test_watchdog_thread_exits_with_no_progress_and_keeps_going_on_unreadable_status(capsys):
@@ -93,26 +150,35 @@ def test_watchdog_thread_exits_with_no_progress_and_keeps_going_on_unreadable_st
     assert "ending the run (no progress (watchdog))" in capsys.readouterr().err
 
 
-def test_controller_callback_starts_the_start_up_clock_only_when_the_group_leaves_running():
+def test_controller_callback_tells_of_restarts_waits_for_capacity_and_scheduling_once_each():
+    """Ray Train calls after_controller_state_update every loop iteration, also with the same state
+    (ray/train/v2/_internal/execution/controller/controller.py `_set_state`, called from `run`'s loop)."""
     calls = []
 
     class Actor:
-        class restarting:
-            @staticmethod
-            def remote():
-                calls.append("restarting")
+        def __getattr__(self, name):
+            return type("Method", (), {"remote": staticmethod(lambda: calls.append(name))})
 
     callback = watchdog.controller_callback("r")
     state = lambda name: type(name, (), {})()      # noqa: E731 - the controller's state classes, by name
     original = watchdog.progress_actor
-    watchdog.progress_actor = lambda run_name, create=False: Actor
+    watchdog.progress_actor = lambda run_name, create=False: Actor()
     try:
-        callback.after_controller_state_update(state("SchedulingState"), state("ReschedulingState"))
+        callback.after_controller_state_update(state("InitializingState"), state("InitializingState"))
+        callback.after_controller_state_update(state("InitializingState"), state("InitializingState"))
+        callback.after_controller_state_update(state("InitializingState"), state("SchedulingState"))
         callback.after_controller_state_update(state("SchedulingState"), state("RunningState"))
-        assert calls == []
+        callback.after_controller_state_update(state("RunningState"), state("RunningState"))
+        assert calls == ["waiting_for_capacity", "scheduled"]
+        calls.clear()
         for after in ("RestartingState", "PreemptingState", "ResizingState"):
             callback.after_controller_state_update(state("RunningState"), state(after))
-        assert calls == ["restarting"] * 3
+        assert calls == ["restarting", "waiting_for_capacity", "restarting", "restarting"]
+        calls.clear()
+        callback.after_controller_state_update(state("PreemptingState"), state("ReschedulingState"))
+        callback.after_controller_state_update(state("ReschedulingState"), state("ReschedulingState"))
+        callback.after_controller_state_update(state("ReschedulingState"), state("SchedulingState"))
+        assert calls == ["scheduled"]             # still waiting since the RestartingState above
     finally:
         watchdog.progress_actor = original
 
@@ -160,3 +226,19 @@ def test_a_real_driver_that_keeps_stepping_is_left_alone():
     # 8 s of steps every 0.5 s against a 3 s stall limit, then a normal end.
     done = _driver("8", "600", "finish")
     assert done.returncode == 0 and "finished" in done.stdout, done.stderr[-2000:]
+
+
+def test_a_late_step_report_of_a_group_that_left_its_running_state_does_not_end_its_start_up():
+    """Rank 0 reports a step when MaxText writes its metrics, one step late, and a Spot notice takes the group
+    out of its running state before rank 0 even sees it: the old group's last report comes after the controller
+    said "restarting". Counted, it ended the start-up allowance and the stall limit ran during the restart (seen
+    in the local elastic run with a 25 s stall limit: exit 7 while the group re-formed)."""
+    now, clock = _fake_clock()
+    progress = watchdog.RunProgress(clock)
+    progress.step(52, "old")
+    progress.restarting()                         # the notice: the controller leaves its running state
+    progress.step(53, "old")                      # the old group's late report
+    now[0] += 30
+    assert progress.status()["starting"] and verdict(progress.status(), LIMITS) is None
+    progress.step(55, "new")                      # the new group's first step
+    assert not progress.status()["starting"] and progress.status()["last_step"] == 55

@@ -31,6 +31,9 @@ OBJECT_STORE_BYTES = 256 * 1024**2
 # Starts of one node when `ray start` gives up on a slow machine (LocalTpuCluster._wait_started): at a load average
 # of 36 on 2 cores, all four hosts of a run missed Ray's 30 s twice in a row (2026-11-28).
 START_ATTEMPTS = 5
+# How long a node may take to start, all its attempts together: each attempt may use Ray's 30 s to register, and on
+# a 2-core machine at load averages above 30 (eight engineers' tests at once) a head took more than 120 s.
+NODE_START_S = 300.0
 
 
 # Ports every `ray start` takes for itself unless told otherwise (ray/scripts/scripts.py defaults): the workers'
@@ -149,7 +152,7 @@ class LocalTpuCluster:
         node.relaunch = lambda: self._launch(name, args, env, slice_index)
         return node
 
-    def _wait_started(self, node: Node, log_offset: int, timeout_s: float = 120.0) -> None:
+    def _wait_started(self, node: Node, log_offset: int, timeout_s: float = NODE_START_S) -> None:
         """Wait for `ray start` to report its node up. On a loaded machine `ray start` can give up by itself: it
         allows a raylet a fixed 30 s to register with the GCS (ray/_private/node.py `Node.__init__`, "The current
         node timed out during startup"). Such a node is stopped and started again, up to START_ATTEMPTS times,
@@ -176,7 +179,7 @@ class LocalTpuCluster:
         raise ClusterStartError(f"ray node {node.name} did not start in {timeout_s:.0f}s (start {attempts} of "
                                 f"{START_ATTEMPTS}); see {node.log}")
 
-    def start(self, timeout_s: float = 120.0) -> str:
+    def start(self, timeout_s: float = NODE_START_S) -> str:
         # The head holds the driver and the Ray Train controller: one CPU, no TPU, no training workers.
         # Fixed default ports of a head (GCS 6379, client server 10001, dashboard 8265) would clash with any other
         # local cluster on this machine: take free ones, all three picked together (free_ports).
@@ -196,8 +199,14 @@ class LocalTpuCluster:
     def slice_name(self, index: int) -> str:
         return f"local-{self.shape.pod_type}-{index}"
 
-    def add_slice(self, index: int, wait: bool = True, timeout_s: float = 120.0) -> None:
+    def slice_count(self) -> int:
+        """Slices with a live host (a preempted or killed slice counts once it is gone)."""
+        return len({node.slice_index for node in self.nodes if node.slice_index is not None and node.alive})
+
+    def add_slice(self, index: int, wait: bool = True, timeout_s: float = NODE_START_S) -> None:
         shape, gen = self.shape, self.shape.generation
+        # A slice that comes back is new hosts: forget the ones it lost.
+        self.nodes = [node for node in self.nodes if node.slice_index != index or node.alive]
         for worker_id in range(shape.hosts):
             resources = {"TPU": shape.chips_per_host, f"accelerator_type:{gen.ray_accelerator_type}": 1}
             if worker_id == 0:
@@ -252,6 +261,12 @@ class LocalTpuCluster:
         for node in self.nodes:
             if node.slice_index == index:
                 node.kill(signal.SIGKILL)
+        for node in self.nodes:
+            if node.slice_index == index:
+                try:
+                    node.process.wait(10)           # gone before anyone counts the slices that are up
+                except subprocess.TimeoutExpired:
+                    pass
 
     def preempt_slice(self, index: int) -> None:
         """The preemption notice GKE gives a Spot slice: SIGTERM to the main process of every host's pod, which

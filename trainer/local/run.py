@@ -39,6 +39,7 @@ from trainer.local import logs
 from trainer.local.cluster import ClusterStartError, LocalTpuCluster, session_members
 from trainer.local.heartbeat import Heartbeat, phase_of
 from trainer.local.kuberay import KubeRayStandIn
+from trainer.worker import SLOW_EVAL_ENV
 from core.maxtext_args import pre_train_argv
 from core.planner import Plan
 
@@ -64,8 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_plan_arguments(parser, LOCAL_DEFAULTS)
     cli.add_run_arguments(parser, {**LOCAL_DEFAULTS, "run_name": "local"})
     # What each injected failure plays on GKE is said here only (the module docstring points to --help).
-    f = parser.add_argument_group("injected failures", "STEP as MaxText numbers steps (0 .. steps-1); each comes "
-                                                       "once step STEP is done")
+    f = parser.add_argument_group("injected failures", "STEP as MaxText numbers them (0 .. steps-1), STEPS a list "
+                                                       "(5,9); each once STEP is done")
     f.add_argument("--fail-at", type=int, metavar="STEP",
                    help="SIGKILL one host's training worker; Ray Train restarts the group in place")
     f.add_argument("--recovery", choices=("retry", "cold"), default="retry",
@@ -74,17 +75,17 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--kill-slice-at", type=int, metavar="STEP",
                    help="SIGKILL one slice's processes; elastic runs go on smaller, fixed-size ones get it "
                         "back (a new node pool)")
-    f.add_argument("--preempt-slice-at", type=int, metavar="STEP",
-                   help="a Spot notice: SIGTERM to each host's `ray start`, SIGKILL after --grace-period "
-                        "(saves first)")
+    f.add_argument("--preempt-slice-at", type=_steps, metavar="STEPS",
+                   help="Spot notice(s) to the last slice: SIGTERM to `ray start`")
     f.add_argument("--grace-period", type=float, default=GKE_POD_GRACE_S, metavar="S",
                    help="seconds from notice to SIGKILL, and Ray's drain deadline")
     f.add_argument("--start-slices", type=int, metavar="N", help="elastic: start with N slices")
-    f.add_argument("--add-slice-at", type=int, metavar="STEP",
-                   help="elastic: the slices the driver asked KubeRay for (trainer/grow.py) arrive; the "
-                        "group saves, re-forms")
+    f.add_argument("--add-slice-at", type=_steps, metavar="STEPS",
+                   help="elastic: the slices KubeRay wants arrive (or come back)")
+    f.add_argument("--slow-eval", type=float, default=0.0, metavar="S", help="each eval step takes S s more")
     g = parser.add_argument_group("local run")
     g.add_argument("--max-failures", type=int, default=3)
+    g.add_argument("--stall-timeout", type=float, metavar="S", help="the watchdog's stall limit")
     g.add_argument("--resize-interval", type=float, default=5.0, metavar="S", help="elastic: seconds between resize checks")
     g.add_argument("--workdir", help="keep everything here (default: a temporary directory, removed after a run that "
                                      "reached its target)")
@@ -107,6 +108,8 @@ def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progre
             "--steps", str(args.steps), "--checkpoint-period", str(checkpoint_period),
             "--progress-dir", str(progress_dir), "--max-failures", str(args.max_failures),
             "--resize-interval", str(args.resize_interval)]
+    if args.stall_timeout is not None:
+        argv += ["--stall-timeout", str(args.stall_timeout)]
     for dest in _PLAN_FLAGS:
         value = getattr(args, dest)
         if value is not None:
@@ -128,37 +131,80 @@ def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progre
     return argv
 
 
+def _steps(text: str) -> tuple[int, ...]:
+    try:
+        steps = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step or a comma-separated list of steps") from None
+    if list(steps) != sorted(set(steps)):
+        raise argparse.ArgumentTypeError(f"{text}: give increasing steps")
+    return steps
+
+
+def _show(steps: tuple[int, ...] | None) -> str:
+    return ",".join(map(str, steps or ()))
+
+
 def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
     for flag, step in (("--fail-at", args.fail_at), ("--kill-slice-at", args.kill_slice_at)):
         if step is not None and not 1 <= step < args.steps:
             raise PlanError(f"{flag} {step} must be within 1..{args.steps - 1} (steps={args.steps})")
-    if args.preempt_slice_at is not None and not 1 <= args.preempt_slice_at < args.steps - 1:
-        # Steps are 0..steps-1: a notice at the last step has no step left to resume into.
-        raise PlanError(f"--preempt-slice-at {args.preempt_slice_at} must be within 1..{args.steps - 2}: before "
-                        f"the last step ({args.steps - 1}, steps={args.steps})")
+    for step in args.preempt_slice_at or ():
+        if not 1 <= step < args.steps - 1:
+            # Steps are 0..steps-1: a notice at the last step has no step left to resume into.
+            raise PlanError(f"--preempt-slice-at {step} must be within 1..{args.steps - 2}: before the last "
+                            f"step ({args.steps - 1}, steps={args.steps})")
+    preempt, add = args.preempt_slice_at, args.add_slice_at
     injected = [(flag, step) for flag, step in (("--fail-at", args.fail_at), ("--kill-slice-at", args.kill_slice_at),
-                                                ("--preempt-slice-at", args.preempt_slice_at),
-                                                ("--add-slice-at", args.add_slice_at)) if step is not None]
-    if len(injected) > 1:
+                                                ("--preempt-slice-at", preempt[0] if preempt else None),
+                                                ("--add-slice-at", add[0] if add else None)) if step is not None]
+    # Notices and returns of the same slice may come in turns; any other two events are one too many.
+    alone = [item for item in injected if item[0] not in ("--preempt-slice-at", "--add-slice-at")]
+    if len(injected) > 1 and alone:
         (flag_a, step_a), (flag_b, step_b) = injected[:2]
         where = "at the same step" if step_a == step_b else "in one run"
         raise PlanError(f"{flag_a} {step_a} and {flag_b} {step_b}: one injected event per run, not two {where}")
     if args.grace_period <= 0:
         raise PlanError(f"--grace-period {args.grace_period}: must be > 0 seconds")
-    if (args.start_slices is None) != (args.add_slice_at is None):
+    if args.start_slices is not None and add is None:
         raise PlanError("--start-slices and --add-slice-at go together (start small, then grow)")
+    if add is not None and args.start_slices is None and preempt is None:
+        raise PlanError("--start-slices and --add-slice-at go together (start small, then grow)")
+    if add is not None and not plan_.elastic:
+        raise PlanError(f"--add-slice-at {_show(add)} needs --elastic MIN,MAX")
+    for step in add or ():
+        if not 1 <= step < args.steps - 1:
+            raise PlanError(f"--add-slice-at {step} must be within 1..{args.steps - 2} (steps={args.steps})")
     if args.start_slices is not None:
-        if not plan_.elastic:
-            raise PlanError(f"--start-slices {args.start_slices} needs --elastic MIN,MAX")
         if not plan_.min_slices <= args.start_slices < plan_.slices:
             raise PlanError(f"--start-slices {args.start_slices} must be within {plan_.min_slices}.."
                             f"{plan_.slices - 1} (--elastic {plan_.min_slices},{plan_.slices})")
-        if not 1 <= args.add_slice_at < args.steps - 1:
-            raise PlanError(f"--add-slice-at {args.add_slice_at} must be within 1..{args.steps - 2} (steps={args.steps})")
+    if preempt and add:
+        # The last slice goes and comes back in turns: a return follows a notice (or the small start).
+        events = injection_schedule(args)
+        kinds = [kind for _, kind in events]
+        expected = ["add" if (i % 2 == 0) == (args.start_slices is not None) else "preempt" for i in range(len(kinds))]
+        if kinds != expected:
+            raise PlanError(f"--preempt-slice-at {_show(preempt)} and --add-slice-at {_show(add)}: the slice must "
+                            "go and come back in turns (each return after a notice)")
     if args.kill_slice_at is not None and plan_.slices < 2:
         raise PlanError(f"--kill-slice-at needs at least 2 slices, got {plan_.slices}")
     if args.recovery == "cold" and args.fail_at is None:
         raise PlanError("--recovery cold applies to --fail-at")
+    if args.slow_eval < 0:
+        raise PlanError(f"--slow-eval {args.slow_eval}: must be >= 0 seconds")
+
+
+def injection_schedule(args: argparse.Namespace) -> list[tuple[int, str]]:
+    """The injected events in the order they come: (step, kind); a notice and a return at one step: the
+    notice first."""
+    events = [(step, "preempt") for step in args.preempt_slice_at or ()]
+    events += [(step, "add") for step in args.add_slice_at or ()]
+    for step, kind in (("fail_at", "fail"), ("kill_slice_at", "kill-slice")):
+        if getattr(args, step) is not None:
+            events.append((getattr(args, step), kind))
+    order = {"preempt": 0, "add": 1}
+    return sorted(events, key=lambda event: (event[0], order.get(event[1], 2)))
 
 
 @dataclass
@@ -170,7 +216,10 @@ class LocalRun:
     driver_argv: list[str]
     cluster: LocalTpuCluster | None = None
     driver: subprocess.Popen | None = None
-    injected: bool = False
+    # Injected events still to come ((step, kind), injection_schedule); None until the run starts.
+    schedule: list | None = None
+    in_eval: bool = False
+    attempt: str | None = None                  # the latest worker group's attempt id
     printed: set = field(default_factory=set)
     # A preempted slice: when its grace period ends (time.time()), and which slice.
     preempt_deadline: float | None = None
@@ -193,6 +242,8 @@ class LocalRun:
                # `ray start` drains its node for this long on SIGTERM (ray/_private/node.py): the node's deadline
                # is the pod's grace period, as on GKE where the kubelet SIGKILLs at its end.
                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(self.args.grace_period)}
+        if self.args.slow_eval:
+            env[SLOW_EVAL_ENV] = str(self.args.slow_eval)
         if self.args.trace_data:
             (self.workdir / "data-trace").mkdir(exist_ok=True)
             env[maxtext_runtime.DATA_TRACE_ENV] = str(self.workdir / "data-trace")
@@ -255,7 +306,7 @@ class LocalRun:
                     self.printed.add(key)
                     self.heartbeat.say(f"step {rec['step']:>4} of {self.args.steps}  loss {rec['loss']:.4f}  "
                                        f"{rec['step_time_s']:.2f}s/step  workers {rec['workers']}")
-            elif rec.get("event") in ("attempt", "model", "failure", "notice", "saved-at-notice"):
+            elif rec.get("event") in ("attempt", "model", "failure", "notice", "saved-at-notice", "eval-start"):
                 key = (rec["event"], rec["t"])
                 if key not in self.printed:
                     self.printed.add(key)
@@ -272,29 +323,41 @@ class LocalRun:
             self.cluster.add_slice(self.preempted_slice)
 
     def maybe_inject(self, last: dict | None) -> None:
+        """The next injected event, once its step is done and, for the last slice's notices and returns, once the
+        slice is in the group (a notice) or gone (a return): each plays on the slice the one before left."""
         self.maybe_end_grace()
-        if self.injected or last is None:
+        if self.schedule is None:
+            self.schedule = injection_schedule(self.args)
+        if not self.schedule or last is None:
+            return
+        step, kind = self.schedule[0]
+        if last["step"] < step:
             return
         args = self.args
-        trigger = next((s for s in (args.fail_at, args.kill_slice_at, args.preempt_slice_at, args.add_slice_at)
-                        if s is not None), None)
-        if trigger is None or last["step"] < trigger:
-            return
-        if args.preempt_slice_at is not None:
+        if kind == "preempt":
+            # Not during an eval pass: the group saves at a notice at its next training step, and a pass longer
+            # than the grace period would lose the steps since the last checkpoint (as it would on GKE).
+            # ... and only to a group that trains on the slice now (not the group the last notice ended).
+            if (self.preempt_deadline is not None or last.get("workers") != self.plan.workers or self.in_eval
+                    or last.get("attempt") != self.attempt):
+                return
             self._record_failure("preempted", last["step"])
             self.preempted_slice = self.plan.slices - 1
             self.cluster.preempt_slice(self.preempted_slice)
             self.preempt_deadline = time.time() + args.grace_period
-        elif args.add_slice_at is not None:
+        elif kind == "add":
+            first = self.cluster.slice_count()
+            if self.preempt_deadline is not None or first >= self.plan.slices:
+                return                              # the notice's slice is not gone yet
             # Capacity arrives; only slices whose pods KubeRay created (the cluster wants them) can use it.
             wanted = self.kuberay.desired_slices
-            self.heartbeat.say(f"capacity for {self.plan.slices - args.start_slices} more slice(s) after step "
+            self.heartbeat.say(f"capacity for {self.plan.slices - first} more slice(s) after step "
                                f"{last['step']}; the RayCluster wants {wanted}")
-            if wanted > args.start_slices:
+            if wanted > first:
                 self._record_failure("slice-added", last["step"])
-            for index in range(args.start_slices, wanted):
+            for index in range(first, wanted):
                 self.cluster.add_slice(index)
-        elif args.kill_slice_at is not None:
+        elif kind == "kill-slice":
             self._record_failure("slice-lost", last["step"])
             victim = self.plan.slices - 1
             self.cluster.kill_slice(victim)
@@ -316,7 +379,7 @@ class LocalRun:
                 os.kill(info["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.injected = True
+        self.schedule.pop(0)
 
     def report_kuberay(self) -> None:
         """Say when the driver resized its cluster (the PATCHes the stand-in took)."""
@@ -344,6 +407,8 @@ class LocalRun:
             records = progress.read(self.progress_dir)
             last = self.report_progress(records)
             self.heartbeat.set_phase(phase_of(records, self.args.steps, self.checkpoint_period))
+            self.in_eval = _in_eval(records)
+            self.attempt = next((r["attempt"] for r in reversed(records) if r.get("event") == "attempt"), None)
             self.report_kuberay()
             self.maybe_inject(last)
             if self.driver.poll() is not None:
@@ -364,6 +429,12 @@ def _how_far(last: dict | None, steps: int, started: float) -> str:
            f"({last['t'] - started:.0f}s into the run)"
 
 
+def _in_eval(records: list[dict]) -> bool:
+    """Whether the group is in an eval pass: its last step or eval record is an eval one."""
+    kinds = [r.get("event") for r in records if r.get("event") in ("step", "eval-start", "eval-step")]
+    return bool(kinds) and kinds[-1] != "step"
+
+
 def _describe_event(rec: dict) -> str:
     if rec["event"] == "attempt":
         return f"attempt {rec['attempt']}: {rec['workers']} workers ({rec['slices']} slices), maxtext {rec['maxtext_version']}"
@@ -371,6 +442,8 @@ def _describe_event(rec: dict) -> str:
         return f"model check: MaxText built {rec['params']:,} parameters (preset: {rec['expected']:,})"
     if rec["event"] == "notice":
         return f"notice at step {rec['step']}: {rec['reason']}"
+    if rec["event"] == "eval-start":
+        return f"eval pass after step {rec['after_step']}"
     if rec["event"] == "saved-at-notice":
         return f"checkpoint saved at step {rec['step']} on the notice; the group waits to be replaced"
     return f"injected failure: {rec['kind']} after step {rec['at_step']}"

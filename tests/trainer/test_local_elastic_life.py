@@ -1,0 +1,106 @@
+"""End to end: an elastic run lives through Spot: it grows, loses its optional slice four times, gets it back in
+between, evaluates on the way with passes longer than the stall limit, and ends with no step trained twice.
+
+One `python -m trainer.local` run (real Ray Train, real MaxText, tiny-text on Grain ArrayRecord text with an eval
+split), elastic 1..2 fake v6e 2x4 slices, started on one slice as the RayJob starts on elasticMinSlices:
+- the driver asks KubeRay for both slices (trainer/grow.py; trainer/local/kuberay.py plays the API server), capacity
+  arrives, the group saves and grows (the save asked by the controller's scaling policy, trainer/resize.py);
+- four Spot notices to the optional slice (`--preempt-slice-at`, each once that slice is in the group), and the
+  slice back after each of the first three (`--add-slice-at`). Ray Train 2.60 fails the group as a preemption each
+  time (ray/train/v2/_internal/execution/failure_handling/default.py); the plan's budget is 3
+  (core/run_bounds.py), so before trainer/elastic_control.py the fourth notice ended the run while the minimum
+  slice was healthy;
+- eval passes of 2 eval steps, each made --slow-eval 15 s longer, with the watchdog's stall limit at 25 s: a pass
+  is longer than the stall limit, which before trainer/watchdog.py counted eval as progress ended the run with
+  exit 7; and the eval batches on an elastic run (trainer/maxtext_runtime.py install_elastic_eval_batches), which
+  before failed at the first eval.
+Checked: the run reaches its last step, every notice and return is recovered with no step redone (saved at the
+notice, or before the resize), each notice was retried as a loss above the minimum, eval ran with passes longer
+than the stall limit, and the watchdog never fired. About 20-30 minutes on 2 loaded cores.
+"""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("maxtext")
+pytest.importorskip("ray.train")
+
+from core.ray_cluster import grow_patch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS = 150
+STALL_S = 25.0
+SLOW_EVAL_S = 15.0
+EVAL_STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def life(tmp_path_factory):
+    from trainer.local import tiny_data
+
+    work = tmp_path_factory.mktemp("life")
+    data = tiny_data.write_text_arrayrecord(work / "train", records=4000)
+    eval_data = tiny_data.write_text_arrayrecord(work / "eval", records=200, seed=1)
+    out = work / "out.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer.local", "--model", "tiny-text", "--elastic", "1,2", "--start-slices", "1",
+         "--add-slice-at", "2,6,10,14", "--preempt-slice-at", "4,8,12,16", "--steps", str(STEPS),
+         "--checkpoint-period", "50", "--dataset-type", "grain", "--dataset-path", data,
+         "--eval-dataset-path", eval_data, "--eval-interval", "70", "--eval-steps", str(EVAL_STEPS),
+         "--slow-eval", str(SLOW_EVAL_S), "--stall-timeout", str(STALL_S), "--set", "grain_worker_count=0",
+         "--set", "grain_worker_count_eval=0",
+         "--workdir", str(work / "run"), "--json", str(out), "--timeout", "2700"],
+        cwd=REPO, capture_output=True, text=True, timeout=3000)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    records = _progress(work / "run" / "progress")
+    driver_log = (work / "run" / "driver.log").read_text(errors="replace")
+    return json.loads(out.read_text()), records, driver_log, proc.stdout
+
+
+def _progress(directory: Path) -> list[dict]:
+    from trainer import progress
+
+    return progress.read(directory)
+
+
+def test_the_run_reaches_its_last_step_through_four_notices_with_no_step_redone(life):
+    result, _, _, stdout = life
+    assert result["steps_completed"] == STEPS and math.isfinite(result["final_loss"])
+    kinds = [f["kind"] for f in result["failures"]]
+    assert kinds == ["slice-added", "preempted"] * 4
+    for failure in result["failures"]:
+        assert failure["recovery_s"] is not None, failure
+        assert failure["steps_redone"] == 0, failure
+    workers_after = [f["workers_after"] for f in result["failures"]]
+    assert workers_after == [4, 2] * 4
+    assert "2 workers (1 slices)" in stdout                   # it started on its minimum
+
+
+def test_the_driver_asked_kuberay_for_both_slices(life):
+    result, _, _, stdout = life
+    assert result["kuberay_patches"] == [grow_patch(2)]
+    assert "the driver patched its RayCluster (TPU group replicas -> 2); KubeRay now wants 2 slice(s)" in stdout
+
+
+def test_every_notice_was_a_loss_above_the_minimum_and_spent_no_budget(life):
+    _, _, driver_log, _ = life
+    assert "recovers from 3 failure(s) and 3 preemption(s)" in driver_log
+    assert driver_log.count("retried, not counted as a failure") >= 4
+
+
+def test_it_evaluated_with_passes_longer_than_the_stall_limit_and_the_watchdog_let_it(life):
+    _, records, driver_log, _ = life
+    starts = [r for r in records if r.get("event") == "eval-start"]
+    assert starts, "no eval pass"
+    passes = []
+    for start in starts:
+        steps = [r for r in records if r.get("event") == "eval-step" and r["attempt"] == start["attempt"]
+                 and r["t"] >= start["t"]][:EVAL_STEPS]
+        if len(steps) == EVAL_STEPS:
+            passes.append(steps[-1]["t"] - start["t"])
+    assert passes and max(passes) > STALL_S, passes
+    assert "ending the run" not in driver_log
