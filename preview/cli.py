@@ -249,7 +249,13 @@ def main(argv: list[str] | None = None) -> int:
 
     compiled, retry = None, None
     if args.compile:
-        compiled = compile_stack(config, plan, args.root, args.compile_timeout)
+        from preview.compile import CompileStopped
+        try:
+            compiled = compile_stack(config, plan, args.root, args.compile_timeout)
+        except (KeyboardInterrupt, CompileStopped) as stop:
+            # run_compile has already ended the compile's process group.
+            print("compile: stopped (Ctrl-C or SIGTERM); the compile worker was stopped too", file=sys.stderr)
+            return 130 if isinstance(stop, KeyboardInterrupt) else 143
         plan.compile = compiled.as_dict()
         retry = batch_to_try(config, compiled)
         if retry is not None:

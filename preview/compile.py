@@ -41,6 +41,7 @@ over-estimate"). A step that does not fit fails with XLA's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import importlib.metadata
@@ -51,6 +52,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -456,6 +458,37 @@ def over_the_limit(assigned: Mapping[str, int]) -> bool:
     return "limit" in assigned and assigned.get("after", assigned["need"]) > assigned["limit"]
 
 
+class CompileStopped(BaseException):
+    """SIGTERM arrived while a compile ran (raised in the main thread, like KeyboardInterrupt for Ctrl-C)."""
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm():
+    """While the compile runs, SIGTERM raises CompileStopped in the main thread, so that run_compile stops the
+    compile's process group before this process exits (the default action would end this process alone and
+    leave train_compile compiling for minutes). Elsewhere than the main thread signals cannot be handled."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise CompileStopped(f"stopped by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Kill the compile and everything it started (its process group, see run_compile)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
 def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, progress: TextIO | None = None,
                 keep_dir: Path | None = None, compiler: tuple[str, ...] | None = None,
                 tick_s: float | None = None, memory_only: bool = False) -> CompileResult:
@@ -482,13 +515,15 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     start = time.monotonic()
     returncode: int | None = None
     with open(output_path, "w") as output, _Ticker(f"{name} x {target.slices}", progress, tick_s) as ticker:
+        # Its own process group: train_compile may start helpers of its own, and a stop (timeout, Ctrl-C,
+        # SIGTERM) must end them all, not only the direct child.
         proc = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace")
+                                text=True, errors="replace", start_new_session=True)
         timed_out = threading.Event()
 
         def expire() -> None:
             timed_out.set()
-            proc.kill()
+            _stop_group(proc)
 
         timer = threading.Timer(timeout, expire)
         timer.start()
@@ -508,7 +543,7 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
                         seen = time.monotonic()
                 elif time.monotonic() - seen > MEMORY_ONLY_GRACE_S:
                     assigned_event.set()
-                    proc.kill()
+                    _stop_group(proc)
                     return
                 time.sleep(1.0)
 
@@ -516,15 +551,17 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         if memory_only:
             watcher.start()
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                output.write(line)
-                stage = _progress_line(line)
-                if stage:
-                    ticker.last = stage
-            proc.wait()
+            with _stop_on_sigterm():
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    output.write(line)
+                    stage = _progress_line(line)
+                    if stage:
+                        ticker.last = stage
+                proc.wait()
         except BaseException:
-            proc.kill()
+            # Ctrl-C no longer reaches the compile by itself (its own process group), nor does SIGTERM.
+            _stop_group(proc)
             proc.wait()
             raise
         finally:

@@ -337,3 +337,56 @@ def test_real_compile_refuses_what_the_planner_refuses_over_the_limit(request):
     result = pf.run_compile(pf.request_target(case.entrypoint_args()), memory_only=True, timeout=1800)
     assert not result.compiled and "RESOURCE_EXHAUSTED" in result.reason, result.reason
     assert result.required_bytes > result.hbm_bytes
+
+
+_STOPPABLE = """
+import sys
+from pathlib import Path
+from tests.preview.test_compile import FAKE, _target
+from preview import compile as pf
+try:
+    pf.run_compile(_target(), compiler=(sys.executable, str(FAKE)), timeout=600)
+except (KeyboardInterrupt, getattr(pf, "CompileStopped", KeyboardInterrupt)):
+    sys.exit(9)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state        # a zombie has ended; only its parent has not reaped it
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stopped_compile_stops_the_compile_worker_and_what_it_started(tmp_path, signum):
+    """Issue 37 item 7: SIGTERM (or Ctrl-C) to `python -m preview --compile` left train_compile compiling. The
+    compile runs in its own process group, which run_compile kills on the way out."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pids = tmp_path / "pids"
+    env = {**os.environ, "FAKE_COMPILE": "helper", "FAKE_COMPILE_RECORD": str(tmp_path / "record.json"),
+           "FAKE_COMPILE_PIDS": str(pids), "PYTHONPATH": str(REPO)}
+    runner = subprocess.Popen([sys.executable, "-c", _STOPPABLE], cwd=REPO, env=env)
+    deadline = time.monotonic() + 60
+    while not pids.exists() or len(pids.read_text().split()) < 2:
+        assert runner.poll() is None and time.monotonic() < deadline, "the stand-in compile never started"
+        time.sleep(0.2)
+    worker, helper = (int(pid) for pid in pids.read_text().split())
+    try:
+        assert _alive(worker) and _alive(helper)
+        runner.send_signal(getattr(signal, signum))
+        assert runner.wait(timeout=30) == 9         # the runner's own handler ran (no default-action death)
+        deadline = time.monotonic() + 10
+        while (_alive(worker) or _alive(helper)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(worker), "train_compile still runs after the preview was stopped"
+        assert not _alive(helper), "train_compile's own helper still runs after the preview was stopped"
+    finally:
+        for pid in (worker, helper):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
