@@ -22,7 +22,10 @@ Columns:
   est/need     the planner's bytes per device over XLA's need; est/peak likewise over the peak;
   near         XLA's peak is at least 75 % of the limit XLA compiles against (where the planner's verdict
                matters; below it XLA spends spare HBM on its schedule and an upper bound is fine);
-  XLA, planner what the compiler did (fits / recomputed / refused) and what the planner says.
+  XLA, planner what the compiler did (fits / recomputed / refused) and what the planner says;
+  agree        both accept the step or both refuse it (the planner's "near the limit" accepts, with a warning).
+An XLA need marked "*" is not measured by XLA alone: XLA's program bytes plus the planner's own train state
+(state "planner").
 """
 from __future__ import annotations
 
@@ -69,6 +72,11 @@ def planner_verdict(row: dict) -> str:
         return "host memory" if "Host memory:" in str(err) else "does not fit"
 
 
+def agree(xla: str, planner: str) -> bool:
+    """Both verdicts accept the step, or both refuse it."""
+    return (xla == "refused") == (planner in ("does not fit", "host memory"))
+
+
 def rows(path: Path) -> list[dict]:
     data = json.loads(path.read_text())
     fill_limits(data["rows"], data["hbm"])
@@ -95,18 +103,20 @@ def shape(row: dict) -> str:
 
 def table(results: list[dict], terms: bool = False) -> str:
     lines = ["| case | shape | XLA peak GiB | XLA need GiB | estimate GiB | est/need | est/peak | near | XLA | planner "
-             "| state | set | jax / libtpu |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| agree | state | set | jax / libtpu |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         row, memory = r["row"], r["memory"]
+        measured = "" if r["state"] != "planner" else "*"
         lines.append(
-            f"| {row['case']} | {shape(row)} | {r['peak'] / GIB:.2f} | {r['need'] / GIB:.2f} | "
+            f"| {row['case']} | {shape(row)} | {r['peak'] / GIB:.2f}{measured} | {r['need'] / GIB:.2f}{measured} | "
             f"{memory.total / GIB:.2f} | {r['est_need']:.2f} | {r['est_peak']:.2f} | {'yes' if r['near'] else ''} | "
-            f"{r['xla']} | {r['planner']} | {r['state']} | {'held out' if r['held_out'] else 'fitted'} | "
+            f"{r['xla']} | {r['planner']} | {'yes' if agree(r['xla'], r['planner']) else 'NO'} | "
+            f"{r['state']} | {'held out' if r['held_out'] else 'fitted'} | "
             f"{row['jax']} / {row['libtpu']}"
             f"{' (memory only)' if row.get('memory_only') else ''} |")
         if terms:
-            lines.append(f"|  | {' + '.join(f'{n} {v / GIB:.2f}' for n, v in memory.terms())} | | | | | | | | | | | |")
+            lines.append(f"|  | {' + '.join(f'{n} {v / GIB:.2f}' for n, v in memory.terms())} | | | | | | | | | | | | |")
     near = [r for r in results if r["near"] and r["xla"] != "refused" and not r["held_out"]]
     held = [r for r in results if r["held_out"] and r["xla"] != "refused"]
     lines.append("")
@@ -138,6 +148,7 @@ def table(results: list[dict], terms: bool = False) -> str:
     lines.append(f"refused by the planner for the host's memory (offloaded activations), not HBM: "
                  f"{', '.join(host) or 'none'}")
     lines.append(f"refused by the planner but compiled by XLA: {', '.join(refused_fits) or 'none'}")
+    lines.append(f"verdicts agree on {sum(agree(r['xla'], r['planner']) for r in results)} of {len(results)} rows")
     table_rows = [line for line in lines if line.startswith("|")]
     summary = [textwrap.fill(line, 100, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
                for line in lines if not line.startswith("|")]

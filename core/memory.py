@@ -80,6 +80,16 @@ LAYERS_IN_FLIGHT = 3   # this layer, the next one's prefetched weights, the prev
 # (qwen3-0.6b, full remat) slices add nothing measurable. The one count in this model taken from the compiler's
 # figures rather than from a buffer's shape: re-measure it when libtpu changes.
 OFFLOADED_LAYERS_HELD_ACROSS_SLICES = 5
+# A tied output head (logits computed with the embedding matrix, MaxText logits_via_embedding: qwen3) on one slice:
+# XLA holds the logits at 4 bytes each, not 2. Measured with libtpu 0.0.50.1 (core/xla_calibration.json):
+# qwen3-0.6b on 1 x v6e-8 needs 2.55 GiB more per sequence of 4096 tokens (batch 4: 12.2 GiB with the reservation;
+# batch 12: refused, 31.48 GiB of temporaries), 4.0 bytes per logit plus the saved activations; the same step on
+# 2 x v6e-8 needs 1.78 GiB more per sequence. The per-device shards are the same on one slice and two (data
+# parallel across slices leaves FSDP at 8 ways in both; the layout adds no buffer), and the multislice
+# LIBTPU_INIT_ARGS do not change it (the 1-slice step compiled with them: the same 11.33 GB program), so it is
+# how XLA schedules the loss phase without a DCN axis, taken from the compiler's figures like the count above.
+# Untied heads (llama3) on one slice keep 2 bytes per logit (llama3-8b on 1 x v6e-64 at batch 12: 30.45 GiB).
+TIED_LOGIT_BYTES_ONE_SLICE = 4
 
 # Per device, libtpu 0.0.42.1 (the "hbm" section of core/xla_calibration.json, measured by
 # `python -m preview.compile --calibrate` and compared with this table by tests/core/test_xla_calibration.py).
@@ -285,7 +295,8 @@ def estimate(model: ModelPreset, *, fsdp: int, tensor: int, per_device_batch_siz
     if mu_dtype not in (None, "") and mu_dtype not in DTYPE_BYTES:
         raise PlanError(f"mu_dtype={mu_dtype!r} unknown; allowed: {', '.join(DTYPE_BYTES)}")
     mu_bytes = DTYPE_BYTES[mu_dtype or weight_dtype]
-    loss = (tokens / max(1, num_vocab_tiling) * model.vocab_size * LOGIT_BYTES
+    logit_bytes = TIED_LOGIT_BYTES_ONE_SLICE if model.tied_embeddings and slices == 1 else LOGIT_BYTES
+    loss = (tokens / max(1, num_vocab_tiling) * model.vocab_size * logit_bytes
             + model.vocab_size * model.emb_dim * HEAD_BYTES / tensor
             + tokens * tensor * model.emb_dim * HIDDEN_BYTES)
     scores = (per_device_batch_size * model.num_query_heads * seq_len * seq_len * 4

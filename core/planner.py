@@ -453,7 +453,8 @@ def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, bounds: tuple
         at = f" (at {worst.slices} slices)" if worst is not None and worst.slices != chosen.slices else ""
         notes.append(f"memory{at}: {warning}")
     outright, best = bounds
-    clean = outright if chosen.memory.verdict == FITS else None
+    # Fits outright only if it does at every slice count the run may have (the worst of them).
+    clean = outright if (worst or chosen).memory.verdict == FITS else None
     if clean is None:
         shape = (f"shape: per_device_batch_size {_number(chosen.per_device_batch_size)} is near the limit"
                  + (f", as is every batch up to {_number(best)}" if best > chosen.per_device_batch_size else "")

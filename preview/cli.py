@@ -251,12 +251,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile:
         from preview.compile import CompileStopped
         try:
-            compiled = compile_stack(config, plan, args.root, args.compile_timeout)
+            shapes = compile_stack(config, plan, args.root, args.compile_timeout)
         except (KeyboardInterrupt, CompileStopped) as stop:
             # run_compile has already ended the compile's process group.
             print("compile: stopped (Ctrl-C or SIGTERM); the compile worker was stopped too", file=sys.stderr)
             return 130 if isinstance(stop, KeyboardInterrupt) else 143
+        # The verdict is the worst shape's: the first that XLA refused, else the launch shape (the last).
+        compiled = next((result for result in shapes if not result.compiled), shapes[-1])
         plan.compile = compiled.as_dict()
+        plan.compile["shapes"] = [result.as_dict() for result in shapes]
         retry = batch_to_try(config, compiled)
         if retry is not None:
             plan.compile["nearest_to_try"] = {"perDeviceBatchSize": retry}
@@ -273,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             text.write(message + "\n")
         if compiled is not None:
             from preview.compile import render
-            render(compiled, text)
+            for result in shapes:
+                render(result, text)
             if retry is not None:
                 text.write(f"  nearest to try: tpu-multislice:perDeviceBatchSize={retry:g} (the largest smaller "
                            "batch the planner lays out; compile again to check)\n")
@@ -294,16 +298,28 @@ def batch_to_try(config: StackConfig, compiled) -> float | None:
     return next_smaller_batch(config.workload.plan)
 
 
-def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float):
-    """preview/compile.py on the stack's own argv and its TPU pods' LIBTPU_INIT_ARGS (from the manifests)."""
+def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float) -> list:
+    """preview/compile.py on the stack's own argv and its TPU pods' LIBTPU_INIT_ARGS (from the manifests), at
+    every distinct shape the run takes: an elastic run at its fewest slices, then at its full group (the launch
+    shape). Between the two nothing new is compiled: the per-device step is the same with data parallelism across
+    slices and smaller with FSDP across more of them, so the fewest slices hold the most bytes per device."""
     from preview.compile import CompileSetupError, failed_setup, run_compile, stack_target
 
+    planned = config.workload.plan
+    counts = sorted({planned.min_slices, planned.slices})
+    results = []
     try:
-        target = stack_target(config, [entry.obj for entry in plan.manifests], root)
-        print(fit(f"compile: {target.plan}"), file=sys.stderr)
-        return run_compile(target, timeout=timeout, progress=sys.stderr)
+        full = stack_target(config, [entry.obj for entry in plan.manifests], root)
+        for count in counts:
+            resized = planned.at_slices(count)
+            target = full.at_slices(count, plan=resized.describe(), estimate_bytes=resized.memory.total)
+            print(fit(f"compile: {target.plan}"), file=sys.stderr)
+            results.append(run_compile(target, timeout=timeout, progress=sys.stderr))
+            if not results[-1].compiled:
+                break            # a refusal at the fewest slices is the run's verdict
     except CompileSetupError as error:
-        return failed_setup(config, str(error))
+        results.append(failed_setup(config, str(error)))
+    return results
 
 
 if __name__ == "__main__":

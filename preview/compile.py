@@ -120,6 +120,23 @@ class CompileTarget:
     def keys(self) -> dict[str, str]:
         return dict(item.partition("=")[::2] for item in self.argv[2:])
 
+    def at_slices(self, slices: int, plan: str = "", estimate_bytes: int | None = None) -> "CompileTarget":
+        """The same launch on another number of slices, as an elastic run resizes it: the DCN axis across the
+        slices (data, or fsdp when FSDP spans them; core/planner.py Plan.at_slices) takes the new count, the rest
+        of the argv and the pods' LIBTPU_INIT_ARGS stay (the pods that run the smaller group are the same)."""
+        if slices == self.slices:
+            return self
+        keys = self.keys
+        axis = "dcn_fsdp_parallelism" if int(keys.get("dcn_fsdp_parallelism", "1")) > 1 else "dcn_data_parallelism"
+        argv = [*self.argv[:2]]
+        for item in self.argv[2:]:
+            key = item.partition("=")[0]
+            argv.append(f"{key}={slices}" if key == axis else item)
+        if f"{axis}={slices}" not in argv:
+            argv.append(f"{axis}={slices}")
+        return dataclasses.replace(self, argv=tuple(argv), slices=slices, plan=plan or self.plan,
+                                   estimate_bytes=estimate_bytes)
+
 
 def compile_topology(generation: Generation, topology: str, devices_per_slice: int) -> str:
     """MaxText's compile_topology name for one slice, looked up in MaxText's own table
@@ -724,8 +741,11 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
     CalibrationCase("qwen3-0.6b-2xv6e-8-b2", "qwen3-0.6b", "v6e", "2x4", 2, 2,
                     why="the dev plan at half the batch: what a sequence costs (logits, saved activations)"),
     CalibrationCase("qwen3-0.6b-1xv6e-8-b4", "qwen3-0.6b", "v6e", "2x4", 1, 4,
-                    why="the dev plan on one slice: the same per-device tensors as on two, yet XLA's peak differs by a "
-                        "third (how XLA schedules a step with HBM to spare is not a memory need)"),
+                    why="the dev plan on one slice (its elastic minimum): the same per-device shards as on two, yet "
+                        "XLA holds the tied head's logits at 4 bytes each (core/memory.py TIED_LOGIT_BYTES_ONE_SLICE)"),
+    CalibrationCase("qwen3-0.6b-1xv6e-8-b12", "qwen3-0.6b", "v6e", "2x4", 1, 12,
+                    why="the dev plan on one slice at batch 12, which the plan called a fit (issue 34): XLA refuses "
+                        "it"),
     CalibrationCase("llama3-8b-2xv6e-16-b3", "llama3-8b", "v6e", "4x4", 2, 3,
                     why="stacks prod and jobset: the tuned Trillium 8B recipe"),
     CalibrationCase("llama3-8b-1xv6e-8-b2", "llama3-8b", "v6e", "2x4", 1, 2,

@@ -390,3 +390,35 @@ def test_a_stopped_compile_stops_the_compile_worker_and_what_it_started(tmp_path
         for pid in (worker, helper):
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_an_elastic_stack_is_compiled_at_its_fewest_slices_first_and_refused_there(monkeypatch, capsys):
+    """Issue 34: `--compile` compiled only the full group; dev (elastic 1..2 x v6e-8) shrinks to one slice, where
+    XLA needs more per device (core/xla_calibration.json). Each distinct shape is compiled, the fewest slices first
+    (its argv: the DCN axis at that count), and a refusal there is the run's verdict (exit 4)."""
+    seen = []
+
+    def fake_run(target, **kwargs):
+        seen.append(target)
+        return dataclasses.replace(_canned(target.slices > 1), num_slices=target.slices, topology="v6e-8")
+
+    import dataclasses
+    monkeypatch.setattr(pf, "run_compile", fake_run)
+    config = build(load_stack_config("dev", REPO))
+    assert (config.workload.plan.min_slices, config.workload.plan.slices) == (1, 2)
+    code = cli.main(["--stack", "dev", "--compile", "--json"])
+    out, err = capsys.readouterr()
+    assert [t.slices for t in seen] == [1]                     # refused at 1 slice: the full group is not needed
+    assert seen[0].keys["dcn_data_parallelism"] == "1" and seen[0].estimate_bytes == (
+        config.workload.plan.at_slices(1).memory.total)
+    document = json.loads(out)["compile"]
+    assert code == cli.EXIT_COMPILE and document["num_slices"] == 1 and len(document["shapes"]) == 1
+
+    seen.clear()
+    monkeypatch.setattr(pf, "run_compile", lambda target, **kw: seen.append(target) or dataclasses.replace(
+        _canned(True), num_slices=target.slices))
+    assert cli.main(["--stack", "dev", "--compile", "--json"]) == cli.EXIT_OK
+    document = json.loads(capsys.readouterr().out)["compile"]
+    assert [t.slices for t in seen] == [1, 2] and [s["num_slices"] for s in document["shapes"]] == [1, 2]
+    assert seen[1].keys["dcn_data_parallelism"] == "2"
+    assert seen[0].libtpu_init_args == seen[1].libtpu_init_args    # the same pods run the smaller group
