@@ -18,7 +18,8 @@ Columns:
                (a memory-only compile that stopped before XLA's rematerialization pass, the only place it prints
                them: the planner's params + optimizer stand in, equal to libtpu's to 1 % wherever both exist),
                refused (XLA refused the step and stated one figure);
-  set          held out (compiled after the model was frozen: it measures the margin) or fitted;
+  set          fitted (the terms were chosen on it), margin (ESTIMATE_ERROR was set from it) or held out
+               (compiled after the model was frozen, in a shape chosen after it: it measures the error);
   est/need     the planner's bytes per device over XLA's need; est/peak likewise over the peak;
   near         XLA's peak is at least 75 % of the limit XLA compiles against (where the planner's verdict
                matters; below it XLA spends spare HBM on its schedule and an upper bound is fine);
@@ -40,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.memory import ESTIMATE_ERROR, GIB  # noqa: E402
 from core.planner import PlanRequest, plan  # noqa: E402
-from preview.compile import HELD_OUT, arguments_source, fill_limits, row_need, row_peak  # noqa: E402
+from preview.compile import HELD_OUT, MARGIN_ROWS, arguments_source, fill_limits, row_need, row_peak  # noqa: E402
 
 NEAR_LIMIT = 0.75
 
@@ -87,7 +88,7 @@ def rows(path: Path) -> list[dict]:
         out.append({"row": row, "memory": memory, "need": need, "peak": peak, "est_need": memory.total / need,
                     "est_peak": memory.total / peak, "near": near_limit(row, data),
                     "xla": xla_verdict(row), "planner": planner_verdict(row), "state": arguments_source(row),
-                    "held_out": row["case"] in HELD_OUT})
+                    "held_out": row["case"] in HELD_OUT, "margin": row["case"] in MARGIN_ROWS})
     return out
 
 
@@ -112,12 +113,13 @@ def table(results: list[dict], terms: bool = False) -> str:
             f"| {row['case']} | {shape(row)} | {r['peak'] / GIB:.2f}{measured} | {r['need'] / GIB:.2f}{measured} | "
             f"{memory.total / GIB:.2f} | {r['est_need']:.2f} | {r['est_peak']:.2f} | {'yes' if r['near'] else ''} | "
             f"{r['xla']} | {r['planner']} | {'yes' if agree(r['xla'], r['planner']) else 'NO'} | "
-            f"{r['state']} | {'held out' if r['held_out'] else 'fitted'} | "
+            f"{r['state']} | {'held out' if r['held_out'] else 'margin' if r['margin'] else 'fitted'} | "
             f"{row['jax']} / {row['libtpu']}"
             f"{' (memory only)' if row.get('memory_only') else ''} |")
         if terms:
             lines.append(f"|  | {' + '.join(f'{n} {v / GIB:.2f}' for n, v in memory.terms())} | | | | | | | | | | | | |")
-    near = [r for r in results if r["near"] and r["xla"] != "refused" and not r["held_out"]]
+    near = [r for r in results if r["near"] and r["xla"] != "refused" and not r["held_out"] and not r["margin"]]
+    margin = [r for r in results if r["margin"] and r["xla"] != "refused"]
     held = [r for r in results if r["held_out"] and r["xla"] != "refused"]
     lines.append("")
     for source in ("xla", "planner", "refused"):
@@ -138,9 +140,17 @@ def table(results: list[dict], terms: bool = False) -> str:
                 loo.append(f"{r['row']['case']} {r['est_need'] - 1:+.1%} (others {others:.1%})")
         lines.append(f"leave-one-out, fitted rows compiled near the limit: worst {max(abs(r['est_need'] - 1) for r in near):.1%}"
                      f"; not covered by the others' margin: {', '.join(loo) or 'none'}")
-    if held:
-        lines.append("held out (compiled after the model was frozen): " + ", ".join(
-            f"{r['row']['case']} {r['est_need'] - 1:+.1%}" for r in held))
+    if margin:
+        lines.append("margin rows (ESTIMATE_ERROR set from them): " + ", ".join(
+            f"{r['row']['case']} {r['est_need'] - 1:+.1%}" for r in margin))
+    held_all = [r for r in results if r["held_out"]]
+    if held_all:
+        lines.append("held out (compiled after the model was frozen; need from XLA only unless marked *): " + ", ".join(
+            f"{r['row']['case']} {r['est_need'] - 1:+.1%}{'*' if r['state'] == 'planner' else ''} "
+            f"({r['xla']}, planner {r['planner']})" for r in held_all))
+        lines.append(f"held out, worst error where XLA compiled: "
+                     f"{max(abs(r['est_need'] - 1) for r in held) if held else 0:.1%} (the stated margin: "
+                     f"{ESTIMATE_ERROR:.0%})")
     wrong = [r["row"]["case"] for r in results if r["xla"] == "refused" and r["planner"] != "does not fit"]
     lines.append(f"accepted by the planner but refused by XLA: {', '.join(wrong) or 'none'}")
     refused_fits = [r["row"]["case"] for r in results if r["xla"] != "refused" and r["planner"] == "does not fit"]

@@ -39,10 +39,10 @@ scheduler's peak at memory assignment sums them), none is a factor fitted per ro
 
 Accuracy (the calibration rows compiled with the workers' libtpu, XLA's need counted with the runtime's
 reservation as the estimate counts it): on the rows the terms were chosen against, within 10 % of XLA's need for
-every step near the limit (XLA's peak at least 75 % of its HBM) and never more than 10 % below it anywhere; on runs
-they were not fitted to (leave-one-out, and compiles made after the model was frozen) within ESTIMATE_ERROR. Far
-from the limit the estimate is an upper bound: there XLA spends spare HBM on its schedule and its peak is not a
-need.
+every step near the limit (XLA's peak at least 75 % of its HBM) and never more than 10 % below it anywhere;
+leave-one-out and on the four rows the margin was raised for, within ESTIMATE_ERROR (fitted to them); on the
+compiles made after the model was frozen, what docs/planner.md reports. Far from the limit the estimate is an
+upper bound: there XLA spends spare HBM on its schedule and its peak is not a need.
 
 The limit is what XLA compiles against per device (libtpu's "program HBM usage: P / LIMIT": 31.25 GiB of a v6e
 chip's 32, 15.75 of a v5e's 16), XLA_HBM_LIMIT_GIB below, not a fraction of the chip's HBM. Above 95 % of it XLA
@@ -99,14 +99,16 @@ RUNTIME_RESERVED_GIB = {"v4": 1.25, "v5e": 0.252, "v5p": 0.257, "v6e": 0.254, "t
 # 95 % of the limit XLA recomputes tensors to fit (slower steps); it refuses a step only when even that does not
 # bring it under the limit (RESOURCE_EXHAUSTED).
 REMAT_THRESHOLD = 0.95
-# The estimate's measured error, on runs it was not fitted to (tests/core/test_xla_calibration.py derives it from
-# core/xla_calibration.json and holds this to it): the largest |estimate / XLA's need - 1| of a fitted row compiled
-# near the limit when it is left out of the margin (llama3-70b-1xv6e-256-b8-fp32, -9.1 %, which the other rows'
-# 6 % would not cover), and of the compiles made after the model was frozen (qwen3-0.6b-2xv6e-8-b20, the dev
-# stack's largest advertised batch: XLA needs 36.98 GiB where the estimate says 30.26, -18.2 %), rounded up to a
-# whole percent. What it decides: "fits" only when even estimate / (1 - error) is within XLA's 95 % recompute
-# point; above that, up to XLA's limit, "near the limit" (a warning naming the compile). It never widens what is
-# accepted: an estimate over XLA's limit is refused whatever the error (MemoryEstimate.verdict).
+# The estimate's error margin (tests/core/test_xla_calibration.py derives it from core/xla_calibration.json and
+# holds this to it): the largest |estimate / XLA's need - 1| of a fitted row compiled near the limit when it is
+# left out (llama3-70b-1xv6e-256-b8-fp32, -9.1 %, which the other rows' 6 % would not cover), and of the four
+# "margin" rows compiled after the terms were chosen (qwen3-0.6b-2xv6e-8-b20: XLA needs 36.98 GiB where the estimate
+# says 30.26, -18.2 %), rounded up to a whole percent. It was 0.09 before those four rows and was raised to 0.19 in
+# the change that added them: it is fitted to them, not measured on runs it was not fitted to (issue 34). The
+# compiles made after the model was frozen (preview/compile.py CALIBRATION_CASES held_out) measure it; docs/
+# planner.md reports their error. What it decides: "fits" only when even estimate / (1 - error) is within XLA's
+# 95 % recompute point; above that, up to XLA's limit, "near the limit" (a warning naming the compile). It never
+# widens what is accepted: an estimate over XLA's limit is refused whatever the error (MemoryEstimate.verdict).
 ESTIMATE_ERROR = 0.19
 
 FITS, NEAR_LIMIT, DOES_NOT_FIT = "fits", "near the limit", "does not fit"

@@ -673,9 +673,13 @@ class CalibrationCase:
     remat_policy: str | None = None
     remat_offload: tuple[str, ...] | None = None
     weight_dtype: str | None = None
+    attention: str | None = None
     why: str = ""
-    # Compiled after core/memory.py's terms and margin were frozen: tests the model, decides nothing in it
-    # (tests/core/test_xla_calibration.py measures ESTIMATE_ERROR on these and leave-one-out on the others).
+    # The rows ESTIMATE_ERROR was set from: compiled after the terms were chosen, then the margin was raised from
+    # 0.09 to 0.19 to cover them (so they are not held out: the margin is fitted to them).
+    margin: bool = False
+    # Compiled after the model (terms and margin) was frozen, in shapes chosen after the freeze: they test it and
+    # decide nothing in it (tests/core/test_xla_calibration.py reports their error; docs/planner.md states it).
     held_out: bool = False
 
     def plan_request(self):
@@ -685,7 +689,8 @@ class CalibrationCase:
                            dcn_data=self.dcn_data or self.slices // self.dcn_fsdp, dcn_fsdp=self.dcn_fsdp,
                            ici_tensor=self.ici_tensor, per_device_batch_size=self.per_device_batch_size,
                            max_target_length=self.max_target_length, remat_policy=self.remat_policy,
-                           remat_offload=self.remat_offload, weight_dtype=self.weight_dtype, memory_check=False)
+                           remat_offload=self.remat_offload, weight_dtype=self.weight_dtype,
+                           attention=self.attention, memory_check=False)
 
     def entrypoint_args(self) -> list[str]:
         args = ["--model", self.model, "--generation", self.generation, "--topology", self.topology,
@@ -694,7 +699,7 @@ class CalibrationCase:
                 "--ici-tensor", str(self.ici_tensor),
                 *RUN_PLACEHOLDER, "--no-memory-check"]
         for flag, value in (("--max-target-length", self.max_target_length), ("--remat-policy", self.remat_policy),
-                            ("--weight-dtype", self.weight_dtype)):
+                            ("--weight-dtype", self.weight_dtype), ("--attention", self.attention)):
             if value is not None:
                 args += [flag, str(value)]
         if self.remat_offload is not None:
@@ -788,16 +793,16 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                         "(where the verdict turns: near the limit or refused)"),
     CalibrationCase("llama3-70b-1xv6e-64-minimal-b1", "llama3-70b", "v6e", "8x8", 1, 1, remat_policy="minimal",
                     why="70B with minimal remat at batch 1: every projection of 80 layers on device"),
-    # Held out: compiled after core/memory.py was frozen (no term, count or constant changed since), at the edges of
-    # the planner's bands; they measure ESTIMATE_ERROR and check the planner's verdict, and decide nothing in the
-    # model (tests/core/test_xla_calibration.py).
-    CalibrationCase("llama3-8b-1xv6e-64-b13", "llama3-8b", "v6e", "8x8", 1, 13, held_out=True,
+    # The margin's rows: compiled after the terms were chosen, at the edges of the planner's bands; ESTIMATE_ERROR
+    # was then raised from 0.09 to 0.19 to cover them (qwen3-0.6b-2xv6e-8-b20: -18.2 %), so the margin is fitted
+    # to them, not measured on them (issue 34). Their names keep "held out" in `why` as they were compiled.
+    CalibrationCase("llama3-8b-1xv6e-64-b13", "llama3-8b", "v6e", "8x8", 1, 13, margin=True,
                     why="held out: the published 8B v6e-64 shape at batch 13, estimated over XLA's limit"),
-    CalibrationCase("llama3-70b-1xv6e-32-b3", "llama3-70b", "v6e", "4x8", 1, 3, held_out=True,
+    CalibrationCase("llama3-70b-1xv6e-32-b3", "llama3-70b", "v6e", "4x8", 1, 3, margin=True,
                     why="held out: the published 70B v6e-32 shape (bfloat16 weights) at batch 3, one past the recipe"),
-    CalibrationCase("llama3-8b-1xv6e-16-b9", "llama3-8b", "v6e", "4x4", 1, 9, held_out=True,
+    CalibrationCase("llama3-8b-1xv6e-16-b9", "llama3-8b", "v6e", "4x4", 1, 9, margin=True,
                     why="held out: the published 8B v6e-16 shape at batch 9, the largest the plan advertises"),
-    CalibrationCase("qwen3-0.6b-2xv6e-8-b20", "qwen3-0.6b", "v6e", "2x4", 2, 20, held_out=True,
+    CalibrationCase("qwen3-0.6b-2xv6e-8-b20", "qwen3-0.6b", "v6e", "2x4", 2, 20, margin=True,
                     why="held out: the dev stack's shape at batch 20, the largest the plan advertises"),
 )
 
@@ -1001,6 +1006,7 @@ if __name__ == "__main__":
 # Reading calibration rows (tests/core/test_xla_calibration.py, benchmarks/planner_vs_xla.py)
 
 HELD_OUT = tuple(case.case for case in CALIBRATION_CASES if case.held_out)
+MARGIN_ROWS = tuple(case.case for case in CALIBRATION_CASES if case.margin)
 
 
 def row_reserved(row: Mapping[str, Any], data: Mapping[str, Any]) -> int:
