@@ -442,9 +442,13 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         problems.append(problem("model", model, f"allowed: {allowed}"))
         return None
     batch = float(v["perDeviceBatchSize"]) if v["perDeviceBatchSize"] is not None else None
-    # elasticMinSlices only means something on the Ray backend (elsewhere check_applies refuses it).
+    # elasticMinSlices only means something on the Ray backend (elsewhere check_applies refuses it). An elastic
+    # Pathways run trains on as few as slices - pathwaysElasticSlices (issue 34: every shape it takes is planned).
     slices = v["slices"]
     min_slices = v["elasticMinSlices"] if v["workloadBackend"] == "rayjob" else None
+    lost = v.get("pathwaysElasticSlices") if v["workloadBackend"] == "pathways" else None
+    if lost and slices is not None and 0 < lost < slices:
+        min_slices = slices - lost
     if min_slices is not None and not 1 <= min_slices <= slices:
         problems.append(problem("elasticMinSlices", min_slices, f"whole slices from 1 to slices={slices}"))
         return None
@@ -467,24 +471,35 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
     if min_slices is None and v["capacity"] == Capacity.SPOT.value:
         # Spot: keep training on as few slices as the model fits on while preempted slices come back.
         # The fewest that fit by the estimate (memoryCheck=false would keep the first); none: a fixed-size run.
+        fewer: PlanError | None = None
         for candidate in range(1, slices + 1):
             try:
-                return plan(dataclasses.replace(request, min_slices=candidate, memory_check=True))
-            except PlanError:
+                chosen = plan(dataclasses.replace(request, min_slices=candidate, memory_check=True))
+            except PlanError as error:
+                fewer = error
                 continue
+            if fewer is not None:
+                # Say why the run cannot shrink further (issue 34: dev at batch 12 does not fit on one slice).
+                below = (f"elastic: keeps at least {candidate} slices while Spot slices are reclaimed: on "
+                         f"{candidate - 1} the step does not fit ({str(fewer).split(': ', 1)[0]}); a smaller "
+                         f"perDeviceBatchSize lets it shrink further")
+                chosen = dataclasses.replace(chosen, notes=chosen.notes + (below,))
+            return chosen
     try:
         return plan(request)
     except PlanError as error:
         keys = f"model={model!r} on {shape.pod_type} x {slices} slices"
+        elastic_key = (f"pathwaysElasticSlices={lost}" if v["workloadBackend"] == "pathways"
+                       else f"elasticMinSlices={min_slices}")
         if min_slices is not None:
-            keys += f", elasticMinSlices={min_slices}"
+            keys += f", {elastic_key}"
         # Name the key the user set that the planner could not place: the batch first, then the model, then the
         # shape; the model (default or not) when the user set none of them.
         blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
         value = shape.topology if blamed == "tpuTopology" else v[blamed]
         nearest = nearest_config(request, on_ray=v["workloadBackend"] == "rayjob")
         where = f"{model} on {slices} x {shape.pod_type}" + (
-            f", elasticMinSlices={min_slices}" if min_slices is not None else "")
+            f", {elastic_key}" if min_slices is not None else "")
         problems.append(hbm_refusal(_setting(blamed, value, raw), where, nearest, str(error)))
         return None
 

@@ -129,3 +129,31 @@ def test_the_preflight_compile_of_a_kept_step_targets_that_step():
     keys = dict(item.split("=", 1) for item in target.argv if "=" in item)
     assert (keys["dcn_data_parallelism"], keys["dcn_fsdp_parallelism"], keys["per_device_batch_size"]) == ("1", "2", "2")
     assert "does not fit" in target.plan          # the estimate says so; the compile decides
+
+
+def test_the_dev_stack_at_batch_12_is_not_a_fit_on_its_one_slice_minimum():
+    """Issue 34: dev (Spot, 2 x v6e-8, shrinking to the fewest slices that fit) called batch 12 a fit on 1..2
+    slices; XLA refuses batch 12 on one slice (core/xla_calibration.json qwen3-0.6b-1xv6e-8-b12). Asked for 1..2
+    slices it is refused; left to the planner, the run keeps 2 slices and says why it cannot shrink to one."""
+    raw = {**load_stack_config("dev", REPO), "perDeviceBatchSize": "12"}
+    kept = build(raw).workload.plan
+    assert (kept.min_slices, kept.slices) == (2, 2)
+    assert any(note.startswith("elastic: keeps at least 2 slices") and "on 1 the step does not fit" in note
+               for note in kept.notes), kept.notes
+    problems = _problems({**raw, "elasticMinSlices": "1"})
+    assert len(problems) == 1 and "perDeviceBatchSize" in problems[0].split("\n")[0]
+    assert "nearest that fits: tpu-multislice:perDeviceBatchSize=11" in problems[0]
+    assert build({**raw, "perDeviceBatchSize": "11"}).workload.plan.min_slices == 1
+
+
+def test_an_elastic_pathways_run_is_planned_at_its_fewest_slices():
+    """Issue 34: Pathways resizes too (pathwaysElasticSlices slices may be lost), so its plan covers slices -
+    pathwaysElasticSlices .. slices; a step that fits only on the full group is refused, naming the key."""
+    raw = load_stack_config("pathways", REPO)
+    chosen = build(raw).workload.plan
+    assert (chosen.min_slices, chosen.slices) == (int(raw["slices"]) - int(raw["pathwaysElasticSlices"]), 3)
+    assert build({**raw, "pathwaysElasticSlices": "0"}).workload.plan.min_slices == 3
+    # Batch 10 is accepted on the full group (near the limit) and refused on one slice (the tied head's logits).
+    assert build({**raw, "perDeviceBatchSize": "10", "pathwaysElasticSlices": "0"}).workload.plan
+    problems = _problems({**raw, "perDeviceBatchSize": "10", "pathwaysElasticSlices": "2"})
+    assert "pathwaysElasticSlices=2" in problems[0] and "elasticMinSlices" not in problems[0]
