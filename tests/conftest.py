@@ -59,3 +59,11 @@ def schemas_dir() -> Path:
     if not path.is_dir():
         pytest.skip(f"CRD bundle {path} not present")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _scratch_compile_verdicts(tmp_path, monkeypatch):
+    """XLA verdicts a test's preview records (core/compile_verdicts.py) go to a scratch file, never the project's
+    compile-verdicts.json, so one test's stand-in verdict cannot answer another's compile."""
+    from core.compile_verdicts import PATH_ENV
+    monkeypatch.setenv(PATH_ENV, str(tmp_path / "compile-verdicts.json"))

@@ -5,6 +5,7 @@ The case is one XLA compiled although the estimate is over its limit (core/xla_c
 `llama3-70b-2xv6e-16-fsdp-b2`: llama3-70b on 2 x v6e-16, FSDP across the slices, batch 2)."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -157,3 +158,36 @@ def test_an_elastic_pathways_run_is_planned_at_its_fewest_slices():
     assert build({**raw, "perDeviceBatchSize": "10", "pathwaysElasticSlices": "0"}).workload.plan
     problems = _problems({**raw, "perDeviceBatchSize": "10", "pathwaysElasticSlices": "2"})
     assert "pathwaysElasticSlices=2" in problems[0] and "elasticMinSlices" not in problems[0]
+
+
+def test_a_step_xla_refused_is_refused_by_the_config_build(tmp_path, monkeypatch):
+    """Issue 34: XLA's verdict decides. A kept refusal (compile-verdicts.json, written by `python -m preview`) at
+    any slice count the run takes refuses the stack before anything registers: the key, XLA's bytes and error
+    code, the nearest batch XLA compiled, in lines of at most 100 columns. A step near the limit that XLA has not
+    compiled is named in the plan's notes; compileCheck=off reads no verdict."""
+    import os
+
+    from core import compile_verdicts
+    from core.worker_lock import load_pins
+
+    raw = {**load_stack_config("dev", REPO), "perDeviceBatchSize": "10", "elasticMinSlices": "1"}
+    chosen = build(raw).workload.plan
+    assert any("not compiled yet" in note for note in chosen.notes)
+    path = compile_verdicts.verdicts_path(REPO)
+    assert str(path) == os.environ[compile_verdicts.PATH_ENV]          # a scratch file (tests/conftest.py)
+    libtpu = load_pins(REPO)["libtpu"]
+    refused = compile_verdicts.Verdict(
+        compiled=False, shape="dev at 1 slice", slices=1, libtpu=libtpu, maxtext="0.2.5",
+        reason="RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out of memory in memory space vmem",
+        error_code="E1001 CompileTimeScopedVmemOom", per_device_batch_size=10)
+    compile_verdicts.record(path, compile_verdicts.plan_digest(chosen, 1, libtpu), refused)
+    smaller = build({**raw, "perDeviceBatchSize": "8"}).workload.plan
+    compile_verdicts.record(path, compile_verdicts.plan_digest(smaller, 1, libtpu), dataclasses.replace(
+        refused, compiled=True, reason=None, error_code=None, per_device_batch_size=8))
+    [problem] = _problems(raw)
+    lines = problem.split("\n")
+    assert lines[0].startswith("tpu-multislice:perDeviceBatchSize=10 is refused by XLA on 1 x v6e-8")
+    assert "E1001 CompileTimeScopedVmemOom" in " ".join(problem.split())
+    assert "nearest that compiled: tpu-multislice:perDeviceBatchSize=8" in problem
+    assert all(len(line) <= 100 for line in lines), lines
+    assert build({**raw, "compileCheck": "off"}).workload.plan.per_device_batch_size == 10
