@@ -11,7 +11,7 @@ row's settings and set against it.
 Columns:
   XLA peak     libtpu's "Total hbm usage" after XLA's own rematerialization (what it assigned), or, when the step
                did not fit, "Used X of Y hbm" (what it said it needed); like the estimate, with the runtime's
-               reservation (preview/compile.py row_need);
+               reservation (preview/compile/calibration.py row_need);
   XLA need     the step's bytes before XLA recomputed anything ("rematerialization hbm reduction: X => Y"), else
                the peak;
   state        where the row's train-state bytes (XLA's "arguments") come from: xla (libtpu stated them), planner
@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from core.memory import ESTIMATE_ERROR, GIB  # noqa: E402
 from core.planner import PlanRequest, plan  # noqa: E402
-from preview.compile import HELD_OUT, MARGIN_ROWS, arguments_source, fill_limits, row_need, row_peak  # noqa: E402
+from preview.compile.calibration import (HELD_OUT, MARGIN_ROWS, arguments_source, fill_limits, row_need,  # noqa: E402
+                                 row_peak)
 
 NEAR_LIMIT = 0.75
 

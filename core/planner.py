@@ -279,7 +279,7 @@ def _layout_problem(model: ModelPreset, ici_fsdp: int, dcn_fsdp: int, slices: in
 
 
 def _compile_hint(request: PlanRequest, chosen: "Plan") -> str:
-    """The command that asks XLA instead of the estimate (preview/compile.py: MaxText's AOT compile)."""
+    """The command that asks XLA instead of the estimate (preview/compile/: MaxText's AOT compile)."""
     flags = [f"--model {chosen.model.name}", f"--generation {chosen.shape.generation.name}",
              f"--topology {chosen.shape.topology}", f"--slices {chosen.slices}",
              f"--dcn-data {chosen.dcn_data}", f"--dcn-fsdp {chosen.dcn_fsdp}", f"--ici-tensor {chosen.ici_tensor}",

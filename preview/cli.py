@@ -5,7 +5,7 @@
 Runs the real program (__main__.py) under the project's mocks, then prints the resource tree, TPU
 capacity and price, the exports, the validation of every Kubernetes object, and the critical paths of
 deploy and destroy. `--compile` then compiles the MaxText training step the stack launches for its TPU target
-and slice count with MaxText's ahead-of-time compiler (preview/compile.py) and prints XLA's peak HBM per device.
+and slice count with MaxText's ahead-of-time compiler (preview/compile/) and prints XLA's peak HBM per device.
 Exit codes: 0 plan valid · 1 Kubernetes validation errors · 2 bad config or arguments · 3 the program
 failed under mocks · 4 (`--compile`) the step does not fit or does not compile.
 """
@@ -369,7 +369,7 @@ def slices_to_compile(config: StackConfig, asked: bool) -> list[int]:
 
 
 def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, counts: list[int]) -> list:
-    """preview/compile.py on the stack's own argv and its TPU pods' LIBTPU_INIT_ARGS (from the manifests), at each
+    """preview/compile/ on the stack's own argv and its TPU pods' LIBTPU_INIT_ARGS (from the manifests), at each
     of `counts` slices, fewest first, stopping at a refusal (the run's verdict). A step whose verdict is in
     compile-verdicts.json (core/compile_verdicts.py) is not compiled again; a new verdict is added to it."""
     from core import compile_verdicts

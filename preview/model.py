@@ -344,7 +344,7 @@ class Plan:
     preemption: dict[str, Any] = field(default_factory=dict)
     # The planner's notes on the run (core/planner.py Plan.notes): largest batch, expected step, memory warnings.
     planner: list[str] = field(default_factory=list)
-    compile: dict[str, Any] | None = None   # `--compile`: preview/compile.py CompileResult.as_dict()
+    compile: dict[str, Any] | None = None   # `--compile`: preview/compile/ CompileResult.as_dict()
 
     def as_dict(self) -> dict[str, Any]:
         document = {

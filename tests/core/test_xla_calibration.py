@@ -5,7 +5,7 @@ preview.compile --calibrate` regenerates every row; each row names the jax/libtp
 is compiled here: these tests run in the default suite and only read the data. benchmarks/planner_vs_xla.py prints
 the same comparison as a table.
 
-XLA's figures for a row, counted as the estimate counts them (the runtime's reservation included, preview/compile.py
+XLA's figures for a row, counted as the estimate counts them (the runtime's reservation included, preview/compile/calibration.py
 row_need): its peak (libtpu "Total hbm usage", after any recomputation: what it assigned), or, when the step did not
 fit, what it said it needed ("Used X of Y hbm"); and its need: what the step needed before XLA recomputed anything
 ("rematerialization hbm reduction: X => Y": X), else the peak.
@@ -45,7 +45,7 @@ from core.presets import preset
 from core.recipes import PUBLISHED_RUNS
 from core.worker_lock import load_pins
 from infra.config import build
-from preview.compile import HELD_OUT, MARGIN_ROWS, arguments_source, row_need, row_peak
+from preview.compile.calibration import HELD_OUT, MARGIN_ROWS, arguments_source, row_need, row_peak
 from preview.stack_files import load_stack_config
 from tests.conftest import COMMITTED_STACKS, REPO
 
@@ -83,7 +83,7 @@ def estimated(row: dict) -> int:
     return plan(request_of(row, memory_check=False)).memory.total
 
 
-# The margin's rows (preview/compile.py CALIBRATION_CASES margin): 8B on one v6e-64 at batch 13 (estimated over the
+# The margin's rows (preview/compile/calibration.py CALIBRATION_CASES margin): 8B on one v6e-64 at batch 13 (estimated over the
 # limit), 70B on one v6e-32 at batch 3, and the largest batch the plan advertised for 8B on one v6e-16 and for the
 # dev stack's qwen3-0.6b on 2 x v6e-8.
 assert set(MARGIN_ROWS) == {"llama3-8b-1xv6e-64-b13", "llama3-70b-1xv6e-32-b3", "llama3-8b-1xv6e-16-b9",
@@ -271,7 +271,7 @@ def test_the_largest_batch_a_plan_advertises_is_within_the_limit(stack):
 def test_the_train_state_is_what_libtpu_calls_arguments():
     """params + AdamW moments (the estimate's params + optimizer) against libtpu's own "arguments", wherever libtpu
     stated them (its rematerialization line, or the breakdown of a full compile); memory-only rows below the
-    rematerialization pass take this figure as their arguments (preview/compile.py calibrate)."""
+    rematerialization pass take this figure as their arguments (preview/compile/calibration.py calibrate)."""
     checked = 0
     for row in ROWS:
         stated = []

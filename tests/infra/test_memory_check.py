@@ -122,7 +122,7 @@ def test_an_elastic_step_kept_over_the_limit_names_the_compile_at_its_fewest_sli
 
 
 def test_the_preflight_compile_of_a_kept_step_targets_that_step():
-    """`python -m preview --stack NAME --compile` builds the argv the workers would run (preview/compile.py
+    """`python -m preview --stack NAME --compile` builds the argv the workers would run (preview/compile/
     stack_target, through trainer.entrypoint --print-argv): the kept step, FSDP across the slices at batch 2."""
     from preview.compile import stack_target
 

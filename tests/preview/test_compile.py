@@ -1,4 +1,4 @@
-"""Pre-flight compile (preview/compile.py, `python -m preview --stack NAME --compile`).
+"""Pre-flight compile (preview/compile/, `python -m preview --stack NAME --compile`).
 
 Fast tests: the compiler's output is parsed from canned text (copied from real compiles: libtpu 0.0.42.1, MaxText
 0.2.5), the subprocess path runs a stand-in for train_compile (tests/preview/fake_train_compile.py), and the argv
@@ -274,7 +274,8 @@ def _canned(compiled: bool) -> pf.CompileResult:
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_cli_compile_option_prints_the_verdict_and_exits_4_when_it_does_not_fit(monkeypatch, capsys, compiled):
+def test_cli_compile_option_prints_the_verdict_and_exits_4_when_it_does_not_fit(monkeypatch, capsys, compiled,
+                                                                                  tmp_path):
     seen = []
 
     def fake_run(target, **kwargs):
@@ -299,6 +300,7 @@ def test_cli_compile_option_prints_the_verdict_and_exits_4_when_it_does_not_fit(
                                      "XLA needs 17.02 GiB per")
         assert "of 15.75" in " ".join(refusal[:2]) and "nearest to try: tpu-multislice:perDeviceBatchSize=3" in err
         assert "RESOURCE_EXHAUSTED" in err and all(len(line) <= 100 for line in refusal)
+    monkeypatch.setenv("TPU_MULTISLICE_COMPILE_VERDICTS", str(tmp_path / "again.json"))   # compile again
     code = cli.main(["--stack", "pathways", "--compile"])
     out, _ = capsys.readouterr()
     assert ("FITS: XLA peak 7.49 GiB per device of 15.75 GiB HBM" in out) is compiled
@@ -421,11 +423,15 @@ def test_an_elastic_stack_is_compiled_at_its_fewest_slices_first_and_refused_the
     document = json.loads(out)["compile"]
     assert code == cli.EXIT_COMPILE and document["num_slices"] == 1 and len(document["shapes"]) == 1
 
-    # XLA's verdict is kept (compile-verdicts.json): the same preview does not compile again, and is refused again.
+    # XLA's verdict is kept (compile-verdicts.json): the same stack is now refused by its config build (what
+    # pulumi preview/up runs), before anything registers, and nothing is compiled again.
     seen.clear()
-    assert cli.main(["--stack", "dev", "--compile", "--json"]) == cli.EXIT_COMPILE and seen == []
+    assert cli.main(["--stack", "dev", "--compile", "--json"]) == cli.EXIT_CONFIG and seen == []
+    assert "perDeviceBatchSize=4 is refused by XLA on 1 x v6e-8" in capsys.readouterr().err
+    # With the config check off, the preview reads the kept verdict instead of compiling.
+    assert cli.main(["--stack", "dev", "--set", "compileCheck=off", "--compile", "--json"]) == cli.EXIT_COMPILE
     document = json.loads(capsys.readouterr().out)["compile"]
-    assert document["cached"] and not document["compiled"] and document["num_slices"] == 1
+    assert seen == [] and document["cached"] and not document["compiled"] and document["num_slices"] == 1
 
     monkeypatch.setenv("TPU_MULTISLICE_COMPILE_VERDICTS", str(tmp_path / "other-verdicts.json"))
     monkeypatch.setattr(pf, "run_compile", lambda target, **kw: seen.append(target) or dataclasses.replace(
@@ -455,7 +461,7 @@ def test_compile_check_auto_compiles_the_steps_near_the_limit_and_says_when_it_c
     capsys.readouterr()
 
     monkeypatch.undo()
-    monkeypatch.setattr(pf, "installed", lambda package: "not installed")
+    monkeypatch.setattr(pf.runner, "installed", lambda package: "not installed")
     assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=10"]) == cli.EXIT_COMPILE
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == ("compile: maxtext is not installed here: bash scripts/setup.sh installs it, or set "
