@@ -738,6 +738,10 @@ MEMORY_KEYS_NOT_ESTIMATED = (
     "dcn_sequence_parallelism", "ici_tensor_sequence_parallelism", "ici_autoregressive_parallelism",
     "ici_pipeline_parallelism", "dcn_pipeline_parallelism", "num_layers_per_pipeline_stage",
     "shard_optimizer_over_data",
+    # The eval step's batch (MaxText 0.2.5 configs/types.py: unset = per_device_batch_size, and then the eval step,
+    # which holds no gradients or saved activations beside the same train state, needs less than the train step).
+    # A larger one is not estimated, and train_compile compiles only the train step.
+    "eval_per_device_batch_size",
 )
 
 

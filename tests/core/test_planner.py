@@ -422,3 +422,15 @@ def test_advice_answers_from_the_plans_own_batch_scan(monkeypatch):
     scans.clear()
     kept = planner.advise(over)
     assert len(scans) == 1 and kept.largest_batch == kept.plan.per_device_batch_size
+
+
+def test_an_eval_batch_of_its_own_is_named_as_not_estimated():
+    """The eval step (a run with an eval split) runs at per_device_batch_size unless eval_per_device_batch_size is
+    set (MaxText 0.2.5 configs/types.py); at the train batch it holds less than the train step (no gradients, no
+    saved activations), so the train step's verdict covers it. A batch of its own is named as not estimated."""
+    from core.planner import with_maxtext_keys
+    request, rest = with_maxtext_keys(PlanRequest("qwen3-0.6b", "v6e", "2x4", slices=1),
+                                      {"eval_per_device_batch_size": "32"})
+    chosen = plan(request)
+    assert ("eval_per_device_batch_size", "32") in chosen.unmodeled and rest == {"eval_per_device_batch_size": "32"}
+    assert any("eval_per_device_batch_size=32" in note and "does not cover" in note for note in chosen.notes)
