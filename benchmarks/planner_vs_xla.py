@@ -11,18 +11,22 @@ row's settings and set against it.
 Columns:
   XLA peak     libtpu's "Total hbm usage" after XLA's own rematerialization (what it assigned), or, when the step
                did not fit, "Used X of Y hbm" (what it said it needed); like the estimate, with the runtime's
-               reservation (preview/compile.py row_need);
+               reservation (preview/compile/calibration.py row_need);
   XLA need     the step's bytes before XLA recomputed anything ("rematerialization hbm reduction: X => Y"), else
                the peak;
   state        where the row's train-state bytes (XLA's "arguments") come from: xla (libtpu stated them), planner
                (a memory-only compile that stopped before XLA's rematerialization pass, the only place it prints
                them: the planner's params + optimizer stand in, equal to libtpu's to 1 % wherever both exist),
                refused (XLA refused the step and stated one figure);
-  set          held out (compiled after the model was frozen: it measures the margin) or fitted;
+  set          fitted (the terms were chosen on it), margin (ESTIMATE_ERROR was set from it) or held out
+               (compiled after the model was frozen, in a shape chosen after it: it measures the error);
   est/need     the planner's bytes per device over XLA's need; est/peak likewise over the peak;
   near         XLA's peak is at least 75 % of the limit XLA compiles against (where the planner's verdict
                matters; below it XLA spends spare HBM on its schedule and an upper bound is fine);
-  XLA, planner what the compiler did (fits / recomputed / refused) and what the planner says.
+  XLA, planner what the compiler did (fits / recomputed / refused) and what the planner says;
+  agree        both accept the step or both refuse it (the planner's "near the limit" accepts, with a warning).
+An XLA need marked "*" is not measured by XLA alone: XLA's program bytes plus the planner's own train state
+(state "planner").
 """
 from __future__ import annotations
 
@@ -37,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from core.memory import ESTIMATE_ERROR, GIB  # noqa: E402
 from core.planner import PlanRequest, plan  # noqa: E402
-from preview.compile import HELD_OUT, arguments_source, fill_limits, row_need, row_peak  # noqa: E402
+from preview.compile.calibration import (HELD_OUT, MARGIN_ROWS, arguments_source, fill_limits, row_need,  # noqa: E402
+                                 row_peak)
 
 NEAR_LIMIT = 0.75
 
@@ -69,6 +74,11 @@ def planner_verdict(row: dict) -> str:
         return "host memory" if "Host memory:" in str(err) else "does not fit"
 
 
+def agree(xla: str, planner: str) -> bool:
+    """Both verdicts accept the step, or both refuse it."""
+    return (xla == "refused") == (planner in ("does not fit", "host memory"))
+
+
 def rows(path: Path) -> list[dict]:
     data = json.loads(path.read_text())
     fill_limits(data["rows"], data["hbm"])
@@ -79,7 +89,7 @@ def rows(path: Path) -> list[dict]:
         out.append({"row": row, "memory": memory, "need": need, "peak": peak, "est_need": memory.total / need,
                     "est_peak": memory.total / peak, "near": near_limit(row, data),
                     "xla": xla_verdict(row), "planner": planner_verdict(row), "state": arguments_source(row),
-                    "held_out": row["case"] in HELD_OUT})
+                    "held_out": row["case"] in HELD_OUT, "margin": row["case"] in MARGIN_ROWS})
     return out
 
 
@@ -95,19 +105,22 @@ def shape(row: dict) -> str:
 
 def table(results: list[dict], terms: bool = False) -> str:
     lines = ["| case | shape | XLA peak GiB | XLA need GiB | estimate GiB | est/need | est/peak | near | XLA | planner "
-             "| state | set | jax / libtpu |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| agree | state | set | jax / libtpu |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         row, memory = r["row"], r["memory"]
+        measured = "" if r["state"] != "planner" else "*"
         lines.append(
-            f"| {row['case']} | {shape(row)} | {r['peak'] / GIB:.2f} | {r['need'] / GIB:.2f} | "
+            f"| {row['case']} | {shape(row)} | {r['peak'] / GIB:.2f}{measured} | {r['need'] / GIB:.2f}{measured} | "
             f"{memory.total / GIB:.2f} | {r['est_need']:.2f} | {r['est_peak']:.2f} | {'yes' if r['near'] else ''} | "
-            f"{r['xla']} | {r['planner']} | {r['state']} | {'held out' if r['held_out'] else 'fitted'} | "
+            f"{r['xla']} | {r['planner']} | {'yes' if agree(r['xla'], r['planner']) else 'NO'} | "
+            f"{r['state']} | {'held out' if r['held_out'] else 'margin' if r['margin'] else 'fitted'} | "
             f"{row['jax']} / {row['libtpu']}"
             f"{' (memory only)' if row.get('memory_only') else ''} |")
         if terms:
-            lines.append(f"|  | {' + '.join(f'{n} {v / GIB:.2f}' for n, v in memory.terms())} | | | | | | | | | | | |")
-    near = [r for r in results if r["near"] and r["xla"] != "refused" and not r["held_out"]]
+            lines.append(f"|  | {' + '.join(f'{n} {v / GIB:.2f}' for n, v in memory.terms())} | | | | | | | | | | | | |")
+    near = [r for r in results if r["near"] and r["xla"] != "refused" and not r["held_out"] and not r["margin"]]
+    margin = [r for r in results if r["margin"] and r["xla"] != "refused"]
     held = [r for r in results if r["held_out"] and r["xla"] != "refused"]
     lines.append("")
     for source in ("xla", "planner", "refused"):
@@ -128,9 +141,17 @@ def table(results: list[dict], terms: bool = False) -> str:
                 loo.append(f"{r['row']['case']} {r['est_need'] - 1:+.1%} (others {others:.1%})")
         lines.append(f"leave-one-out, fitted rows compiled near the limit: worst {max(abs(r['est_need'] - 1) for r in near):.1%}"
                      f"; not covered by the others' margin: {', '.join(loo) or 'none'}")
-    if held:
-        lines.append("held out (compiled after the model was frozen): " + ", ".join(
-            f"{r['row']['case']} {r['est_need'] - 1:+.1%}" for r in held))
+    if margin:
+        lines.append("margin rows (ESTIMATE_ERROR set from them): " + ", ".join(
+            f"{r['row']['case']} {r['est_need'] - 1:+.1%}" for r in margin))
+    held_all = [r for r in results if r["held_out"]]
+    if held_all:
+        lines.append("held out (compiled after the model was frozen; need from XLA only unless marked *): " + ", ".join(
+            f"{r['row']['case']} {r['est_need'] - 1:+.1%}{'*' if r['state'] == 'planner' else ''} "
+            f"({r['xla']}, planner {r['planner']})" for r in held_all))
+        lines.append(f"held out, worst error where XLA compiled: "
+                     f"{max(abs(r['est_need'] - 1) for r in held) if held else 0:.1%} (the stated margin: "
+                     f"{ESTIMATE_ERROR:.0%})")
     wrong = [r["row"]["case"] for r in results if r["xla"] == "refused" and r["planner"] != "does not fit"]
     lines.append(f"accepted by the planner but refused by XLA: {', '.join(wrong) or 'none'}")
     refused_fits = [r["row"]["case"] for r in results if r["xla"] != "refused" and r["planner"] == "does not fit"]
@@ -138,6 +159,7 @@ def table(results: list[dict], terms: bool = False) -> str:
     lines.append(f"refused by the planner for the host's memory (offloaded activations), not HBM: "
                  f"{', '.join(host) or 'none'}")
     lines.append(f"refused by the planner but compiled by XLA: {', '.join(refused_fits) or 'none'}")
+    lines.append(f"verdicts agree on {sum(agree(r['xla'], r['planner']) for r in results)} of {len(results)} rows")
     table_rows = [line for line in lines if line.startswith("|")]
     summary = [textwrap.fill(line, 100, subsequent_indent="  ", break_on_hyphens=False, break_long_words=False)
                for line in lines if not line.startswith("|")]

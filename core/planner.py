@@ -279,7 +279,7 @@ def _layout_problem(model: ModelPreset, ici_fsdp: int, dcn_fsdp: int, slices: in
 
 
 def _compile_hint(request: PlanRequest, chosen: "Plan") -> str:
-    """The command that asks XLA instead of the estimate (preview/compile.py: MaxText's AOT compile)."""
+    """The command that asks XLA instead of the estimate (preview/compile/: MaxText's AOT compile)."""
     flags = [f"--model {chosen.model.name}", f"--generation {chosen.shape.generation.name}",
              f"--topology {chosen.shape.topology}", f"--slices {chosen.slices}",
              f"--dcn-data {chosen.dcn_data}", f"--dcn-fsdp {chosen.dcn_fsdp}", f"--ici-tensor {chosen.ici_tensor}",
@@ -453,7 +453,8 @@ def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, bounds: tuple
         at = f" (at {worst.slices} slices)" if worst is not None and worst.slices != chosen.slices else ""
         notes.append(f"memory{at}: {warning}")
     outright, best = bounds
-    clean = outright if chosen.memory.verdict == FITS else None
+    # Fits outright only if it does at every slice count the run may have (the worst of them).
+    clean = outright if (worst or chosen).memory.verdict == FITS else None
     if clean is None:
         shape = (f"shape: per_device_batch_size {_number(chosen.per_device_batch_size)} is near the limit"
                  + (f", as is every batch up to {_number(best)}" if best > chosen.per_device_batch_size else "")
@@ -737,6 +738,10 @@ MEMORY_KEYS_NOT_ESTIMATED = (
     "dcn_sequence_parallelism", "ici_tensor_sequence_parallelism", "ici_autoregressive_parallelism",
     "ici_pipeline_parallelism", "dcn_pipeline_parallelism", "num_layers_per_pipeline_stage",
     "shard_optimizer_over_data",
+    # The eval step's batch (MaxText 0.2.5 configs/types.py: unset = per_device_batch_size, and then the eval step,
+    # which holds no gradients or saved activations beside the same train state, needs less than the train step).
+    # A larger one is not estimated, and train_compile compiles only the train step.
+    "eval_per_device_batch_size",
 )
 
 

@@ -5,7 +5,7 @@
 Runs the real program (__main__.py) under the project's mocks, then prints the resource tree, TPU
 capacity and price, the exports, the validation of every Kubernetes object, and the critical paths of
 deploy and destroy. `--compile` then compiles the MaxText training step the stack launches for its TPU target
-and slice count with MaxText's ahead-of-time compiler (preview/compile.py) and prints XLA's peak HBM per device.
+and slice count with MaxText's ahead-of-time compiler (preview/compile/) and prints XLA's peak HBM per device.
 Exit codes: 0 plan valid · 1 Kubernetes validation errors, or no pinned CRDs to check custom resources against
 (without --no-crd-check) · 2 bad config or arguments · 3 the program failed under mocks · 4 (`--compile`) the step
 does not fit or does not compile.
@@ -16,6 +16,7 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -23,6 +24,7 @@ from typing import Any, TextIO
 from core.cli_errors import OneLineParser, refuse
 from infra.config import ConfigError, StackConfig, build
 from preview.errors_document import error_rows, errors_document
+from infra.config.schema import NAMESPACE
 from preview.overrides import OverrideError, apply_overrides
 from preview.graph import CriticalPath, write_graph
 from preview.k8s import crd_fetch
@@ -52,10 +54,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-crd-check", action="store_true",
                         help="plan without checking custom resources against their CRDs (exit 0 without them)")
     parser.add_argument("--compile", action="store_true",
-                        help="also compile the stack's MaxText training step for its TPU target and slice count "
-                             "(MaxText's AOT compiler, a full compile on this CPU): XLA's peak HBM per device, or why "
-                             "it does not fit. Measured on 2 cores (docs/planner.md): the dev stack's step 2m31s; "
-                             "an 8B step had not finished after 45 minutes. Other steps: not measured")
+                        help="also compile the stack's MaxText training step for its TPU target at every slice "
+                             "count it takes (MaxText's AOT compiler, a full compile on this CPU): XLA's peak HBM "
+                             "per device, or why it does not fit. Measured on 2 cores (docs/planner.md): the dev "
+                             "stack's step 2m31s; an 8B step had not finished after 45 minutes. Other steps: not "
+                             "measured. Without it the stack's compileCheck decides (auto: the steps near the HBM "
+                             "limit); verdicts are kept in compile-verdicts.json")
     parser.add_argument("--compile-timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="give up on the compile after this long (default 3600)")
     parser.add_argument("--root", type=Path, default=PROJECT_ROOT, help=argparse.SUPPRESS)
@@ -272,9 +276,19 @@ def main(argv: list[str] | None = None) -> int:
         messages.append(f"graph: {what}: {path}")
 
     compiled, retry = None, None
-    if args.compile:
-        compiled = compile_stack(config, plan, args.root, args.compile_timeout)
+    counts = slices_to_compile(config, args.compile)
+    if counts:
+        from preview.compile import CompileStopped
+        try:
+            shapes = compile_stack(config, plan, args.root, args.compile_timeout, counts)
+        except (KeyboardInterrupt, CompileStopped) as stop:
+            # run_compile has already ended the compile's process group.
+            print("compile: stopped (Ctrl-C or SIGTERM); the compile worker was stopped too", file=sys.stderr)
+            return 130 if isinstance(stop, KeyboardInterrupt) else 143
+        # The verdict is the worst shape's: the first that XLA refused, else the launch shape (the last).
+        compiled = next((result for result in shapes if not result.compiled), shapes[-1])
         plan.compile = compiled.as_dict()
+        plan.compile["shapes"] = [result.as_dict() for result in shapes]
         retry = batch_to_try(config, compiled)
         if retry is not None:
             plan.compile["nearest_to_try"] = {"perDeviceBatchSize": retry}
@@ -292,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
             text.write(message + "\n")
         if compiled is not None:
             from preview.compile import render
-            render(compiled, text)
+            for result in shapes:
+                render(result, text)
             if retry is not None:
                 text.write(f"  nearest to try: tpu-multislice:perDeviceBatchSize={retry:g} (the largest smaller "
                            "batch the planner lays out; compile again to check)\n")
@@ -302,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     if not plan.validation.ok or (crd_notice and not args.no_crd_check):
         return EXIT_INVALID
     if compiled is not None and not compiled.compiled:
-        print(f"compile: {compiled.reason}", file=sys.stderr)
+        for line in xla_refusal(config, compiled, args.root):
+            print(line, file=sys.stderr)
         return EXIT_COMPILE
     return EXIT_OK
 
@@ -325,6 +341,53 @@ def print_json(document: dict[str, Any]) -> None:
     sys.stdout.write("\n")
 
 
+def xla_refusal(config: StackConfig, refused, root: Path) -> list[str]:
+    """A step XLA refused, in lines of at most 100 columns: the key (perDeviceBatchSize), what failed (XLA's bytes
+    or its error code), and the nearest batch XLA compiled (from compile-verdicts.json) or the one to try next."""
+    import textwrap
+
+    from core import compile_verdicts
+    from core.memory import GIB
+
+    if (refused.reason or "").startswith("could not set up the compile"):
+        # Not XLA's verdict: nothing was compiled (MaxText or libtpu missing here, no topology for the shape).
+        why = refused.reason.partition(": ")[2]
+        missing = re.match(r"(\S+) is not installed here", why)
+        if missing:
+            return [f"compile: {missing.group(1)} is not installed here: bash scripts/setup.sh installs it, or set "
+                    "compileCheck=off"]
+        return textwrap.wrap(f"compile: the step was not compiled: {why}", 100, subsequent_indent="    ")
+    planned = config.workload.plan
+    batch = f"{planned.per_device_batch_size:g}"
+    if refused.required_bytes and refused.hbm_bytes:
+        failed = (f"XLA needs {refused.required_bytes / GIB:.2f} GiB per device of "
+                  f"{refused.hbm_bytes / GIB:.2f}" + (f" ({refused.error_code})" if refused.error_code else ""))
+    else:
+        failed = refused.error_code or "XLA does not compile it"
+    lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {refused.num_slices} x "
+             f"{planned.shape.pod_type}: {failed}"]
+    verdicts = compile_verdicts.load(compile_verdicts.verdicts_path(root))
+    nearest = None
+    step = 1 / planned.ici_batch_free
+    k = int(round(planned.per_device_batch_size / step)) - 1
+    while k >= 1 and nearest is None:
+        import dataclasses
+        smaller = dataclasses.replace(planned, per_device_batch_size=k * step)
+        known = verdicts.get(compile_verdicts.plan_digest(smaller, refused.num_slices, refused.libtpu))
+        if known is not None and known.compiled:
+            nearest = k * step
+        k -= 1
+    if nearest is not None:
+        lines.append(f"    nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g} (compile-verdicts.json)")
+    else:
+        retry = batch_to_try(config, refused)
+        if retry is not None:
+            lines.append(f"    nearest to try: {NAMESPACE}:perDeviceBatchSize={retry:g} (not compiled yet)")
+    if refused.reason and not refused.cached:
+        lines += textwrap.wrap(f"XLA: {refused.reason}", 100, initial_indent="    ", subsequent_indent="      ")
+    return [piece for line in lines for piece in textwrap.wrap(line, 100, subsequent_indent="      ")]
+
+
 def batch_to_try(config: StackConfig, compiled) -> float | None:
     """When XLA ran out of HBM on a step the planner accepted: the per-device batch to compile next."""
     if compiled.compiled or compiled.required_bytes is None:
@@ -333,16 +396,78 @@ def batch_to_try(config: StackConfig, compiled) -> float | None:
     return next_smaller_batch(config.workload.plan)
 
 
-def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float):
-    """preview/compile.py on the stack's own argv and its TPU pods' LIBTPU_INIT_ARGS (from the manifests)."""
-    from preview.compile import CompileSetupError, failed_setup, run_compile, stack_target
+def slices_to_compile(config: StackConfig, asked: bool) -> list[int]:
+    """The slice counts whose step this preview compiles: with --compile or compileCheck=always every distinct
+    shape the run takes (an elastic run at its fewest slices, then its full group: between the two the per-device
+    step is the same with data parallelism across slices and smaller with FSDP across more of them, so the fewest
+    slices hold the most bytes per device); with compileCheck=auto the counts the estimate puts near the limit
+    (where its measured error leaves the verdict open); with off, none."""
+    planned = config.workload.plan
+    every = sorted({planned.min_slices, planned.slices})
+    check = config.workload.compile_check
+    if asked or check == "always":
+        return every
+    if check == "auto":
+        from core.memory import NEAR_LIMIT
+        return [n for n in range(planned.min_slices, planned.slices + 1)
+                if planned.at_slices(n).memory.verdict == NEAR_LIMIT]
+    return []
 
+
+def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, counts: list[int]) -> list:
+    """preview/compile/ on the stack's own argv and its TPU pods' LIBTPU_INIT_ARGS (from the manifests), at each
+    of `counts` slices, fewest first, stopping at a refusal (the run's verdict). A step whose verdict is in
+    compile-verdicts.json (core/compile_verdicts.py) is not compiled again; a new verdict is added to it."""
+    from core import compile_verdicts
+    from preview.compile import CompileSetupError, failed_setup, loaded_libtpu, run_compile, stack_target
+
+    planned = config.workload.plan
+    cache = compile_verdicts.verdicts_path(root)
+    results = []
     try:
-        target = stack_target(config, [entry.obj for entry in plan.manifests], root)
-        print(fit(f"compile: {target.plan}"), file=sys.stderr)
-        return run_compile(target, timeout=timeout, progress=sys.stderr)
+        libtpu = loaded_libtpu()
+        full = None
+        for count in counts:
+            resized = planned.at_slices(count)
+            digest = compile_verdicts.plan_digest(planned, count, libtpu)
+            known = compile_verdicts.load(cache).get(digest)
+            if known is not None:
+                results.append(from_verdict(known, resized, digest))
+            else:
+                if full is None:
+                    full = stack_target(config, [entry.obj for entry in plan.manifests], root)
+                target = full.at_slices(count, plan=resized.describe(), estimate_bytes=resized.memory.total)
+                print(fit(f"compile: {target.plan}"), file=sys.stderr)
+                result = run_compile(target, timeout=timeout, progress=sys.stderr)
+                results.append(result)
+                if result.compiled or result.required_bytes or result.error_code:
+                    # XLA's own verdict (not a timeout or a set-up failure): kept for the next preview.
+                    compile_verdicts.record(cache, digest, to_verdict(result, resized))
+            if not results[-1].compiled:
+                break            # a refusal at the fewest slices is the run's verdict
     except CompileSetupError as error:
-        return failed_setup(config, str(error))
+        results.append(failed_setup(config, str(error)))
+    return results
+
+
+def to_verdict(result, resized: Plan):
+    from core.compile_verdicts import Verdict
+    from preview.compile import installed
+    return Verdict(compiled=result.compiled, shape=resized.describe().split(";")[0], slices=result.num_slices,
+                   libtpu=result.libtpu, maxtext=installed("maxtext"), reason=result.reason,
+                   error_code=result.error_code, required_bytes=result.required_bytes,
+                   peak_bytes=result.peak_bytes_per_device, hbm_bytes=result.hbm_bytes,
+                   per_device_batch_size=resized.per_device_batch_size)
+
+
+def from_verdict(verdict, resized: Plan, digest: str):
+    """A kept verdict as the report of a compile (nothing runs)."""
+    from preview.compile import CompileResult
+    return CompileResult(
+        compiled=verdict.compiled, peak_bytes_per_device=verdict.peak_bytes, hbm_bytes=verdict.hbm_bytes,
+        topology=f"{resized.shape.pod_type}", num_slices=verdict.slices, seconds=0.0, reason=verdict.reason,
+        required_bytes=verdict.required_bytes, source=f"compile-verdicts.json {digest} ({verdict.date})",
+        plan=resized.describe(), estimate_bytes=resized.memory.total, libtpu=verdict.libtpu, cached=True)
 
 
 if __name__ == "__main__":

@@ -353,7 +353,7 @@ class Plan:
     # The planner's notes on the run (core/planner.py Plan.notes): largest batch, expected step, memory warnings.
     planner: list[str] = field(default_factory=list)
     planner_fields: dict[str, Any] = field(default_factory=dict)   # the same as numbers (planner_fields below)
-    compile: dict[str, Any] | None = None   # `--compile`: preview/compile.py CompileResult.as_dict()
+    compile: dict[str, Any] | None = None   # `--compile`: preview/compile/ CompileResult.as_dict()
 
     def as_dict(self, summary: bool = False) -> dict[str, Any]:
         """The plan as JSON; `summary` leaves out what --out writes (the Kubernetes objects, resource inputs)."""

@@ -67,6 +67,14 @@ def schemas_dir() -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def _scratch_compile_verdicts(tmp_path, monkeypatch):
+    """XLA verdicts a test's preview records (core/compile_verdicts.py) go to a scratch file, never the project's
+    compile-verdicts.json, so one test's stand-in verdict cannot answer another's compile."""
+    from core.compile_verdicts import PATH_ENV
+    monkeypatch.setenv(PATH_ENV, str(tmp_path / "compile-verdicts.json"))
+
+
 # --- `python -m trainer.local` runs of the end-to-end tests (tests/trainer/test_local_*.py) ---------------------
 
 # After trainer.local's own --timeout it still stops its cluster, prints its table and writes its JSON: this long.

@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory (shared with worker 0) for the progress log")
     g.add_argument("--print-argv", action="store_true",
                    help="print, as JSON, the plan and the MaxText argv every worker of the full worker group "
-                        "would run, and exit without starting Ray (preview/compile.py compiles it)")
+                        "would run, and exit without starting Ray (preview/compile/ compiles it)")
     g.add_argument("--local-cpu", action="store_true", default=bool(cli._env("local_cpu", "")),
                    help="fake TPU hosts on this machine (see trainer.local): JAX on CPU, hardware=cpu")
     return parser

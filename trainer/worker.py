@@ -40,7 +40,7 @@ def plan_for_world(full_plan: Plan, world_size: int) -> Plan:
 def worker_plan_and_argv(config: dict, world: int, base_config: str) -> tuple[Plan, list[str]]:
     """What a worker group of `world` workers runs: the plan for the slices it has and MaxText's argv.
     train_loop_per_worker runs exactly this; `python -m trainer.entrypoint ... --print-argv` prints it for the
-    full worker group (preview/compile.py compiles that argv ahead of time)."""
+    full worker group (preview/compile/ compiles that argv ahead of time)."""
     full = plan(request_from_dict(config["plan_request"]))
     current = plan_for_world(full, world)
     # The group's size changes, the run's elasticity does not (the data iterator's checkpoint format follows it).

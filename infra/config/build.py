@@ -39,6 +39,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     rules.check_pathways(v, raw, shape, problems)
     maxtext_settings = data_rules.accepted_maxtext_settings(v, problems)
     workload_plan = rules.plan_workload(v, raw, shape, problems, maxtext_settings)
+    workload_plan = rules.check_xla_verdicts(v, workload_plan, problems)
     tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
     data_rules.check_data(v, raw, workload_plan, maxtext_settings, problems)
     if problems:
@@ -68,7 +69,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
             smoke_test=v["smokeTest"], worker_environment=v["workerEnvironment"],
             shutdown=shutdown,
             run=data_rules.training_run(v, maxtext_settings, rules.checkpoint_period(v)),
-            memory_check=v["memoryCheck"] is not False),
+            memory_check=v["memoryCheck"] is not False, compile_check=v["compileCheck"]),
         backend=_backend_settings(v, raw, shape.chips),
         worker_image=_worker_image_settings(v),
     )

@@ -187,6 +187,8 @@ class WorkloadSettings:
     # False: the plan is kept over XLA's HBM limit (memoryCheck: false, after a compile that fits); the Ray
     # entrypoint, which plans again, is told so.
     memory_check: bool = True
+    # compileCheck: which of the run's steps `python -m preview` compiles before you pay (auto: near the limit).
+    compile_check: str = "auto"
 
     @property
     def model(self) -> str:

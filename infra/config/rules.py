@@ -442,9 +442,13 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         problems.append(problem("model", model, f"allowed: {allowed}"))
         return None
     batch = float(v["perDeviceBatchSize"]) if v["perDeviceBatchSize"] is not None else None
-    # elasticMinSlices only means something on the Ray backend (elsewhere check_applies refuses it).
+    # elasticMinSlices only means something on the Ray backend (elsewhere check_applies refuses it). An elastic
+    # Pathways run trains on as few as slices - pathwaysElasticSlices (issue 34: every shape it takes is planned).
     slices = v["slices"]
     min_slices = v["elasticMinSlices"] if v["workloadBackend"] == "rayjob" else None
+    lost = v.get("pathwaysElasticSlices") if v["workloadBackend"] == "pathways" else None
+    if lost and slices is not None and 0 < lost < slices:
+        min_slices = slices - lost
     if min_slices is not None and not 1 <= min_slices <= slices:
         problems.append(problem("elasticMinSlices", min_slices, f"whole slices from 1 to slices={slices}"))
         return None
@@ -467,27 +471,94 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
     if min_slices is None and v["capacity"] == Capacity.SPOT.value:
         # Spot: keep training on as few slices as the model fits on while preempted slices come back.
         # The fewest that fit by the estimate (memoryCheck=false would keep the first); none: a fixed-size run.
+        fewer: PlanError | None = None
         for candidate in range(1, slices + 1):
             try:
-                return plan(dataclasses.replace(request, min_slices=candidate, memory_check=True))
-            except PlanError:
+                chosen = plan(dataclasses.replace(request, min_slices=candidate, memory_check=True))
+            except PlanError as error:
+                fewer = error
                 continue
+            if fewer is not None:
+                # Say why the run cannot shrink further (issue 34: dev at batch 12 does not fit on one slice).
+                below = (f"elastic: keeps at least {candidate} slices while Spot slices are reclaimed: on "
+                         f"{candidate - 1} the step does not fit ({str(fewer).split(': ', 1)[0]}); a smaller "
+                         f"perDeviceBatchSize lets it shrink further")
+                chosen = dataclasses.replace(chosen, notes=chosen.notes + (below,))
+            return chosen
     try:
         return plan(request)
     except PlanError as error:
         keys = f"model={model!r} on {shape.pod_type} x {slices} slices"
+        elastic_key = (f"pathwaysElasticSlices={lost}" if v["workloadBackend"] == "pathways"
+                       else f"elasticMinSlices={min_slices}")
         if min_slices is not None:
-            keys += f", elasticMinSlices={min_slices}"
+            keys += f", {elastic_key}"
         # Name the key the user set that the planner could not place: the batch first, then the model, then the
         # shape; the model (default or not) when the user set none of them.
         blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
         value = shape.topology if blamed == "tpuTopology" else v[blamed]
         nearest = nearest_config(request, on_ray=v["workloadBackend"] == "rayjob")
         where = f"{model} on {slices} x {shape.pod_type}" + (
-            f", elasticMinSlices={min_slices}" if min_slices is not None else "")
+            f", {elastic_key}" if min_slices is not None else "")
         problems.append(Problem(hbm_refusal(_setting(blamed, value, raw), where, nearest, str(error)), blamed, value,
                                 nearest or None))
         return None
+
+
+def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: list[str]) -> Plan | None:
+    """XLA decides where it has compiled the run's steps (core/compile_verdicts.py, written by `python -m preview`):
+    a step XLA refused at any slice count the run takes is refused here, before anything registers, naming the
+    batch, what failed and the nearest batch XLA compiled. A step near the limit that XLA has not compiled is
+    named in the plan's notes with the command that compiles it (compileCheck off: neither)."""
+    from core import compile_verdicts
+    from core.memory import GIB, NEAR_LIMIT
+
+    if workload_plan is None or v["compileCheck"] == "off":
+        return workload_plan
+    verdicts = compile_verdicts.load(compile_verdicts.verdicts_path(REPO_ROOT))
+    # The workers' libtpu first (what the run compiles with), then any other that compiled the step.
+    libtpus = [load_pins(REPO_ROOT)["libtpu"]] + sorted({kept.libtpu for kept in verdicts.values()})
+
+    def kept_for(chosen: Plan, count: int):
+        for libtpu in libtpus:
+            kept = verdicts.get(compile_verdicts.plan_digest(chosen, count, libtpu))
+            if kept is not None:
+                return kept
+        return None
+
+    uncompiled = []
+    for count in range(workload_plan.min_slices, workload_plan.slices + 1):
+        kept = kept_for(workload_plan, count)
+        if kept is not None and not kept.compiled:
+            nearest = None
+            step = 1 / workload_plan.ici_batch_free
+            k = int(round(workload_plan.per_device_batch_size / step)) - 1
+            while k >= 1 and nearest is None:
+                smaller = dataclasses.replace(workload_plan, per_device_batch_size=k * step)
+                known = kept_for(smaller, count)
+                nearest = k * step if known is not None and known.compiled else None
+                k -= 1
+            batch = f"{workload_plan.per_device_batch_size:g}"
+            lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {count} x "
+                     f"{workload_plan.shape.pod_type}: {kept.what_failed()}"]
+            lines.append(f"nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g}" if nearest else
+                         f"nearest to try: a smaller {NAMESPACE}:perDeviceBatchSize, then python -m preview --stack "
+                         "NAME")
+            lines.append(f"(XLA's verdict, libtpu {kept.libtpu}, kept in {compile_verdicts.COMPILE_VERDICTS} on "
+                         f"{kept.date})")
+            problems.append("\n".join(textwrap.wrap(lines[0], 100, subsequent_indent=_INDENT + "  ") + [
+                piece for line in lines[1:] for piece in textwrap.wrap(
+                    line, 100, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")]))
+            return None
+        if kept is None and workload_plan.at_slices(count).memory.verdict == NEAR_LIMIT:
+            uncompiled.append(count)
+    if uncompiled:
+        worst = workload_plan.at_slices(uncompiled[0]).memory.total / GIB
+        note = (f"memory: near the limit at {', '.join(map(str, uncompiled))} slice(s) ({worst:.1f} GiB estimated) "
+                f"and not compiled yet: python -m preview --stack NAME compiles it and keeps XLA's verdict "
+                f"(compileCheck={v['compileCheck']})")
+        return dataclasses.replace(workload_plan, notes=workload_plan.notes + (note,))
+    return workload_plan
 
 
 # Continuation lines of a multi-line refusal: indented under the first, wrapped so each fits 100 columns.

@@ -5,25 +5,27 @@ preview.compile --calibrate` regenerates every row; each row names the jax/libtp
 is compiled here: these tests run in the default suite and only read the data. benchmarks/planner_vs_xla.py prints
 the same comparison as a table.
 
-XLA's figures for a row, counted as the estimate counts them (the runtime's reservation included, preview/compile.py
+XLA's figures for a row, counted as the estimate counts them (the runtime's reservation included, preview/compile/calibration.py
 row_need): its peak (libtpu "Total hbm usage", after any recomputation: what it assigned), or, when the step did not
 fit, what it said it needed ("Used X of Y hbm"); and its need: what the step needed before XLA recomputed anything
 ("rematerialization hbm reduction: X => Y": X), else the peak.
 
-Two sets of rows. FITTED: the rows the model's terms were chosen against. HELD_OUT: compiled after the model was
-frozen (no term, count or constant of core/memory.py changed since), at the edges of the planner's bands; they
-decide nothing in the model and test it.
+Three sets of rows. FITTED: the rows the model's terms were chosen against. MARGIN: compiled after the terms were
+chosen, at the edges of the planner's bands; ESTIMATE_ERROR was then raised from 0.09 to 0.19 to cover them, so
+the margin is fitted to them too (it was called "held out" until issue 34 found that). HELD_OUT: compiled after
+the model (terms and margin) was frozen, in shapes chosen after the freeze; they decide nothing in the model and
+test it (their error is reported in docs/planner.md, not folded into the margin).
 
 What is held (docs/planner.md, "How the estimate is held to XLA"):
 - on the fitted rows near the limit (XLA's peak >= 75 % of the HBM it compiles against) the estimate is within
   10 % of XLA's need, and never below 90 % of it anywhere (elsewhere XLA spends spare HBM on its schedule, so an
   upper bound is fine: the same per-device step, qwen3-0.6b at batch 4 on v6e 2x4 slices, peaks at 8.84 GiB on
   two slices and 11.74 on one);
-- the planner's one margin, core.memory.ESTIMATE_ERROR, is measured on runs it was not fitted to: the worst error
-  of a fitted row when it is left out (leave-one-out) and of every held-out row, rounded up to a whole percent;
+- the planner's one margin, core.memory.ESTIMATE_ERROR: the worst error of a fitted row when it is left out
+  (leave-one-out) and of every margin row, rounded up to a whole percent;
 - an estimate over XLA's limit is refused (only a compile of the step accepts it); every step XLA refused is
   refused; every step XLA compiled whose estimate is within the limit is accepted, with the near-limit warning
-  where XLA recomputed; the held-out compiles agree with the planner's verdict;
+  where XLA recomputed; the margin rows and the held-out compiles agree with the planner's verdict;
 - every Trillium run Google published (core/recipes.py PUBLISHED_RUNS) is accepted at its batch and flags, and
   the largest batch the plan advertises is one the rule accepts.
 """
@@ -43,7 +45,7 @@ from core.presets import preset
 from core.recipes import PUBLISHED_RUNS
 from core.worker_lock import load_pins
 from infra.config import build
-from preview.compile import HELD_OUT, arguments_source, row_need, row_peak
+from preview.compile.calibration import HELD_OUT, MARGIN_ROWS, arguments_source, row_need, row_peak
 from preview.stack_files import load_stack_config
 from tests.conftest import COMMITTED_STACKS, REPO
 
@@ -81,12 +83,13 @@ def estimated(row: dict) -> int:
     return plan(request_of(row, memory_check=False)).memory.total
 
 
-# Compiled after the model and its margin were frozen (preview/compile.py CALIBRATION_CASES held_out): 8B on one
-# v6e-64 at batch 13 (estimated over the limit), 70B on one v6e-32 at batch 3, and the largest batch the plan
-# advertises for 8B on one v6e-16 and for the dev stack's qwen3-0.6b on 2 x v6e-8.
-assert set(HELD_OUT) == {"llama3-8b-1xv6e-64-b13", "llama3-70b-1xv6e-32-b3", "llama3-8b-1xv6e-16-b9",
-                         "qwen3-0.6b-2xv6e-8-b20"}
-FITTED = [row for row in ROWS if row["case"] not in HELD_OUT]
+# The margin's rows (preview/compile/calibration.py CALIBRATION_CASES margin): 8B on one v6e-64 at batch 13 (estimated over the
+# limit), 70B on one v6e-32 at batch 3, and the largest batch the plan advertised for 8B on one v6e-16 and for the
+# dev stack's qwen3-0.6b on 2 x v6e-8.
+assert set(MARGIN_ROWS) == {"llama3-8b-1xv6e-64-b13", "llama3-70b-1xv6e-32-b3", "llama3-8b-1xv6e-16-b9",
+                            "qwen3-0.6b-2xv6e-8-b20"}
+FITTED = [row for row in ROWS if row["case"] not in HELD_OUT + MARGIN_ROWS]
+MARGIN = [row for row in ROWS if row["case"] in MARGIN_ROWS]
 HELD = [row for row in ROWS if row["case"] in HELD_OUT]
 NEAR = [row for row in FITTED if near_limit(row)]
 # XLA's buffer assignment exists for the steps it compiled; for a refused one its figure is a failed attempt.
@@ -122,9 +125,6 @@ KNOWN_GAPS = {
     "llama3-8b-2xv6e-16-tp4-b4": "tensor parallelism (fsdp 4 x tensor 4) with full remat across two slices: XLA "
                                  "needs 22.1 GiB, the estimate counts 17.9; what tensor parallelism gathers per "
                                  "layer is not modelled (the step is at 71 % of HBM, where no verdict turns)",
-    "qwen3-0.6b-1xv6e-8-b4": "the dev step on one slice: XLA's scheduler holds 11.6 GiB where the same per-device "
-                             "step on two slices holds 8.6 (row qwen3-0.6b-2xv6e-8-b4, estimated within 10 %); no "
-                             "buffer's shape explains the difference (37 % of HBM)",
 }
 
 
@@ -156,11 +156,11 @@ def leave_one_out() -> dict[str, tuple[float, float]]:
     return out
 
 
-def test_the_one_margin_is_measured_on_rows_it_was_not_fitted_to():
-    """ESTIMATE_ERROR is the worst error of a row the margin was not derived from: each fitted near-limit row
-    against the margin the others give (leave-one-out), and each held-out compile (all are near the limit);
-    rounded up to a whole percent. docs/planner.md states the figure and the rows."""
-    held = {row["case"]: error(row) for row in HELD if row["compiled"]}
+def test_the_one_margin_is_the_worst_error_left_out_and_on_the_margin_rows():
+    """ESTIMATE_ERROR is the worst error of each fitted near-limit row against the margin the others give
+    (leave-one-out) and of each margin row (all near the limit), rounded up to a whole percent: the margin rows set
+    it (0.09 -> 0.19), so it is not a held-out figure; the held-out compiles measure it (docs/planner.md)."""
+    held = {row["case"]: error(row) for row in MARGIN if row["compiled"]}
     loo = leave_one_out()
     worst = max([abs(own) for _, own in loo.values()] + [abs(e) for e in held.values()])
     assert ESTIMATE_ERROR == math.ceil(worst * 100) / 100, f"measured {worst:.3f}, stated {ESTIMATE_ERROR}"
@@ -205,8 +205,8 @@ def test_xla_compiled_steps_the_estimate_puts_over_the_limit_and_they_are_refuse
         assert "memory check off" in kept.notes[0] and "compile fits it" in kept.notes[0]
 
 
-@pytest.mark.parametrize("row", HELD, ids=[row["case"] for row in HELD])
-def test_the_held_out_compiles_agree_with_the_planners_verdict(row):
+@pytest.mark.parametrize("row", MARGIN + HELD, ids=[row["case"] for row in MARGIN + HELD])
+def test_the_margin_and_held_out_compiles_agree_with_the_planners_verdict(row):
     estimate = plan(request_of(row, memory_check=False)).memory
     assert row["libtpu"] == load_pins(REPO)["libtpu"]
     if row["compiled"]:
@@ -216,11 +216,11 @@ def test_the_held_out_compiles_agree_with_the_planners_verdict(row):
         assert estimate.verdict == DOES_NOT_FIT and "RESOURCE_EXHAUSTED" in row["reason"]
 
 
-def test_the_held_out_compiles_are_at_the_edges_of_the_bands():
+def test_the_margin_compiles_are_at_the_edges_of_the_bands():
     """8B on one v6e-64 at batch 13 (estimated over the limit: XLA refuses it too); 70B on one v6e-32 at batch 3;
     and the largest batch the plan advertises for 8B on one v6e-16 and for the dev stack (qwen3-0.6b, 2 x v6e-8,
     elastic 1..2): XLA compiles each of those."""
-    by = {row["case"]: row for row in HELD}
+    by = {row["case"]: row for row in MARGIN}
     assert not by["llama3-8b-1xv6e-64-b13"]["compiled"] and by["llama3-70b-1xv6e-32-b3"]["compiled"]
     one_v6e_16 = plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=1))
     assert largest_batch(one_v6e_16) == by["llama3-8b-1xv6e-16-b9"]["per_device_batch_size"]
@@ -228,7 +228,27 @@ def test_the_held_out_compiles_are_at_the_edges_of_the_bands():
     dev = build(load_stack_config("dev", REPO)).workload.plan
     row = by["qwen3-0.6b-2xv6e-8-b20"]
     assert (dev.model.name, dev.shape.topology, dev.slices) == (row["model"], row["topology"], row["slices"])
-    assert largest_batch(dev) == row["per_device_batch_size"] and row["compiled"]
+    assert row["compiled"]          # batch 20 on two slices compiles; the dev run also shrinks to one (below)
+
+
+def test_the_dev_stacks_largest_batch_is_what_its_elastic_minimum_compiles():
+    """Issue 34: dev (qwen3-0.6b, elastic 1..2 x v6e-8) advertised batch 20 and called 12 a fit; on one slice XLA
+    compiles batch 4 and refuses 12. The advertised largest batch lies between them, batch 12 is refused at one
+    slice, and the plan is not "fits" there."""
+    by = {row["case"]: row for row in ROWS}
+    fits, refused = by["qwen3-0.6b-1xv6e-8-b4"], by["qwen3-0.6b-1xv6e-8-b12"]
+    assert fits["compiled"] and not refused["compiled"] and "RESOURCE_EXHAUSTED" in refused["reason"]
+    dev = build(load_stack_config("dev", REPO)).workload.plan
+    assert (dev.min_slices, dev.slices) == (fits["slices"], 2)
+    assert fits["per_device_batch_size"] <= largest_batch(dev) < refused["per_device_batch_size"]
+    with pytest.raises(DoesNotFit, match="at 1 of 1..2 slices"):
+        build_plan_at(dev, refused["per_device_batch_size"])
+
+
+def build_plan_at(chosen, batch):
+    """The dev stack's request at another per-device batch (what --set perDeviceBatchSize=N asks)."""
+    return plan(PlanRequest(chosen.model.name, chosen.shape.generation.name, chosen.shape.topology,
+                            slices=chosen.slices, min_slices=chosen.min_slices, per_device_batch_size=batch))
 
 
 @pytest.mark.parametrize("stack", COMMITTED_STACKS)
@@ -251,7 +271,7 @@ def test_the_largest_batch_a_plan_advertises_is_within_the_limit(stack):
 def test_the_train_state_is_what_libtpu_calls_arguments():
     """params + AdamW moments (the estimate's params + optimizer) against libtpu's own "arguments", wherever libtpu
     stated them (its rematerialization line, or the breakdown of a full compile); memory-only rows below the
-    rematerialization pass take this figure as their arguments (preview/compile.py calibrate)."""
+    rematerialization pass take this figure as their arguments (preview/compile/calibration.py calibrate)."""
     checked = 0
     for row in ROWS:
         stated = []
@@ -364,5 +384,16 @@ def test_the_benchmark_says_where_each_rows_train_state_came_from():
         source = arguments_source(row)
         section = text.split(f"train state from {source} (")[1].split("\ntrain state from")[0]
         assert row["case"] in section.replace("\n  ", " ").replace(",", " ").split(), (row["case"], source)
-    assert "held out (compiled after the model was frozen): " in text and "qwen3-0.6b-2xv6e-8-b20 -18.2%" in text
+    assert "margin rows (ESTIMATE_ERROR set from them): " in text and "qwen3-0.6b-2xv6e-8-b20 -18.2%" in text
     assert "leave-one-out" in text
+
+
+def test_the_held_out_error_is_reported_as_measured():
+    """Issue 34: the margin is measured on compiles it was not fitted to. docs/planner.md reports the held-out
+    compiles' worst error (from the data, whatever it is: the model is not changed to meet it) next to the stated
+    margin, and every held-out row agrees with the planner's verdict or is named there."""
+    compiled = [row for row in HELD if row["compiled"]]
+    assert len(HELD) >= 8 and compiled
+    worst = max(compiled, key=lambda row: abs(error(row)))
+    text = " ".join((REPO / "docs" / "planner.md").read_text().split())
+    assert f"worst held-out error: {worst['case']} {error(worst):+.1%}" in text, (worst["case"], error(worst))

@@ -5,6 +5,7 @@ The case is one XLA compiled although the estimate is over its limit (core/xla_c
 `llama3-70b-2xv6e-16-fsdp-b2`: llama3-70b on 2 x v6e-16, FSDP across the slices, batch 2)."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -121,7 +122,7 @@ def test_an_elastic_step_kept_over_the_limit_names_the_compile_at_its_fewest_sli
 
 
 def test_the_preflight_compile_of_a_kept_step_targets_that_step():
-    """`python -m preview --stack NAME --compile` builds the argv the workers would run (preview/compile.py
+    """`python -m preview --stack NAME --compile` builds the argv the workers would run (preview/compile/
     stack_target, through trainer.entrypoint --print-argv): the kept step, FSDP across the slices at batch 2."""
     from preview.compile import stack_target
 
@@ -129,3 +130,64 @@ def test_the_preflight_compile_of_a_kept_step_targets_that_step():
     keys = dict(item.split("=", 1) for item in target.argv if "=" in item)
     assert (keys["dcn_data_parallelism"], keys["dcn_fsdp_parallelism"], keys["per_device_batch_size"]) == ("1", "2", "2")
     assert "does not fit" in target.plan          # the estimate says so; the compile decides
+
+
+def test_the_dev_stack_at_batch_12_is_not_a_fit_on_its_one_slice_minimum():
+    """Issue 34: dev (Spot, 2 x v6e-8, shrinking to the fewest slices that fit) called batch 12 a fit on 1..2
+    slices; XLA refuses batch 12 on one slice (core/xla_calibration.json qwen3-0.6b-1xv6e-8-b12). Asked for 1..2
+    slices it is refused; left to the planner, the run keeps 2 slices and says why it cannot shrink to one."""
+    raw = {**load_stack_config("dev", REPO), "perDeviceBatchSize": "12"}
+    kept = build(raw).workload.plan
+    assert (kept.min_slices, kept.slices) == (2, 2)
+    assert any(note.startswith("elastic: keeps at least 2 slices") and "on 1 the step does not fit" in note
+               for note in kept.notes), kept.notes
+    problems = _problems({**raw, "elasticMinSlices": "1"})
+    assert len(problems) == 1 and "perDeviceBatchSize" in problems[0].split("\n")[0]
+    assert "nearest that fits: tpu-multislice:perDeviceBatchSize=11" in problems[0]
+    assert build({**raw, "perDeviceBatchSize": "11"}).workload.plan.min_slices == 1
+
+
+def test_an_elastic_pathways_run_is_planned_at_its_fewest_slices():
+    """Issue 34: Pathways resizes too (pathwaysElasticSlices slices may be lost), so its plan covers slices -
+    pathwaysElasticSlices .. slices; a step that fits only on the full group is refused, naming the key."""
+    raw = load_stack_config("pathways", REPO)
+    chosen = build(raw).workload.plan
+    assert (chosen.min_slices, chosen.slices) == (int(raw["slices"]) - int(raw["pathwaysElasticSlices"]), 3)
+    assert build({**raw, "pathwaysElasticSlices": "0"}).workload.plan.min_slices == 3
+    # Batch 10 is accepted on the full group (near the limit) and refused on one slice (the tied head's logits).
+    assert build({**raw, "perDeviceBatchSize": "10", "pathwaysElasticSlices": "0"}).workload.plan
+    problems = _problems({**raw, "perDeviceBatchSize": "10", "pathwaysElasticSlices": "2"})
+    assert "pathwaysElasticSlices=2" in problems[0] and "elasticMinSlices" not in problems[0]
+
+
+def test_a_step_xla_refused_is_refused_by_the_config_build(tmp_path, monkeypatch):
+    """Issue 34: XLA's verdict decides. A kept refusal (compile-verdicts.json, written by `python -m preview`) at
+    any slice count the run takes refuses the stack before anything registers: the key, XLA's bytes and error
+    code, the nearest batch XLA compiled, in lines of at most 100 columns. A step near the limit that XLA has not
+    compiled is named in the plan's notes; compileCheck=off reads no verdict."""
+    import os
+
+    from core import compile_verdicts
+    from core.worker_lock import load_pins
+
+    raw = {**load_stack_config("dev", REPO), "perDeviceBatchSize": "10", "elasticMinSlices": "1"}
+    chosen = build(raw).workload.plan
+    assert any("not compiled yet" in note for note in chosen.notes)
+    path = compile_verdicts.verdicts_path(REPO)
+    assert str(path) == os.environ[compile_verdicts.PATH_ENV]          # a scratch file (tests/conftest.py)
+    libtpu = load_pins(REPO)["libtpu"]
+    refused = compile_verdicts.Verdict(
+        compiled=False, shape="dev at 1 slice", slices=1, libtpu=libtpu, maxtext="0.2.5",
+        reason="RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out of memory in memory space vmem",
+        error_code="E1001 CompileTimeScopedVmemOom", per_device_batch_size=10)
+    compile_verdicts.record(path, compile_verdicts.plan_digest(chosen, 1, libtpu), refused)
+    smaller = build({**raw, "perDeviceBatchSize": "8"}).workload.plan
+    compile_verdicts.record(path, compile_verdicts.plan_digest(smaller, 1, libtpu), dataclasses.replace(
+        refused, compiled=True, reason=None, error_code=None, per_device_batch_size=8))
+    [problem] = _problems(raw)
+    lines = problem.split("\n")
+    assert lines[0].startswith("tpu-multislice:perDeviceBatchSize=10 is refused by XLA on 1 x v6e-8")
+    assert "E1001 CompileTimeScopedVmemOom" in " ".join(problem.split())
+    assert "nearest that compiled: tpu-multislice:perDeviceBatchSize=8" in problem
+    assert all(len(line) <= 100 for line in lines), lines
+    assert build({**raw, "compileCheck": "off"}).workload.plan.per_device_batch_size == 10

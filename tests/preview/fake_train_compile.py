@@ -14,6 +14,12 @@ print("Starting train_compile.py...", flush=True)
 print("Jitting and compiling train step...", flush=True)
 if case == "hang":
     time.sleep(60)
+if case == "helper":
+    # train_compile with a helper process of its own: a stop must end both (their process group).
+    import subprocess
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    Path(os.environ["FAKE_COMPILE_PIDS"]).write_text(f"{os.getpid()} {helper.pid}")
+    time.sleep(600)
 if case == "assigned":
     # libtpu 0.0.42.1, llama3-70b on 2 x v6e-32 at batch 2: XLA's HLO passes end, then code generation runs on.
     log.write_text(

@@ -1,4 +1,4 @@
-"""Pre-flight compile (preview/compile.py, `python -m preview --stack NAME --compile`).
+"""Pre-flight compile (preview/compile/, `python -m preview --stack NAME --compile`).
 
 Fast tests: the compiler's output is parsed from canned text (copied from real compiles: libtpu 0.0.42.1, MaxText
 0.2.5), the subprocess path runs a stand-in for train_compile (tests/preview/fake_train_compile.py), and the argv
@@ -7,6 +7,7 @@ with `pytest -m compile`): test_real_compile_of_the_pathways_stack.
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import sys
@@ -273,24 +274,33 @@ def _canned(compiled: bool) -> pf.CompileResult:
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_cli_compile_option_prints_the_verdict_and_exits_4_when_it_does_not_fit(monkeypatch, capsys, compiled):
-    seen = {}
+def test_cli_compile_option_prints_the_verdict_and_exits_4_when_it_does_not_fit(monkeypatch, capsys, compiled,
+                                                                                  tmp_path):
+    seen = []
 
     def fake_run(target, **kwargs):
-        seen["target"] = target
-        return _canned(compiled)
+        seen.append(target)
+        return dataclasses.replace(_canned(compiled), num_slices=target.slices)
 
     monkeypatch.setattr(pf, "run_compile", fake_run)
     code = cli.main(["--stack", "pathways", "--compile", "--json"])
     out, err = capsys.readouterr()
     document = json.loads(out)
     assert document["compile"]["compiled"] is compiled and document["compile"]["topology"] == "v5e-16"
-    assert seen["target"].slices == 3 and seen["target"].source.startswith("pathways")
+    # The pathways stack may lose one of its 3 slices: its fewest (2) first, the full group only if that fits.
+    assert [t.slices for t in seen] == ([2, 3] if compiled else [2])
+    assert all(t.source.startswith("pathways") for t in seen)
     if compiled:
         assert code == cli.EXIT_OK
     else:
         assert code == cli.EXIT_COMPILE == 4
-        assert "RESOURCE_EXHAUSTED" in err.splitlines()[-1]
+        lines = err.splitlines()
+        refusal = lines[lines.index(next(x for x in lines if "is refused by XLA" in x)):]
+        assert refusal[0].startswith("tpu-multislice:perDeviceBatchSize=4 is refused by XLA on 2 x v5litepod-16: "
+                                     "XLA needs 17.02 GiB per")
+        assert "of 15.75" in " ".join(refusal[:2]) and "nearest to try: tpu-multislice:perDeviceBatchSize=3" in err
+        assert "RESOURCE_EXHAUSTED" in err and all(len(line) <= 100 for line in refusal)
+    monkeypatch.setenv("TPU_MULTISLICE_COMPILE_VERDICTS", str(tmp_path / "again.json"))   # compile again
     code = cli.main(["--stack", "pathways", "--compile"])
     out, _ = capsys.readouterr()
     assert ("FITS: XLA peak 7.49 GiB per device of 15.75 GiB HBM" in out) is compiled
@@ -337,3 +347,122 @@ def test_real_compile_refuses_what_the_planner_refuses_over_the_limit(request):
     result = pf.run_compile(pf.request_target(case.entrypoint_args()), memory_only=True, timeout=1800)
     assert not result.compiled and "RESOURCE_EXHAUSTED" in result.reason, result.reason
     assert result.required_bytes > result.hbm_bytes
+
+
+_STOPPABLE = """
+import sys
+from pathlib import Path
+from tests.preview.test_compile import FAKE, _target
+from preview import compile as pf
+try:
+    pf.run_compile(_target(), compiler=(sys.executable, str(FAKE)), timeout=600)
+except (KeyboardInterrupt, getattr(pf, "CompileStopped", KeyboardInterrupt)):
+    sys.exit(9)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in state        # a zombie has ended; only its parent has not reaped it
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_stopped_compile_stops_the_compile_worker_and_what_it_started(tmp_path, signum):
+    """Issue 37 item 7: SIGTERM (or Ctrl-C) to `python -m preview --compile` left train_compile compiling. The
+    compile runs in its own process group, which run_compile kills on the way out."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pids = tmp_path / "pids"
+    env = {**os.environ, "FAKE_COMPILE": "helper", "FAKE_COMPILE_RECORD": str(tmp_path / "record.json"),
+           "FAKE_COMPILE_PIDS": str(pids), "PYTHONPATH": str(REPO)}
+    runner = subprocess.Popen([sys.executable, "-c", _STOPPABLE], cwd=REPO, env=env)
+    deadline = time.monotonic() + 60
+    while not pids.exists() or len(pids.read_text().split()) < 2:
+        assert runner.poll() is None and time.monotonic() < deadline, "the stand-in compile never started"
+        time.sleep(0.2)
+    worker, helper = (int(pid) for pid in pids.read_text().split())
+    try:
+        assert _alive(worker) and _alive(helper)
+        runner.send_signal(getattr(signal, signum))
+        assert runner.wait(timeout=30) == 9         # the runner's own handler ran (no default-action death)
+        deadline = time.monotonic() + 10
+        while (_alive(worker) or _alive(helper)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(worker), "train_compile still runs after the preview was stopped"
+        assert not _alive(helper), "train_compile's own helper still runs after the preview was stopped"
+    finally:
+        for pid in (worker, helper):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_an_elastic_stack_is_compiled_at_its_fewest_slices_first_and_refused_there(monkeypatch, capsys, tmp_path):
+    """Issue 34: `--compile` compiled only the full group; dev (elastic 1..2 x v6e-8) shrinks to one slice, where
+    XLA needs more per device (core/xla_calibration.json). Each distinct shape is compiled, the fewest slices first
+    (its argv: the DCN axis at that count), and a refusal there is the run's verdict (exit 4)."""
+    seen = []
+
+    def fake_run(target, **kwargs):
+        seen.append(target)
+        return dataclasses.replace(_canned(target.slices > 1), num_slices=target.slices, topology="v6e-8")
+
+    monkeypatch.setattr(pf, "run_compile", fake_run)
+    config = build(load_stack_config("dev", REPO))
+    assert (config.workload.plan.min_slices, config.workload.plan.slices) == (1, 2)
+    code = cli.main(["--stack", "dev", "--compile", "--json"])
+    out, err = capsys.readouterr()
+    assert [t.slices for t in seen] == [1]                     # refused at 1 slice: the full group is not needed
+    assert seen[0].keys["dcn_data_parallelism"] == "1" and seen[0].estimate_bytes == (
+        config.workload.plan.at_slices(1).memory.total)
+    document = json.loads(out)["compile"]
+    assert code == cli.EXIT_COMPILE and document["num_slices"] == 1 and len(document["shapes"]) == 1
+
+    # XLA's verdict is kept (compile-verdicts.json): the same stack is now refused by its config build (what
+    # pulumi preview/up runs), before anything registers, and nothing is compiled again.
+    seen.clear()
+    assert cli.main(["--stack", "dev", "--compile", "--json"]) == cli.EXIT_CONFIG and seen == []
+    assert "perDeviceBatchSize=4 is refused by XLA on 1 x v6e-8" in capsys.readouterr().err
+    # With the config check off, the preview reads the kept verdict instead of compiling.
+    assert cli.main(["--stack", "dev", "--set", "compileCheck=off", "--compile", "--json"]) == cli.EXIT_COMPILE
+    document = json.loads(capsys.readouterr().out)["compile"]
+    assert seen == [] and document["cached"] and not document["compiled"] and document["num_slices"] == 1
+
+    monkeypatch.setenv("TPU_MULTISLICE_COMPILE_VERDICTS", str(tmp_path / "other-verdicts.json"))
+    monkeypatch.setattr(pf, "run_compile", lambda target, **kw: seen.append(target) or dataclasses.replace(
+        _canned(True), num_slices=target.slices))
+    assert cli.main(["--stack", "dev", "--compile", "--json"]) == cli.EXIT_OK
+    document = json.loads(capsys.readouterr().out)["compile"]
+    assert [t.slices for t in seen] == [1, 2] and [s["num_slices"] for s in document["shapes"]] == [1, 2]
+    assert seen[1].keys["dcn_data_parallelism"] == "2"
+    assert seen[0].libtpu_init_args == seen[1].libtpu_init_args    # the same pods run the smaller group
+
+
+def test_compile_check_auto_compiles_the_steps_near_the_limit_and_says_when_it_cannot(monkeypatch, capsys):
+    """compileCheck (issue 34): auto, the default, has XLA decide where the estimate's error leaves the verdict
+    open: dev at batch 10 is near the limit on one slice only, so only that step is compiled; off compiles
+    nothing; without MaxText or libtpu here the preview says so in one line and does not accept silently."""
+    seen = []
+    monkeypatch.setattr(pf, "run_compile", lambda target, **kw: seen.append(target) or dataclasses.replace(
+        _canned(True), num_slices=target.slices))
+    assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=10", "--json"]) == cli.EXIT_OK
+    capsys.readouterr()
+    assert [t.slices for t in seen] == [1]
+    seen.clear()
+    assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=4", "--json"]) == cli.EXIT_OK    # fits
+    assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=10", "--set", "compileCheck=off",
+                     "--json"]) == cli.EXIT_OK
+    assert seen == []
+    capsys.readouterr()
+
+    monkeypatch.undo()
+    monkeypatch.setattr(pf.runner, "installed", lambda package: "not installed")
+    assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=10"]) == cli.EXIT_COMPILE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("compile: maxtext is not installed here: bash scripts/setup.sh installs it, or set "
+                       "compileCheck=off"), err

@@ -1,4 +1,5 @@
-"""Pre-flight: compile the stack's exact MaxText training step for its real TPU target, here, on CPU.
+"""Pre-flight: compile the stack's exact MaxText training step for its real TPU target, here, on CPU (running one
+compile; preview/compile/calibration.py holds the calibration, preview/compile/cli.py the command line).
 
     python -m preview --stack dev --compile        # the offline plan, then this compile (preview/cli.py)
     python -m preview.compile --calibrate          # recompile every CALIBRATION_CASES row -> core/xla_calibration.json
@@ -40,17 +41,16 @@ over-estimate"). A step that does not fit fails with XLA's
 """
 from __future__ import annotations
 
-import argparse
+import contextlib
 import dataclasses
-import datetime
 import importlib.metadata
 import importlib.resources
-import io
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,16 +60,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, TextIO
 
-from core.cli_errors import OneLineParser
-from core.presets import PRESETS
-from core.recipes import PUBLISHED_RUNS, PublishedRun
 from core.tpu_catalog import Generation
 from core.tpu_env import libtpu_init_args
-from preview.terminal import fit
 
 AOT_MODULE = "maxtext.trainers.pre_train.train_compile"
 GIB = 1024**3
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CALIBRATION_PATH = PROJECT_ROOT / "core" / "xla_calibration.json"
 DEFAULT_TIMEOUT_S = 3600.0
 EXIT_OK, EXIT_BAD_INPUT, EXIT_DOES_NOT_COMPILE = 0, 2, 4
@@ -117,6 +113,23 @@ class CompileTarget:
     @property
     def keys(self) -> dict[str, str]:
         return dict(item.partition("=")[::2] for item in self.argv[2:])
+
+    def at_slices(self, slices: int, plan: str = "", estimate_bytes: int | None = None) -> "CompileTarget":
+        """The same launch on another number of slices, as an elastic run resizes it: the DCN axis across the
+        slices (data, or fsdp when FSDP spans them; core/planner.py Plan.at_slices) takes the new count, the rest
+        of the argv and the pods' LIBTPU_INIT_ARGS stay (the pods that run the smaller group are the same)."""
+        if slices == self.slices:
+            return self
+        keys = self.keys
+        axis = "dcn_fsdp_parallelism" if int(keys.get("dcn_fsdp_parallelism", "1")) > 1 else "dcn_data_parallelism"
+        argv = [*self.argv[:2]]
+        for item in self.argv[2:]:
+            key = item.partition("=")[0]
+            argv.append(f"{key}={slices}" if key == axis else item)
+        if f"{axis}={slices}" not in argv:
+            argv.append(f"{axis}={slices}")
+        return dataclasses.replace(self, argv=tuple(argv), slices=slices, plan=plan or self.plan,
+                                   estimate_bytes=estimate_bytes)
 
 
 def compile_topology(generation: Generation, topology: str, devices_per_slice: int) -> str:
@@ -348,6 +361,13 @@ class CompileResult:
     log: str | None = None
     assigned: Mapping[str, int] | None = None     # memory_assignment(): XLA's figures when its HLO passes ended
     memory_only: bool = False                     # stopped after memory assignment (no code generation)
+    cached: bool = False                          # read from compile-verdicts.json, not compiled now
+
+    @property
+    def error_code(self) -> str | None:
+        """XLA's error code of a refusal ("E1000 CompileTimeHbmOom", "E1001 CompileTimeScopedVmemOom"), or None."""
+        from core.compile_verdicts import error_code
+        return None if self.compiled else error_code(self.reason)
 
     @property
     def fits(self) -> bool:
@@ -362,6 +382,7 @@ class CompileResult:
             "estimate_bytes_per_device": self.estimate_bytes, "breakdown": dict(self.breakdown),
             "argv_source": self.source, "dropped": dict(self.dropped), "libtpu_init_args": self.libtpu_init_args,
             "command": self.command, "libtpu": self.libtpu, "maxtext": installed("maxtext"), "log": self.log,
+            "error_code": self.error_code, "cached": self.cached,
         }
 
 
@@ -456,6 +477,37 @@ def over_the_limit(assigned: Mapping[str, int]) -> bool:
     return "limit" in assigned and assigned.get("after", assigned["need"]) > assigned["limit"]
 
 
+class CompileStopped(BaseException):
+    """SIGTERM arrived while a compile ran (raised in the main thread, like KeyboardInterrupt for Ctrl-C)."""
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm():
+    """While the compile runs, SIGTERM raises CompileStopped in the main thread, so that run_compile stops the
+    compile's process group before this process exits (the default action would end this process alone and
+    leave train_compile compiling for minutes). Elsewhere than the main thread signals cannot be handled."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise CompileStopped(f"stopped by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Kill the compile and everything it started (its process group, see run_compile)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
 def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, progress: TextIO | None = None,
                 keep_dir: Path | None = None, compiler: tuple[str, ...] | None = None,
                 tick_s: float | None = None, memory_only: bool = False) -> CompileResult:
@@ -482,13 +534,15 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     start = time.monotonic()
     returncode: int | None = None
     with open(output_path, "w") as output, _Ticker(f"{name} x {target.slices}", progress, tick_s) as ticker:
+        # Its own process group: train_compile may start helpers of its own, and a stop (timeout, Ctrl-C,
+        # SIGTERM) must end them all, not only the direct child.
         proc = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace")
+                                text=True, errors="replace", start_new_session=True)
         timed_out = threading.Event()
 
         def expire() -> None:
             timed_out.set()
-            proc.kill()
+            _stop_group(proc)
 
         timer = threading.Timer(timeout, expire)
         timer.start()
@@ -508,7 +562,7 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
                         seen = time.monotonic()
                 elif time.monotonic() - seen > MEMORY_ONLY_GRACE_S:
                     assigned_event.set()
-                    proc.kill()
+                    _stop_group(proc)
                     return
                 time.sleep(1.0)
 
@@ -516,15 +570,17 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         if memory_only:
             watcher.start()
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                output.write(line)
-                stage = _progress_line(line)
-                if stage:
-                    ticker.last = stage
-            proc.wait()
+            with _stop_on_sigterm():
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    output.write(line)
+                    stage = _progress_line(line)
+                    if stage:
+                        ticker.last = stage
+                proc.wait()
         except BaseException:
-            proc.kill()
+            # Ctrl-C no longer reaches the compile by itself (its own process group), nor does SIGTERM.
+            _stop_group(proc)
             proc.wait()
             raise
         finally:
@@ -574,8 +630,13 @@ def render(result: CompileResult, out: TextIO) -> None:
     def gib(value: int | None) -> str:
         return "?" if value is None else f"{value / GIB:.2f} GiB"
 
-    out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s), {_clock(result.seconds)} "
-              f"(MaxText {installed('maxtext')}, libtpu {result.libtpu}; argv from {result.source})\n")
+    if result.cached:
+        out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s), not compiled again: "
+                  f"XLA's verdict (libtpu {result.libtpu}) from {result.source}\n")
+    else:
+        out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s), "
+                  f"{_clock(result.seconds)} (MaxText {installed('maxtext')}, libtpu {result.libtpu}; argv from "
+                  f"{result.source})\n")
     for key, why in result.dropped.items():
         out.write(f"  left out for the compile: {key} ({why})\n")
     if result.compiled:
@@ -598,151 +659,9 @@ def render(result: CompileResult, out: TextIO) -> None:
         out.write(f"  planner estimate: {gib(result.estimate_bytes)} per device\n")
 
 
-# ---------------------------------------------------------------------------------------------------
-# Calibration: the planner's truth (core/xla_calibration.json, checked by tests/core/test_xla_calibration.py)
-
-
-@dataclass(frozen=True)
-class CalibrationCase:
-    """A model on slices with every planner choice explicit, compiled through the Ray entrypoint."""
-
-    case: str
-    model: str
-    generation: str
-    topology: str
-    slices: int
-    per_device_batch_size: float
-    dcn_data: int = 0          # 0: slices (dcn_fsdp 1)
-    dcn_fsdp: int = 1
-    ici_tensor: int = 1
-    max_target_length: int | None = None
-    remat_policy: str | None = None
-    remat_offload: tuple[str, ...] | None = None
-    weight_dtype: str | None = None
-    why: str = ""
-    # Compiled after core/memory.py's terms and margin were frozen: tests the model, decides nothing in it
-    # (tests/core/test_xla_calibration.py measures ESTIMATE_ERROR on these and leave-one-out on the others).
-    held_out: bool = False
-
-    def plan_request(self):
-        """The planner's request for this case (what entrypoint_args asks the Ray entrypoint to plan)."""
-        from core.planner import PlanRequest
-        return PlanRequest(self.model, self.generation, self.topology, slices=self.slices,
-                           dcn_data=self.dcn_data or self.slices // self.dcn_fsdp, dcn_fsdp=self.dcn_fsdp,
-                           ici_tensor=self.ici_tensor, per_device_batch_size=self.per_device_batch_size,
-                           max_target_length=self.max_target_length, remat_policy=self.remat_policy,
-                           remat_offload=self.remat_offload, weight_dtype=self.weight_dtype, memory_check=False)
-
-    def entrypoint_args(self) -> list[str]:
-        args = ["--model", self.model, "--generation", self.generation, "--topology", self.topology,
-                "--slices", str(self.slices), "--per-device-batch-size", f"{self.per_device_batch_size:g}",
-                "--dcn-data", str(self.dcn_data or self.slices // self.dcn_fsdp), "--dcn-fsdp", str(self.dcn_fsdp),
-                "--ici-tensor", str(self.ici_tensor),
-                *RUN_PLACEHOLDER, "--no-memory-check"]
-        for flag, value in (("--max-target-length", self.max_target_length), ("--remat-policy", self.remat_policy),
-                            ("--weight-dtype", self.weight_dtype)):
-            if value is not None:
-                args += [flag, str(value)]
-        if self.remat_offload is not None:
-            args += ["--remat-offload", ",".join(self.remat_offload)]
-        return args
-
-
 # Run settings of a compile without a stack: they do not change the compiled step (the output directory and run
 # name are replaced anyway; steps only shape the learning-rate schedule, a traced input of the same shape).
 RUN_PLACEHOLDER = ("--run-name", "preflight", "--base-output-directory", "gs://preflight/maxtext", "--steps", "1000")
-# How a calibration row's name spells a weight dtype that is not the preset's own.
-DTYPE_SHORT = {"float32": "fp32", "bfloat16": "bf16"}
-
-
-def _published_case(run: PublishedRun) -> CalibrationCase:
-    """A published Trillium run (core/recipes.py PUBLISHED_RUNS) as a calibration row: one slice at its batch, the
-    weight dtype named only where it is not the preset's own."""
-    dtype = None if run.weight_dtype == PRESETS[run.preset].weight_dtype else run.weight_dtype
-    suffix = "" if dtype is None else f"-{DTYPE_SHORT[dtype]}"
-    return CalibrationCase(f"{run.preset}-1x{run.pod_type}-b{run.per_device_batch_size:g}{suffix}", run.preset,
-                           run.generation, run.topology, 1, run.per_device_batch_size, weight_dtype=dtype,
-                           why=f"published: {run.recipe_name} {run.pod_type}, workload {run.workload_name} "
-                               f"(batch {run.per_device_batch_size:g}, {run.weight_dtype} weights)")
-
-
-# The stacks' plans and the decisions the planner makes near the limit. Each row took 10-268 s here (memory-only: its `seconds`).
-CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
-    CalibrationCase("llama3-70b-2xv6e-16-seed-fp32", "llama3-70b", "v6e", "4x4", 2, 1, dcn_fsdp=2,
-                    max_target_length=4096, remat_policy="full", weight_dtype="float32",
-                    why="the seed's 70B run as written: fp32 weights (MaxText's default), full remat, batch 1 x 4096"),
-    CalibrationCase("qwen3-0.6b-3xv5e-16-b4", "qwen3-0.6b", "v5e", "4x4", 3, 4,
-                    why="stack pathways: the same model on v5e (16 GiB per chip)"),
-    CalibrationCase("llama3-70b-2xv6e-16-fsdp-b1", "llama3-70b", "v6e", "4x4", 2, 1, dcn_fsdp=2,
-                    why="70B on 2 x v6e-16 at batch 1: fits only after XLA recomputes; the planner refuses it"),
-    CalibrationCase("llama3-70b-2xv6e-16-fsdp-b2", "llama3-70b", "v6e", "4x4", 2, 2, dcn_fsdp=2,
-                    why="70B on the default 2 x v6e-16, the recipe's batch 2: at the limit"),
-    CalibrationCase("llama3-70b-2xv6e-32-b2", "llama3-70b", "v6e", "4x8", 2, 2,
-                    why="70B on 2 x v6e-32 (the recipe's slice), batch 2, data parallel across slices"),
-    CalibrationCase("llama3-70b-2xv6e-32-fsdp-b2", "llama3-70b", "v6e", "4x8", 2, 2, dcn_fsdp=2,
-                    why="70B on 2 x v6e-32 with FSDP across both slices (64-way), the recipe's batch 2: the "
-                        "planner's choice for 70B on 2 x v6e-32, with a clear margin"),
-    CalibrationCase("qwen3-0.6b-2xv6e-8-b4", "qwen3-0.6b", "v6e", "2x4", 2, 4,
-                    why="stack dev (Ray, Spot): full remat, fp32 weights, tied 152k vocabulary"),
-    CalibrationCase("qwen3-0.6b-2xv6e-8-b2", "qwen3-0.6b", "v6e", "2x4", 2, 2,
-                    why="the dev plan at half the batch: what a sequence costs (logits, saved activations)"),
-    CalibrationCase("qwen3-0.6b-1xv6e-8-b4", "qwen3-0.6b", "v6e", "2x4", 1, 4,
-                    why="the dev plan on one slice: the same per-device tensors as on two, yet XLA's peak differs by a "
-                        "third (how XLA schedules a step with HBM to spare is not a memory need)"),
-    CalibrationCase("llama3-8b-2xv6e-16-b3", "llama3-8b", "v6e", "4x4", 2, 3,
-                    why="stacks prod and jobset: the tuned Trillium 8B recipe"),
-    CalibrationCase("llama3-8b-1xv6e-8-b2", "llama3-8b", "v6e", "2x4", 1, 2,
-                    why="8B on one v6e-8: batch 2 (the old halving search went 3 -> 1.5 and refused)"),
-    CalibrationCase("llama3-8b-2xv6e-16-tp4-b4", "llama3-8b", "v6e", "4x4", 2, 4, ici_tensor=4,
-                    max_target_length=4096, remat_policy="full",
-                    why="the seed's 8B run: fsdp 4 x tensor 4, full remat, batch 4 x 4096"),
-    CalibrationCase("llama3-8b-2xv5e-64-b2", "llama3-8b", "v5e", "8x8", 2, 2,
-                    why="8B on 2 x v5e-64 (16 GiB per chip): batch 2 (the old halving search refused)"),
-    # The Trillium recipes Google published and measured (AI-Hypercomputer/tpu-recipes training/trillium/
-    # Llama3.1-{8B,70B}-MaxText/v6e-N/README.md, workloads of MaxText tpu-recipes-v0.1.4): one slice, 8192 tokens,
-    # flash attention, custom remat offloading the layer input and q/k/v (8B: and out_proj) to host; 8B and the
-    # v6e-64+ 70B runs keep MaxText's float32 weights, the v6e-32 70B run bfloat16. Then the spread around them
-    # (batch, weight dtype, remat policy) and the refusals. Compiled with `--memory-only` (XLA's figures once it has
-    # assigned memory; see run_compile) under the libtpu named in each row.
-    *(_published_case(run) for run in PUBLISHED_RUNS),
-    CalibrationCase("llama3-8b-1xv6e-64-b8", "llama3-8b", "v6e", "8x8", 1, 8,
-                    why="the published 8B v6e-64 shape at batch 8: the loss phase as batch grows"),
-    CalibrationCase("llama3-8b-1xv6e-64-b12", "llama3-8b", "v6e", "8x8", 1, 12,
-                    why="the published 8B v6e-64 shape at batch 12: 12 x 8192 tokens of logits"),
-    CalibrationCase("llama3-8b-2xv6e-16-b12", "llama3-8b", "v6e", "4x4", 2, 12,
-                    why="stacks prod and jobset at batch 12: the logits of 12 x 8192 tokens overflow a v6e chip"),
-    CalibrationCase("llama3-70b-1xv6e-256-b8-fp32", "llama3-70b", "v6e", "16x16", 1, 8, weight_dtype="float32",
-                    why="the published 70B v6e-256 shape at batch 8: the loss phase past the limit"),
-    CalibrationCase("llama3-70b-1xv6e-128-b1-fp32", "llama3-70b", "v6e", "8x16", 1, 1, weight_dtype="float32",
-                    why="the published 70B v6e-128 shape at batch 1: float32 weights under 128-way FSDP"),
-    CalibrationCase("llama3-70b-1xv6e-64-b2-bf16", "llama3-70b", "v6e", "8x8", 1, 2,
-                    why="the published 70B v6e-64 shape with bfloat16 weights: what the weight dtype changes"),
-    CalibrationCase("llama3-8b-1xv6e-16-b3-bf16", "llama3-8b", "v6e", "4x4", 1, 3, weight_dtype="bfloat16",
-                    why="the published 8B v6e-16 shape with bfloat16 weights"),
-    CalibrationCase("llama3-8b-1xv6e-16-minimal-b1", "llama3-8b", "v6e", "4x4", 1, 1, remat_policy="minimal",
-                    why="MaxText's minimal remat (every projection kept on device) at batch 1"),
-    CalibrationCase("llama3-8b-1xv6e-16-full-b2", "llama3-8b", "v6e", "4x4", 1, 2, remat_policy="full",
-                    why="full remat (only the layer inputs kept, on device) at batch 2 x 8192"),
-    CalibrationCase("llama3-70b-1xv6e-256-full-b2-fp32", "llama3-70b", "v6e", "16x16", 1, 2,
-                    weight_dtype="float32", remat_policy="full",
-                    why="70B on v6e-256 with full remat (80 layer inputs on device), float32 weights, batch 2"),
-    CalibrationCase("llama3-8b-1xv6e-4-b1", "llama3-8b", "v6e", "2x2", 1, 1,
-                    why="8B on one v6e-4 at batch 1: float32 train state of 22.4 GiB per chip, the rest near the limit "
-                        "(where the verdict turns: near the limit or refused)"),
-    CalibrationCase("llama3-70b-1xv6e-64-minimal-b1", "llama3-70b", "v6e", "8x8", 1, 1, remat_policy="minimal",
-                    why="70B with minimal remat at batch 1: every projection of 80 layers on device"),
-    # Held out: compiled after core/memory.py was frozen (no term, count or constant changed since), at the edges of
-    # the planner's bands; they measure ESTIMATE_ERROR and check the planner's verdict, and decide nothing in the
-    # model (tests/core/test_xla_calibration.py).
-    CalibrationCase("llama3-8b-1xv6e-64-b13", "llama3-8b", "v6e", "8x8", 1, 13, held_out=True,
-                    why="held out: the published 8B v6e-64 shape at batch 13, estimated over XLA's limit"),
-    CalibrationCase("llama3-70b-1xv6e-32-b3", "llama3-70b", "v6e", "4x8", 1, 3, held_out=True,
-                    why="held out: the published 70B v6e-32 shape (bfloat16 weights) at batch 3, one past the recipe"),
-    CalibrationCase("llama3-8b-1xv6e-16-b9", "llama3-8b", "v6e", "4x4", 1, 9, held_out=True,
-                    why="held out: the published 8B v6e-16 shape at batch 9, the largest the plan advertises"),
-    CalibrationCase("qwen3-0.6b-2xv6e-8-b20", "qwen3-0.6b", "v6e", "2x4", 2, 20, held_out=True,
-                    why="held out: the dev stack's shape at batch 20, the largest the plan advertises"),
-)
 
 
 def request_target(entrypoint_args: list[str], root: Path = PROJECT_ROOT) -> CompileTarget:
@@ -756,238 +675,3 @@ def request_target(entrypoint_args: list[str], root: Path = PROJECT_ROOT) -> Com
 
 # One small sharded program per generation: libtpu's log then states the per-device HBM limit XLA compiles against
 # ("program HBM usage: P / LIMIT") and what the runtime reserves ("reserved R"), which core/memory.py tabulates.
-_PROBE = """
-import sys
-import jax, jax.numpy as jnp
-from jax.experimental.topologies import get_topology_desc
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
-from maxtext.utils.accelerator_to_spec_map import get_system_characteristics
-spec = get_system_characteristics(sys.argv[1])
-devices = get_topology_desc(platform="tpu", topology_name=spec.topology_name, chip_config_name=spec.chip_config_name,
-                            chips_per_host_bounds=spec.chips_per_host_bounds, num_slices=1, wrap=spec.wrap).devices
-x = jax.ShapeDtypeStruct((len(devices) * 1024, 2048), jnp.float32,
-                         sharding=NamedSharding(Mesh(devices, ("x",)), PartitionSpec("x")))
-jax.jit(lambda a: jnp.tanh(a @ a.T).sum()).lower(x).compile()
-"""
-
-
-def probe_generation(generation: Generation) -> dict[str, int]:
-    """{"hbm_limit_bytes", "reserved_bytes"} per device of `generation`, from libtpu's report on a tiny compile."""
-    from maxtext.utils.accelerator_to_spec_map import UserFacingNameToSystemCharacteristics as table
-
-    name = min((n for n in table if n.startswith(f"{generation.name}-")), key=lambda n: table[n].devices_per_slice)
-    with tempfile.TemporaryDirectory(prefix="preflight-probe-") as work:
-        env = {**os.environ, **COMPILE_ENV, "TPU_LOG_DIR": work}
-        proc = subprocess.run([sys.executable, "-c", _PROBE, name], env=env, capture_output=True, text=True,
-                              timeout=300)
-        log = "".join(path.read_text(errors="replace") for path in sorted(Path(work).glob("*.INFO.*")))
-    limit = re.search(r"program HBM usage: " + _SIZE + r" / " + _SIZE, log)
-    reserved = re.search(r"Total hbm usage >= " + _SIZE + r":\s*\n\s*reserved\s+" + _SIZE, log)
-    if proc.returncode != 0 or not limit or not reserved:
-        raise CompileSetupError(f"probe of {name} failed: {failure_reason(proc.stdout + proc.stderr, proc.returncode)}")
-    return {"hbm_limit_bytes": _size(limit.group(3), limit.group(4)),
-            "reserved_bytes": _size(reserved.group(3), reserved.group(4))}
-
-
-def calibration_row(case: CalibrationCase, result: CompileResult) -> dict[str, Any]:
-    keys = dict(item.partition("=")[::2] for item in result.argv[1:])
-    return {
-        "case": case.case, "why": case.why, "model": case.model, "generation": case.generation,
-        "topology": case.topology, "slices": case.slices,
-        "ici_fsdp": int(keys["ici_fsdp_parallelism"]), "ici_tensor": int(keys["ici_tensor_parallelism"]),
-        "dcn_data": int(keys["dcn_data_parallelism"]), "dcn_fsdp": int(keys["dcn_fsdp_parallelism"]),
-        "per_device_batch_size": float(keys["per_device_batch_size"]),
-        "max_target_length": int(keys["max_target_length"]), "remat_policy": keys["remat_policy"],
-        "remat_offload": sorted(k for k, v in keys.items() if v == "offload"),
-        "weight_dtype": keys["weight_dtype"], "attention": keys["attention"],
-        "libtpu_init_args": result.libtpu_init_args,
-        "compile_topology": result.topology, "compiled": result.compiled,
-        "peak_bytes_per_device": result.peak_bytes_per_device, "hbm_bytes": result.hbm_bytes,
-        "required_bytes": result.required_bytes, "before_remat_bytes": result.before_remat_bytes, "breakdown": dict(result.breakdown), "reason": result.reason, "seconds": round(result.seconds),
-        "memory_only": result.memory_only, "assigned": dict(result.assigned) if result.assigned else None,
-        "libtpu": result.libtpu, "maxtext": installed("maxtext"), "jax": installed("jax"),
-        "jaxlib": installed("jaxlib"),
-        "date": datetime.date.today().isoformat(),
-    }
-
-
-ABOUT = ("XLA's per-device HBM figures for MaxText training steps, compiled ahead of time for real TPU targets on CPU "
-         "by `python -m preview.compile --calibrate` (each row names the jax/libtpu pair; `memory_only`: stopped once "
-         "XLA's HLO passes had assigned memory, `assigned` holds the scheduler's peak of the program's buffers, the "
-         "arguments and XLA's need; otherwise libtpu's 'Total hbm usage'; 'Used X of Y hbm' when the step does not "
-         "fit; `earlier`: a full compile of the same step under another libtpu). tests/core/test_xla_calibration.py "
-         "holds core/memory.py's estimate to these rows; benchmarks/planner_vs_xla.py prints the table. 'hbm': per "
-         "generation, the per-device limit XLA compiles against and what the TPU runtime reserves of it (a tiny "
-         "compile's report).")
-
-
-def fill_limits(rows: Iterable[dict[str, Any]], hbm: Mapping[str, Mapping[str, Any]]) -> None:
-    """libtpu states the per-device limit at the end of code generation, which a memory-only compile stops before:
-    such rows take the generation's probe figure (the same limit every row of that generation reports)."""
-    for row in rows:
-        if row.get("hbm_bytes") is None and row["generation"] in hbm:
-            row["hbm_bytes"] = hbm[row["generation"]]["hbm_limit_bytes"]
-
-
-def calibrate(names: list[str], path: Path, progress: TextIO, timeout: float, keep: Path | None = None,
-              memory_only: bool = False) -> int:
-    """Compile the named cases (all when none) and merge their rows into `path`; `keep`: keep each compile's
-    output and libtpu log under keep/<case> (the buffers at XLA's peak are in libtpu's log)."""
-    by_name = {c.case: c for c in CALIBRATION_CASES}
-    cases = [by_name[n] for n in dict.fromkeys(names) if n in by_name] if names else list(CALIBRATION_CASES)
-    unknown = sorted(set(names) - {c.case for c in CALIBRATION_CASES})
-    if unknown:
-        progress.write(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(c.case for c in CALIBRATION_CASES)}\n")
-        return 2
-    from core.tpu_catalog import CATALOG
-
-    data = json.loads(path.read_text()) if path.exists() else {"rows": []}
-    rows = {row["case"]: row for row in data.get("rows", [])}
-    hbm = data.get("hbm", {})
-    if not names:
-        for generation in CATALOG.values():
-            hbm[generation.name] = {**probe_generation(generation), "libtpu": installed("libtpu")}
-            progress.write(f"calibrate: {generation.name}: XLA limit {hbm[generation.name]['hbm_limit_bytes'] / GIB:.2f}"
-                           f" GiB per device, runtime reserves {hbm[generation.name]['reserved_bytes'] / GIB:.2f} GiB\n")
-    for case in CALIBRATION_CASES:          # the table's reasons, also for rows kept from an earlier run
-        if case.case in rows:
-            rows[case.case]["why"] = case.why
-    for case in cases:
-        progress.write(f"calibrate: {case.case}: {case.why}\n")
-        result = run_compile(request_target(case.entrypoint_args()), timeout=timeout, progress=progress,
-                             keep_dir=keep / case.case if keep else None, memory_only=memory_only)
-        if result.assigned is not None and "arguments" not in result.assigned:
-            # Below the rematerialization pass libtpu does not print the arguments (only that pass's line and a
-            # full compile's "Total hbm usage" state them): the step's inputs are the train state, and the
-            # planner's params + AdamW moments stand in, marked arguments_from: planner (equal to libtpu's own
-            # figure within 1 % on every row where libtpu stated it, tests/core/test_xla_calibration.py;
-            # benchmarks/planner_vs_xla.py lists which rows are which).
-            from core.planner import plan as plan_request
-            memory = plan_request(case.plan_request()).memory
-            arguments = memory.params + memory.optimizer
-            result = dataclasses.replace(result, assigned={**result.assigned, "arguments": arguments,
-                                                           "arguments_from": "planner",
-                                                           "need": result.assigned["program"] + arguments})
-        earlier = rows.get(case.case)
-        rows[case.case] = calibration_row(case, result)
-        if earlier and not earlier.get("memory_only") and earlier.get("libtpu") != result.libtpu:
-            # A full compile under another libtpu: kept beside the new figures (the compiler's drift).
-            rows[case.case]["earlier"] = {key: earlier.get(key) for key in (
-                "libtpu", "jax", "compiled", "peak_bytes_per_device", "required_bytes", "before_remat_bytes",
-                "breakdown", "seconds", "date")}
-        fill_limits(rows.values(), hbm)
-        verdict = (f"peak {result.peak_bytes_per_device / GIB:.2f} GiB" if result.peak_bytes_per_device else
-                   f"assigned {result.assigned['need'] / GIB:.2f} GiB" if result.assigned else "")
-        progress.write(f"calibrate: {case.case}: compiled={result.compiled} {verdict} in {_clock(result.seconds)}"
-                       + (f" ({result.reason})" if result.reason else "") + "\n")
-        order = [c.case for c in CALIBRATION_CASES]
-        data = {
-            "about": ABOUT,
-            "hbm": hbm,
-            "rows": sorted(rows.values(), key=lambda r: order.index(r["case"]) if r["case"] in order else len(order)),
-        }
-        path.write_text(json.dumps(data, indent=1) + "\n")
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = OneLineParser(
-        prog="python -m preview.compile", description=__doc__.split("\n\n")[0],
-        epilog="Any other option goes to the planner as `python -m trainer.entrypoint` takes it, e.g. "
-               "python -m preview.compile --model llama3-70b --topology 4x4 --slices 2 --per-device-batch-size 1. "
-               "A stack's own step: python -m preview --stack NAME --compile.")
-    parser.add_argument("--calibrate", action="store_true",
-                        help=f"compile every calibration case and write {CALIBRATION_PATH.relative_to(PROJECT_ROOT)}")
-    parser.add_argument("--case", action="append", default=[], help="with --calibrate: only this case (repeatable)")
-    parser.add_argument("--out", type=Path, default=CALIBRATION_PATH, help=argparse.SUPPRESS)
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per compile")
-    parser.add_argument("--keep-logs", type=Path, help="with --calibrate: keep each compile's logs under this directory")
-    parser.add_argument("--memory-only", action="store_true",
-                        help="with --calibrate: stop each compile once XLA has assigned memory (seconds to a few "
-                             "minutes instead of up to half an hour of code generation); rows then carry XLA's "
-                             "figures at that point, not libtpu's final peak")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args, planner_args = parser.parse_known_args(argv)
-    if args.calibrate:
-        if planner_args:
-            parser.error(f"--calibrate takes no planner options ({' '.join(planner_args)})")
-        return calibrate(args.case, args.out, sys.stderr, args.timeout, args.keep_logs, args.memory_only)
-    if "--model" not in planner_args:
-        parser.error("give --calibrate, or a model to plan and compile (--model NAME ...)")
-    given = {a.split("=")[0] for a in planner_args}
-    placeholders = [item for flag, value in zip(RUN_PLACEHOLDER[::2], RUN_PLACEHOLDER[1::2]) if flag not in given
-                    for item in (flag, value)]
-    try:
-        target = request_target([*planner_args, *placeholders])
-    except CompileSetupError as err:
-        print(f"compile: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    print(fit(f"compile: {target.plan}"), file=sys.stderr)
-    result = run_compile(target, timeout=args.timeout, progress=sys.stderr)
-    if args.json:
-        json.dump(result.as_dict(), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    else:
-        text = io.StringIO()
-        render(result, text)
-        sys.stdout.write(fit(text.getvalue()))
-    if not result.compiled:
-        print(f"compile: {result.reason}", file=sys.stderr)
-    return EXIT_OK if result.compiled else EXIT_DOES_NOT_COMPILE
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
-# ---------------------------------------------------------------------------------------------------
-# Reading calibration rows (tests/core/test_xla_calibration.py, benchmarks/planner_vs_xla.py)
-
-HELD_OUT = tuple(case.case for case in CALIBRATION_CASES if case.held_out)
-
-
-def row_reserved(row: Mapping[str, Any], data: Mapping[str, Any]) -> int:
-    return data["hbm"][row["generation"]]["reserved_bytes"]
-
-
-def row_need(row: Mapping[str, Any], data: Mapping[str, Any]) -> int:
-    """XLA's need for the step, counted as the estimate counts it (core/memory.py: the runtime's reservation
-    included): libtpu's total peak of a full compile (which includes it); else XLA's program + arguments — its
-    figure before recomputing anything ("rematerialization hbm reduction: X =>"), the scheduler's peak plus the
-    arguments of a memory-only row, or what it said it needed when it refused ("Used X of Y hbm", "HLO temporaries
-    (X) exceeds") — plus the reservation, which none of those include."""
-    reserved = row_reserved(row, data)
-    if row["before_remat_bytes"]:
-        return row["before_remat_bytes"] + reserved
-    assigned = row.get("assigned")
-    if assigned and row["compiled"]:
-        return assigned["need"] + reserved
-    if row["peak_bytes_per_device"]:
-        return row["peak_bytes_per_device"]
-    return row["required_bytes"] + reserved
-
-
-def row_peak(row: Mapping[str, Any], data: Mapping[str, Any]) -> int:
-    """XLA's assignment after any recomputation, counted like row_need: libtpu's total peak, the memory-only
-    figure after XLA's rematerialization plus the reservation, or what it said it needed when it refused plus the
-    reservation."""
-    if row["peak_bytes_per_device"]:
-        return row["peak_bytes_per_device"]
-    assigned = row.get("assigned")
-    if assigned and row["compiled"]:
-        return assigned.get("after", assigned["need"]) + row_reserved(row, data)
-    return row["required_bytes"] + row_reserved(row, data)
-
-
-def arguments_source(row: Mapping[str, Any]) -> str:
-    """Where a row's train-state bytes come from: "xla" when libtpu stated them (its rematerialization line, or a
-    full compile's "arguments"), "planner" when a memory-only compile stopped before XLA's rematerialization pass,
-    which is the only place a memory-only compile prints them (calibrate then takes the planner's params +
-    optimizer, equal to libtpu's figure to 1 % on every row where both exist), "refused" when XLA refused the
-    step before stating them apart (its need is one figure)."""
-    if (row.get("breakdown") or {}).get("arguments"):
-        return "xla"
-    assigned = row.get("assigned") or {}
-    if "arguments" in assigned:
-        return "planner" if assigned.get("arguments_from") == "planner" else "xla"
-    return "xla" if row["before_remat_bytes"] else "refused"

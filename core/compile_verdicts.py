@@ -1,0 +1,102 @@
+"""XLA's verdicts on compiled training steps, kept in a JSON file so that a step is compiled once.
+
+`python -m preview --stack NAME` compiles the shapes a run takes (every slice count of an elastic run) when the
+stack's compileCheck asks for it (preview/cli.py) and records each verdict here; the stack's config build
+(infra/config/rules.py) reads them, so a step XLA refused is refused before anything registers, and a second
+preview of an unchanged stack does not compile again.
+
+A verdict is keyed by a digest of what decides the compiled program: the MaxText keys the plan gives the step
+(core/planner.py Plan.overrides at that slice count, and the MaxText keys the planner does not model), the TPU
+generation, slice topology and slice count, and the libtpu version that compiled it. The run's own keys (run name,
+output directory, steps, data paths) do not change the step and are not in it; nor are the pods' LIBTPU_INIT_ARGS,
+which follow from the same plan (core/tpu_env.py).
+
+The file (COMPILE_VERDICTS, at the project's root) is the user's to keep or commit: a verdict depends only on
+its key, so it stays true until MaxText or libtpu changes (each entry names both).
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+COMPILE_VERDICTS = "compile-verdicts.json"
+# Another file instead of <project>/compile-verdicts.json (the test suite points it at a scratch file).
+PATH_ENV = "TPU_MULTISLICE_COMPILE_VERDICTS"
+# XLA's own error code and name in a refusal: "RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory
+# ..." (libtpu 0.0.50.1; a scoped-VMEM refusal says "E1001: CompileTimeScopedVmemOom").
+_ERROR_CODE = re.compile(r"\b(E\d{3,5}):\s*([A-Z]\w+)")
+
+
+def verdicts_path(root: Path) -> Path:
+    """Where the project at `root` keeps its verdicts (PATH_ENV overrides)."""
+    override = os.environ.get(PATH_ENV)
+    return Path(override) if override else root / COMPILE_VERDICTS
+
+
+def error_code(reason: str | None) -> str | None:
+    """XLA's error code and its name ("E1000 CompileTimeHbmOom") in a compiler's message, or None."""
+    match = _ERROR_CODE.search(reason or "")
+    return f"{match.group(1)} {match.group(2)}" if match else None
+
+
+def step_digest(maxtext_keys: dict[str, str], generation: str, topology: str, slices: int, libtpu: str) -> str:
+    """The key of one compiled step (see the module docstring)."""
+    document = {"maxtext": dict(sorted(maxtext_keys.items())), "generation": generation, "topology": topology,
+                "slices": slices, "libtpu": libtpu}
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def plan_digest(plan, slices: int, libtpu: str) -> str:
+    """step_digest of a core.planner.Plan at `slices` (an elastic run's resize)."""
+    resized = plan.at_slices(slices)
+    keys = {**resized.overrides(), **dict(resized.unmodeled)}
+    return step_digest(keys, resized.shape.generation.name, resized.shape.topology, slices, libtpu)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    compiled: bool
+    shape: str                       # the plan's one-line description at that slice count
+    slices: int
+    libtpu: str
+    maxtext: str
+    reason: str | None = None        # the compiler's own line when it refused
+    error_code: str | None = None    # "E1000 CompileTimeHbmOom", "E1001 CompileTimeScopedVmemOom", ...
+    required_bytes: int | None = None
+    peak_bytes: int | None = None
+    hbm_bytes: int | None = None
+    per_device_batch_size: float | None = None
+    date: str = ""
+
+    def what_failed(self) -> str:
+        """One phrase: the bytes XLA needed, else its error code, else its line."""
+        gib = 1024**3
+        if self.required_bytes and self.hbm_bytes:
+            return (f"XLA needs {self.required_bytes / gib:.2f} GiB per device of {self.hbm_bytes / gib:.2f}"
+                    + (f" ({self.error_code})" if self.error_code else ""))
+        return self.error_code or (self.reason or "the compile failed")[:80]
+
+
+def load(path: Path) -> dict[str, Verdict]:
+    """The verdicts in `path` ({} when there is no file)."""
+    if not path.is_file():
+        return {}
+    document = json.loads(path.read_text())
+    return {digest: Verdict(**entry) for digest, entry in document.get("verdicts", {}).items()}
+
+
+def record(path: Path, digest: str, verdict: Verdict) -> None:
+    """Add or replace one verdict, keeping the others."""
+    verdicts = load(path)
+    verdicts[digest] = verdict if verdict.date else Verdict(**{**asdict(verdict),
+                                                               "date": datetime.date.today().isoformat()})
+    document: dict[str, Any] = {
+        "about": "XLA's verdicts on compiled training steps (core/compile_verdicts.py); keep or commit it",
+        "verdicts": {key: asdict(value) for key, value in sorted(verdicts.items())}}
+    path.write_text(json.dumps(document, indent=1) + "\n")
