@@ -104,7 +104,7 @@ REMAT_THRESHOLD = 0.95
 # left out (llama3-70b-1xv6e-256-b8-fp32, -9.1 %, which the other rows' 6 % would not cover), and of the four
 # "margin" rows compiled after the terms were chosen (qwen3-0.6b-2xv6e-8-b20: XLA needs 36.98 GiB where the estimate
 # says 30.26, -18.2 %), rounded up to a whole percent. It was 0.09 before those four rows and was raised to 0.19 in
-# the change that added them: it is fitted to them, not measured on runs it was not fitted to (issue 34). The
+# the change that added them: it is fitted to them, not measured on runs it was not fitted to. The
 # compiles made after the model was frozen (preview/compile/calibration.py CALIBRATION_CASES held_out) measure it; docs/
 # planner.md reports their error. What it decides: "fits" only when even estimate / (1 - error) is within XLA's
 # 95 % recompute point; above that, up to XLA's limit, "near the limit" (a warning naming the compile). It never

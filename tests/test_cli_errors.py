@@ -20,7 +20,7 @@ BAD_INPUT = [
     ("trainer.compat", ["--no-such-flag"]),
     ("preview", ["--stack"]),
     ("preview", ["--stack", "prod", "--set", "slices=0"]),
-    # A misspelt key (issue 37: 107 columns) and a key the backend never reads: within 100 columns.
+    # A misspelt key (107 columns) and a key the backend never reads: within 100 columns.
     ("preview", ["--stack", "dev", "--set", "slice=3"]),
     ("preview", ["--stack", "dev", "--set", "pathwaysTrainerImage=us-docker.pkg.dev/cloud-tpu-images/maxtext-images/"
                  "tpu_pre_training:0.2.4"]),

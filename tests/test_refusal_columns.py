@@ -1,4 +1,4 @@
-"""Every refusal, as the user reads it, fits a 100-column terminal (issue 37 item 2).
+"""Every refusal, as the user reads it, fits a 100-column terminal.
 
 Each catalogued bad config (tests/infra/test_config_catalogue.py, tests/infra/test_data_config.py) is rendered the
 two ways a user meets it: as `python -m preview` prints it (core/cli_errors.refuse) and as `pulumi up` prints the
@@ -78,7 +78,7 @@ def test_every_catalogued_refusal_fits_100_columns_and_names_the_key_first(raw, 
 def test_a_refusal_over_hbm_wraps_its_compile_command_with_continuations():
     problem = _problems({**load_stack_config("dev", REPO), "model": "llama3-70b"})[0]
     [command] = COMMAND.findall(problem)
-    assert len(command.strip()) > MAX_COLUMNS        # the case issue 37 met: 178 columns on one line
+    assert len(command.strip()) > MAX_COLUMNS        # a refusal once met: 178 columns on one line
     rendered = _preview_prints(problem)
     assert any(line.endswith(CONTINUATION) for line in rendered.splitlines())
     _check_commands(problem, rendered)

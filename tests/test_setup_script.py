@@ -46,7 +46,7 @@ def test_every_step_is_announced_timed_and_long_ones_keep_talking(tmp_path):
         assert any(line.startswith(f"setup [{number}/5]   done in ") for line in lines), proc.stdout
     assert any(line.startswith("setup [2/5]   still running (") for line in lines), proc.stdout
     assert lines[-2].startswith("setup done in ")
-    # The last line names the next command, the README's quick start (issue 37 item 5).
+    # The last line names the next command, the README's quick start.
     assert lines[-1].endswith(": .venv/bin/python -m trainer.local"), lines[-1]
     assert all(len(line) <= 100 for line in lines), [line for line in lines if len(line) > 100]
 

@@ -443,7 +443,7 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         return None
     batch = float(v["perDeviceBatchSize"]) if v["perDeviceBatchSize"] is not None else None
     # elasticMinSlices only means something on the Ray backend (elsewhere check_applies refuses it). An elastic
-    # Pathways run trains on as few as slices - pathwaysElasticSlices (issue 34: every shape it takes is planned).
+    # Pathways run trains on as few as slices - pathwaysElasticSlices (every shape it takes is planned).
     slices = v["slices"]
     min_slices = v["elasticMinSlices"] if v["workloadBackend"] == "rayjob" else None
     lost = v.get("pathwaysElasticSlices") if v["workloadBackend"] == "pathways" else None
@@ -479,7 +479,7 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
                 fewer = error
                 continue
             if fewer is not None:
-                # Say why the run cannot shrink further (issue 34: dev at batch 12 does not fit on one slice).
+                # Say why the run cannot shrink further (dev at batch 12 does not fit on one slice).
                 below = (f"elastic: keeps at least {candidate} slices while Spot slices are reclaimed: on "
                          f"{candidate - 1} the step does not fit ({str(fewer).split(': ', 1)[0]}); a smaller "
                          f"perDeviceBatchSize lets it shrink further")

@@ -123,7 +123,7 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                     why="the dev plan on one slice (its elastic minimum): the same per-device shards as on two, yet "
                         "XLA holds the tied head's logits at 4 bytes each (core/memory.py TIED_LOGIT_BYTES_ONE_SLICE)"),
     CalibrationCase("qwen3-0.6b-1xv6e-8-b12", "qwen3-0.6b", "v6e", "2x4", 1, 12,
-                    why="the dev plan on one slice at batch 12, which the plan called a fit (issue 34): XLA refuses "
+                    why="the dev plan on one slice at batch 12, which the plan called a fit: XLA refuses "
                         "it"),
     CalibrationCase("llama3-8b-2xv6e-16-b3", "llama3-8b", "v6e", "4x4", 2, 3,
                     why="stacks prod and jobset: the tuned Trillium 8B recipe"),
@@ -169,7 +169,7 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                     why="70B with minimal remat at batch 1: every projection of 80 layers on device"),
     # The margin's rows: compiled after the terms were chosen, at the edges of the planner's bands; ESTIMATE_ERROR
     # was then raised from 0.09 to 0.19 to cover them (qwen3-0.6b-2xv6e-8-b20: -18.2 %), so the margin is fitted
-    # to them, not measured on them (issue 34). Their names keep "held out" in `why` as they were compiled.
+    # to them, not measured on them. Their names keep "held out" in `why` as they were compiled.
     CalibrationCase("llama3-8b-1xv6e-64-b13", "llama3-8b", "v6e", "8x8", 1, 13, margin=True,
                     why="held out: the published 8B v6e-64 shape at batch 13, estimated over XLA's limit"),
     CalibrationCase("llama3-70b-1xv6e-32-b3", "llama3-70b", "v6e", "4x8", 1, 3, margin=True,
@@ -178,7 +178,7 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                     why="held out: the published 8B v6e-16 shape at batch 9, the largest the plan advertises"),
     CalibrationCase("qwen3-0.6b-2xv6e-8-b20", "qwen3-0.6b", "v6e", "2x4", 2, 20, margin=True,
                     why="held out: the dev stack's shape at batch 20, the largest the plan advertises"),
-    # Held out (issue 34): shapes chosen after the model was frozen (commit 3ebc1b2, "Freeze the memory model"),
+    # Held out: shapes chosen after the model was frozen (commit 3ebc1b2, "Freeze the memory model"),
     # each compiled to its end (no --memory-only) with the workers' libtpu; their error is reported in
     # docs/planner.md and changes nothing in core/memory.py.
     CalibrationCase("qwen3-0.6b-1xv6e-8-b11", "qwen3-0.6b", "v6e", "2x4", 1, 11, held_out=True,

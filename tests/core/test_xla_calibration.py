@@ -12,7 +12,7 @@ fit, what it said it needed ("Used X of Y hbm"); and its need: what the step nee
 
 Three sets of rows. FITTED: the rows the model's terms were chosen against. MARGIN: compiled after the terms were
 chosen, at the edges of the planner's bands; ESTIMATE_ERROR was then raised from 0.09 to 0.19 to cover them, so
-the margin is fitted to them too (it was called "held out" until issue 34 found that). HELD_OUT: compiled after
+the margin is fitted to them too (they used to be called "held out"). HELD_OUT: compiled after
 the model (terms and margin) was frozen, in shapes chosen after the freeze; they decide nothing in the model and
 test it (their error is reported in docs/planner.md, not folded into the margin).
 
@@ -232,7 +232,7 @@ def test_the_margin_compiles_are_at_the_edges_of_the_bands():
 
 
 def test_the_dev_stacks_largest_batch_is_what_its_elastic_minimum_compiles():
-    """Issue 34: dev (qwen3-0.6b, elastic 1..2 x v6e-8) advertised batch 20 and called 12 a fit; on one slice XLA
+    """dev (qwen3-0.6b, elastic 1..2 x v6e-8) advertised batch 20 and called 12 a fit; on one slice XLA
     compiles batch 4 and refuses 12. The advertised largest batch lies between them, batch 12 is refused at one
     slice, and the plan is not "fits" there."""
     by = {row["case"]: row for row in ROWS}
@@ -389,7 +389,7 @@ def test_the_benchmark_says_where_each_rows_train_state_came_from():
 
 
 def test_the_held_out_error_is_reported_as_measured():
-    """Issue 34: the margin is measured on compiles it was not fitted to. docs/planner.md reports the held-out
+    """the margin is measured on compiles it was not fitted to. docs/planner.md reports the held-out
     compiles' worst error (from the data, whatever it is: the model is not changed to meet it) next to the stated
     margin, and every held-out row agrees with the planner's verdict or is named there."""
     compiled = [row for row in HELD if row["compiled"]]

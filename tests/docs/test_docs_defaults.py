@@ -1,5 +1,4 @@
-"""What the docs state as a default or a rule is read back from the code, so a doc that drifts fails (issue 37
-item 6): the checkpoint period of a stack, of the entrypoint and of the local run; which data an elastic run reads;
+"""What the docs state as a default or a rule is read back from the code, so a doc that drifts fails: the checkpoint period of a stack, of the entrypoint and of the local run; which data an elastic run reads;
 what the pre-flight compile's --help says it takes; the README's test time and deploy steps against the pages
 that measured or detail them."""
 from __future__ import annotations
@@ -53,7 +52,7 @@ def test_the_entrypoints_and_the_local_runs_checkpoint_period_is_what_the_docs_s
     assert int(_one(r"`python -m trainer.local` saves every (\d+) steps", trainer_md, "docs/trainer.md").group(1)) \
         == local
     assert int(_one(r"30 steps, a checkpoint every (\d+)\.", trainer_md, "docs/trainer.md").group(1)) == local
-    # trainer.local's --help states its own default, not the entrypoint's rule (issue 37: they disagreed).
+    # trainer.local's --help states its own default, not the entrypoint's rule (they disagreed).
     help_text = " ".join(local_parser().format_help().split())
     assert f"steps between checkpoints (default: {local})" in help_text
 

@@ -133,7 +133,7 @@ def test_the_preflight_compile_of_a_kept_step_targets_that_step():
 
 
 def test_the_dev_stack_at_batch_12_is_not_a_fit_on_its_one_slice_minimum():
-    """Issue 34: dev (Spot, 2 x v6e-8, shrinking to the fewest slices that fit) called batch 12 a fit on 1..2
+    """dev (Spot, 2 x v6e-8, shrinking to the fewest slices that fit) called batch 12 a fit on 1..2
     slices; XLA refuses batch 12 on one slice (core/xla_calibration.json qwen3-0.6b-1xv6e-8-b12). Asked for 1..2
     slices it is refused; left to the planner, the run keeps 2 slices and says why it cannot shrink to one."""
     raw = {**load_stack_config("dev", REPO), "perDeviceBatchSize": "12"}
@@ -148,7 +148,7 @@ def test_the_dev_stack_at_batch_12_is_not_a_fit_on_its_one_slice_minimum():
 
 
 def test_an_elastic_pathways_run_is_planned_at_its_fewest_slices():
-    """Issue 34: Pathways resizes too (pathwaysElasticSlices slices may be lost), so its plan covers slices -
+    """Pathways resizes too (pathwaysElasticSlices slices may be lost), so its plan covers slices -
     pathwaysElasticSlices .. slices; a step that fits only on the full group is refused, naming the key."""
     raw = load_stack_config("pathways", REPO)
     chosen = build(raw).workload.plan
@@ -161,7 +161,7 @@ def test_an_elastic_pathways_run_is_planned_at_its_fewest_slices():
 
 
 def test_a_step_xla_refused_is_refused_by_the_config_build(tmp_path, monkeypatch):
-    """Issue 34: XLA's verdict decides. A kept refusal (compile-verdicts.json, written by `python -m preview`) at
+    """XLA's verdict decides. A kept refusal (compile-verdicts.json, written by `python -m preview`) at
     any slice count the run takes refuses the stack before anything registers: the key, XLA's bytes and error
     code, the nearest batch XLA compiled, in lines of at most 100 columns. A step near the limit that XLA has not
     compiled is named in the plan's notes; compileCheck=off reads no verdict."""

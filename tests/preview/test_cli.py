@@ -60,7 +60,7 @@ def test_every_committed_stack_plans_and_validates(cli_plans, stack):
 
 @pytest.mark.parametrize("stack", COMMITTED_STACKS)
 def test_offline_is_said_once_inside_the_plan_not_as_a_warning(cli_plans, stack):
-    """No Cloud Storage offline is every plan's normal state: one assumption line, nothing on stderr (issue 37)."""
+    """No Cloud Storage offline is every plan's normal state: one assumption line, nothing on stderr."""
     proc, _ = cli_plans(stack)
     assert "Cloud Storage" not in proc.stderr
     offline = [line for line in json.loads(proc.stdout)["assumptions"] if "offline plan reaches no Cloud Storage" in line]

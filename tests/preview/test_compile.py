@@ -371,7 +371,7 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
 def test_a_stopped_compile_stops_the_compile_worker_and_what_it_started(tmp_path, signum):
-    """Issue 37 item 7: SIGTERM (or Ctrl-C) to `python -m preview --compile` left train_compile compiling. The
+    """SIGTERM (or Ctrl-C) to `python -m preview --compile` left train_compile compiling. The
     compile runs in its own process group, which run_compile kills on the way out."""
     import os
     import signal
@@ -403,7 +403,7 @@ def test_a_stopped_compile_stops_the_compile_worker_and_what_it_started(tmp_path
 
 
 def test_an_elastic_stack_is_compiled_at_its_fewest_slices_first_and_refused_there(monkeypatch, capsys, tmp_path):
-    """Issue 34: `--compile` compiled only the full group; dev (elastic 1..2 x v6e-8) shrinks to one slice, where
+    """`--compile` compiled only the full group; dev (elastic 1..2 x v6e-8) shrinks to one slice, where
     XLA needs more per device (core/xla_calibration.json). Each distinct shape is compiled, the fewest slices first
     (its argv: the DCN axis at that count), and a refusal there is the run's verdict (exit 4)."""
     seen = []
@@ -444,7 +444,7 @@ def test_an_elastic_stack_is_compiled_at_its_fewest_slices_first_and_refused_the
 
 
 def test_compile_check_auto_compiles_the_steps_near_the_limit_and_says_when_it_cannot(monkeypatch, capsys):
-    """compileCheck (issue 34): auto, the default, has XLA decide where the estimate's error leaves the verdict
+    """compileCheck: auto, the default, has XLA decide where the estimate's error leaves the verdict
     open: dev at batch 10 is near the limit on one slice only, so only that step is compiled; off compiles
     nothing; without MaxText or libtpu here the preview says so in one line and does not accept silently."""
     seen = []

@@ -102,7 +102,7 @@ def test_grants_refuse_what_they_cannot_print_in_one_line_each(capsys, argv, wor
 
 def test_grants_for_a_stack_print_no_offline_warning(caplog):
     """Offline the program cannot list the run's checkpoints; that is the plan's normal state (its assumptions say
-    so), not a warning for a command that only prints roles (issue 37)."""
+    so), not a warning for a command that only prints roles."""
     import logging
     from preview.deployer_roles import stack_roles
     with caplog.at_level(logging.WARNING):

@@ -75,7 +75,7 @@ def test_progress_and_summary_are_shown(local_run):
     assert "model check: MaxText built" in stdout
     assert "injected failure: worker-killed" in stdout
     assert "goodput" in stdout
-    # The last line is the next command (issue 37 item 5; the heartbeat itself: tests/trainer/test_local_heartbeat.py).
+    # The last line is the next command (the heartbeat itself: tests/trainer/test_local_heartbeat.py).
     assert stdout.strip().splitlines()[-1].endswith("python -m preview --stack dev"), stdout[-500:]
 
 

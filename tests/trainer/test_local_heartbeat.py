@@ -1,5 +1,5 @@
 """`python -m trainer.local` never goes 30 s without a line saying what it is doing, and its last line is the next
-command (issue 37 item 5). The reporter runs on a fake clock; the end line is checked on the function main() ends
+command. The reporter runs on a fake clock; the end line is checked on the function main() ends
 with. No Ray, no MaxText: the real runs are tests/trainer/test_local_*.py."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from trainer.local.heartbeat import HEARTBEAT_S, Heartbeat, phase_of
 from trainer.local.run import NEXT_COMMAND, next_step
 
-LIMIT_S = 30          # issue 37: "the main job never goes 30 s without a line"
+LIMIT_S = 30          # the main job never goes 30 s without a line
 
 
 class FakeClock:

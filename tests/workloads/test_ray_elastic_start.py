@@ -287,7 +287,7 @@ def test_the_policy_lets_the_driver_change_replicas_and_nothing_else(dev):
     def start_params(spec):
         spec["workerGroupSpecs"][0]["rayStartParams"]["object-store-memory"] = "1"
 
-    # What the policy let through until it compared key by key (issue 35, item 9): fields of a worker group or of
+    # What the policy let through until it compared key by key: fields of a worker group or of
     # the spec that the stack does not set (KubeRay v1.7.0 ray-operator/apis/ray/v1/raycluster_types.go
     # WorkerGroupSpec: resources, labels, suspend, scaleStrategy.workersToDelete; RayClusterSpec: suspend), and
     # the object's metadata.

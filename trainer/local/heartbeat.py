@@ -1,4 +1,4 @@
-"""What the local run is doing, said at least every HEARTBEAT_S seconds (issue 37: the main job went silent for
+"""What the local run is doing, said at least every HEARTBEAT_S seconds (the main job went silent for
 about five minutes while MaxText compiled).
 
 Every line the run prints goes through Heartbeat.say, which remembers when it last spoke; a daemon thread calls
@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Callable, TextIO
 
-# Below the 30 s a user waits before wondering whether the run is stuck (issue 37 asks for at most 30 s).
+# Below the 30 s a user waits before wondering whether the run is stuck (a line at least every 30 s).
 HEARTBEAT_S = 20.0
 
 
