@@ -206,8 +206,10 @@ KEYS: tuple[Key, ...] = (
                               "JobSet restarts the whole JobSet and Pathways restores on the full mesh (use "
                               "pathwaysElasticSlices there)"),)),
     Key("maxFailures", "integer", "Ray Train FailureConfig.max_failures: how often a failure other than a "
-        "preemption is retried (-1 = forever). Preemptions are always retried (max_preemption_failures=-1), so a "
-        "deterministic error (an import error, a wrong model) stops instead of looping on spot.", 3,
+        "preemption is retried (-1 = forever), so a deterministic error (an import error, a wrong model) stops "
+        "instead of looping on spot. Preemptions are counted apart (max_preemption_failures: as many as would cost "
+        "what the run costs training, at least 3; core/run_bounds.py), and on an elastic run a loss that leaves "
+        "the group at or above elasticMinSlices is not counted at all.", 3,
         check=check.at_least(-1, "-1 (retry forever) or at least 0"),
         applies_to=(AppliesTo("workloadBackend", ("rayjob",), "Ray Train's failure config; JobSets use "
                               "maxRestarts"),)),
