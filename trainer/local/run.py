@@ -224,6 +224,10 @@ class LocalRun:
     # A preempted slice: when its grace period ends (time.time()), and which slice.
     preempt_deadline: float | None = None
     preempted_slice: int | None = None
+    # The worker groups (attempt ids) a notice has already ended: the next notice waits for a group formed after
+    # them. Until the group that follows a notice writes its first record, the newest step on record is still the
+    # ended group's, with all the slices' workers.
+    noticed_attempts: set = field(default_factory=set)
     # Elastic runs: the stand-in for the API server and KubeRay the driver grows its cluster through, and every
     # JSON patch it took (a cold restart is a new RayJob with a new cluster, so a new stand-in).
     kuberay: KubeRayStandIn | None = None
@@ -339,8 +343,9 @@ class LocalRun:
             # than the grace period would lose the steps since the last checkpoint (as it would on GKE).
             # ... and only to a group that trains on the slice now (not the group the last notice ended).
             if (self.preempt_deadline is not None or last.get("workers") != self.plan.workers or self.in_eval
-                    or last.get("attempt") != self.attempt):
+                    or last.get("attempt") != self.attempt or last.get("attempt") in self.noticed_attempts):
                 return
+            self.noticed_attempts.add(last.get("attempt"))
             self._record_failure("preempted", last["step"])
             self.preempted_slice = self.plan.slices - 1
             self.cluster.preempt_slice(self.preempted_slice)

@@ -1,0 +1,52 @@
+"""trainer.local gives each Spot notice to a worker group that trains on the optional slice now, never to the
+group an earlier notice ended: until the group that follows a notice writes its first record, the newest step on
+record is still the ended group's, with every slice's workers (seen in an elastic life run: the fourth notice went
+to a slice the group had not grown onto, and no group was preempted)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from types import SimpleNamespace
+
+from trainer.local.run import LocalRun
+
+
+class _Cluster:
+    def __init__(self):
+        self.preempted: list[int] = []
+        self.slices = 2
+
+    def preempt_slice(self, index: int) -> None:
+        self.preempted.append(index)
+
+    def kill_slice(self, index: int) -> None:
+        self.slices -= 1
+
+    def slice_count(self) -> int:
+        return self.slices
+
+
+def _run(tmp_path: Path) -> LocalRun:
+    args = argparse.Namespace(preempt_slice_at=[4, 8], add_slice_at=None, fail_at=None, kill_slice_at=None,
+                              grace_period=0.0, recovery="warm")
+    plan = SimpleNamespace(workers=4, slices=2, elastic=True)
+    run = LocalRun(args=args, plan=plan, workdir=tmp_path, ray_temp=tmp_path, driver_argv=[])
+    run.cluster = _Cluster()
+    run.progress_dir.mkdir(parents=True, exist_ok=True)
+    return run
+
+
+def test_a_second_notice_waits_for_a_group_formed_after_the_first(tmp_path):
+    run = _run(tmp_path)
+    run.attempt = "a1"
+    run.maybe_inject({"step": 4, "workers": 4, "attempt": "a1"})
+    assert run.cluster.preempted == [1]
+    run.maybe_end_grace()                       # the slice is gone; the next group has not written a record yet
+    run.maybe_inject({"step": 8, "workers": 4, "attempt": "a1"})
+    assert run.cluster.preempted == [1], "a notice went to the group the first notice ended"
+    run.attempt = "a2"                          # the group re-formed on the minimum
+    run.maybe_inject({"step": 9, "workers": 2, "attempt": "a2"})
+    assert run.cluster.preempted == [1]
+    run.attempt = "a3"                          # grown back onto both slices
+    run.maybe_inject({"step": 10, "workers": 4, "attempt": "a3"})
+    assert run.cluster.preempted == [1, 1]
