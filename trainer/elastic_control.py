@@ -50,16 +50,35 @@ def lost_slices(preempted_ranks, workers_per_slice: int) -> int:
     return max(math.ceil(len(ranks) / workers_per_slice), len({r // workers_per_slice for r in ranks}))
 
 
+# How Ray 2.60 reports an actor whose node shut down on SIGTERM without the preemption drain (the GCS's death
+# reason EXPECTED_TERMINATION with the raylet's "received SIGTERM"): `ray start`'s SIGTERM handler drains the node
+# as preempted only on a best-effort basis and, when the drain RPC fails or is refused (a busy GCS), shuts down at
+# once (ray/_private/node.py, the SIGTERM drain: "proceeding with immediate shutdown"). Seen in the local elastic
+# life run under load: the first of four notices came as this, not as `preempted`.
+SIGTERM_SHUTDOWN = "node was terminated expectedly: received SIGTERM"
+
+
+def _node_shut_down(failure) -> bool:
+    """Whether a worker failure is a death of its node by SIGTERM that Ray did not mark as a preemption: the
+    kubelet's signal for a Spot reclaim or an eviction all the same."""
+    from ray.exceptions import RayActorError
+
+    failure = getattr(failure, "health_check_failure", failure)       # WorkerHealthCheckFailedError wraps it
+    return isinstance(failure, RayActorError) and SIGTERM_SHUTDOWN in str(failure)
+
+
 def preempted_ranks(error) -> list[int] | None:
     """The ranks a preemption error names, or None when `error` is not a preemption (Ray 2.60 default.py
-    `_is_preemption_failure`: a PreemptionError, or a WorkerGroupError with a worker a preemption killed)."""
+    `_is_preemption_failure`: a PreemptionError, or a WorkerGroupError with a worker a preemption killed; and a
+    worker whose node shut down on SIGTERM without Ray's preemption drain, SIGTERM_SHUTDOWN)."""
     from ray.train.v2._internal.execution.worker_group.poll import _is_preempted_actor
     from ray.train.v2.api.exceptions import PreemptionError, WorkerGroupError
 
     if isinstance(error, PreemptionError):
         return list(error.preemption_info.preempted_ranks)
     if isinstance(error, WorkerGroupError):
-        ranks = [rank for rank, failure in error.worker_failures.items() if _is_preempted_actor(failure)]
+        ranks = [rank for rank, failure in error.worker_failures.items()
+                 if _is_preempted_actor(failure) or _node_shut_down(failure)]
         return ranks or None
     return None
 

@@ -202,6 +202,37 @@ def test_a_worker_killed_by_a_preemption_counts_like_the_notice():
     assert policy.make_decision(WorkerGroupError("bug", {0: RuntimeError("bug")})) == FailureDecision.RAISE
 
 
+def test_a_worker_whose_node_shut_down_on_sigterm_without_the_drain_counts_like_the_notice():
+    """Ray's SIGTERM drain is best-effort (ray/_private/node.py: a failed or refused drain RPC shuts the node down
+    at once), and the worker's error then says its node "was terminated expectedly: received SIGTERM", without
+    `preempted` (seen on the first notice of a local elastic life run under load). Above the minimum that is a
+    Spot reclaim all the same: retried, not counted; below it, or any other death, is counted as Ray counts it."""
+    from ray.exceptions import ActorDiedError
+    from ray.train.v2._internal.exceptions import WorkerHealthCheckFailedError
+    from ray.train.v2._internal.execution.failure_handling.failure_policy import FailureDecision
+    from ray.train.v2.api.exceptions import WorkerGroupError
+
+    from trainer.elastic_control import elastic_failure_policy, preempted_ranks
+
+    def node_died(reason: str) -> WorkerHealthCheckFailedError:
+        died = ActorDiedError()
+        died.error_msg = (f"{ActorDiedError.BASE_ERROR_MSG}\n\tclass_name: RayTrainWorker\nThe actor died because "
+                          f"its node has died. Node Id: 2aa5\n\tthe actor's node was {reason}")
+        assert not died.preempted
+        return WorkerHealthCheckFailedError("A worker health check failed.", died)
+
+    shut_down = node_died("terminated expectedly: received SIGTERM")
+    error = WorkerGroupError("slice lost", {2: shut_down, 3: shut_down})
+    assert preempted_ranks(error) == [2, 3]
+    # A node that died for another reason (a crash, an OOM kill) is no preemption.
+    assert preempted_ranks(WorkerGroupError("crash", {2: node_died("terminated unexpectedly: SIGKILL")})) is None
+    run = "spot-sigterm"
+    policy = elastic_failure_policy(FailureConfig(**failure_config_kwargs(0, 0)), run, min_workers=2,
+                                    workers_per_slice=2)
+    _scheduled(run, 4)
+    assert [policy.make_decision(error) for _ in range(5)] == [FailureDecision.RETRY] * 5
+
+
 def test_the_elastic_trainer_hands_its_policies_to_ray_s_controller(monkeypatch):
     """Ray 2.60 builds DefaultFailurePolicy and its scaling policy in `fit` and passes them to
     `_initialize_and_run_controller` (ray/train/v2/api/data_parallel_trainer.py); the trainer's JaxTrainer
