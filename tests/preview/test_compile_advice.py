@@ -25,11 +25,11 @@ def _canned(compiled: bool) -> pf.CompileResult:
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_out_of_hbm_names_the_batch_to_compile_next(monkeypatch, capsys, compiled):
+def test_out_of_hbm_names_the_batch_to_compile_next(monkeypatch, capsys, compiled, tmp_path):
+    planned = build(load_stack_config("prod", REPO)).workload.plan.per_device_batch_size
     monkeypatch.setattr(pf, "run_compile", lambda target, **kwargs: _canned(compiled))
     code = cli.main(["--stack", "prod", "--compile", "--json", "--root", str(REPO)])
     document = json.loads(capsys.readouterr().out)
-    planned = build(load_stack_config("prod", REPO)).workload.plan.per_device_batch_size
     if compiled:
         assert code == cli.EXIT_OK and "nearest_to_try" not in document["compile"]
         return
@@ -37,5 +37,9 @@ def test_out_of_hbm_names_the_batch_to_compile_next(monkeypatch, capsys, compile
     batch = document["compile"]["nearest_to_try"]["perDeviceBatchSize"]
     assert batch < planned
     build({**load_stack_config("prod", REPO), "perDeviceBatchSize": f"{batch:g}"})   # the suggestion builds
+    # XLA's refusal is kept (compile-verdicts.json) and now refuses the stack at config build: compile the same
+    # step again with a fresh verdicts file to see the text report.
+    from core.compile_verdicts import PATH_ENV
+    monkeypatch.setenv(PATH_ENV, str(tmp_path / "again.json"))
     cli.main(["--stack", "prod", "--compile", "--root", str(REPO)])
     assert f"nearest to try: tpu-multislice:perDeviceBatchSize={batch:g}" in capsys.readouterr().out

@@ -44,7 +44,8 @@ def test_the_standalone_compile_report_fits_too(monkeypatch, capsys):
         num_slices=2, seconds=104.0, reason="RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory "
         "required for HLO temporaries (86.54G) exceeds available HBM (31.25G).", required_bytes=86 << 30,
         source="ray: trainer.entrypoint --print-argv (trainer.worker)", libtpu="0.0.42.1")
-    monkeypatch.setattr(pf, "run_compile", lambda target, **kwargs: result)
+    # The standalone command (preview/compile/cli.py) runs the compile through its own import.
+    monkeypatch.setattr("preview.compile.cli.run_compile", lambda target, **kwargs: result)
     assert pf.main(["--model", "qwen3-0.6b", "--topology", "2x4", "--slices", "2"]) == pf.EXIT_DOES_NOT_COMPILE
     captured = capsys.readouterr()
     assert "DOES NOT FIT" in captured.out

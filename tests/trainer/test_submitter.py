@@ -296,4 +296,7 @@ def test_missing_address_or_id_is_refused_in_one_line(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exit_info:
         sub.main(["--entrypoint", "python -m x"])
     assert exit_info.value.code == exit_codes.CONFIG_ERROR
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    # One refusal, laid out within 100 columns (core/cli_errors.fit_columns): its first line names the command.
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith("python -m trainer.submitter: --address and --submission-id")
+    assert all(line.startswith("    ") for line in lines[1:]) and all(len(line) <= 100 for line in lines)
