@@ -21,9 +21,9 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 COMPILE_VERDICTS = "compile-verdicts.json"
 # Another file instead of <project>/compile-verdicts.json (the test suite points it at a scratch file).
@@ -81,6 +81,19 @@ class Verdict:
             return (f"XLA needs {self.required_bytes / gib:.2f} GiB per device of {self.hbm_bytes / gib:.2f}"
                     + (f" ({self.error_code})" if self.error_code else ""))
         return self.error_code or (self.reason or "the compile failed")[:80]
+
+
+def nearest_compiled(plan, slices: int, kept_for: Callable[[Any, int], "Verdict | None"]) -> float | None:
+    """The largest per-device batch below `plan`'s that XLA compiled on `slices` slices, by the verdicts `kept_for`
+    (plan, slices) finds, in steps of the smallest batch the layout takes (1 / ici_batch_free); None: none kept."""
+    step = 1 / plan.ici_batch_free
+    k = int(round(plan.per_device_batch_size / step)) - 1
+    while k >= 1:
+        known = kept_for(replace(plan, per_device_batch_size=k * step), slices)
+        if known is not None and known.compiled:
+            return k * step
+        k -= 1
+    return None
 
 
 def load(path: Path) -> dict[str, Verdict]:

@@ -367,16 +367,9 @@ def xla_refusal(config: StackConfig, refused, root: Path) -> list[str]:
     lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {refused.num_slices} x "
              f"{planned.shape.pod_type}: {failed}"]
     verdicts = compile_verdicts.load(compile_verdicts.verdicts_path(root))
-    nearest = None
-    step = 1 / planned.ici_batch_free
-    k = int(round(planned.per_device_batch_size / step)) - 1
-    while k >= 1 and nearest is None:
-        import dataclasses
-        smaller = dataclasses.replace(planned, per_device_batch_size=k * step)
-        known = verdicts.get(compile_verdicts.plan_digest(smaller, refused.num_slices, refused.libtpu))
-        if known is not None and known.compiled:
-            nearest = k * step
-        k -= 1
+    nearest = compile_verdicts.nearest_compiled(
+        planned, refused.num_slices,
+        lambda plan, count: verdicts.get(compile_verdicts.plan_digest(plan, count, refused.libtpu)))
     if nearest is not None:
         lines.append(f"    nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g} (compile-verdicts.json)")
     else:

@@ -530,14 +530,7 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
     for count in range(workload_plan.min_slices, workload_plan.slices + 1):
         kept = kept_for(workload_plan, count)
         if kept is not None and not kept.compiled:
-            nearest = None
-            step = 1 / workload_plan.ici_batch_free
-            k = int(round(workload_plan.per_device_batch_size / step)) - 1
-            while k >= 1 and nearest is None:
-                smaller = dataclasses.replace(workload_plan, per_device_batch_size=k * step)
-                known = kept_for(smaller, count)
-                nearest = k * step if known is not None and known.compiled else None
-                k -= 1
+            nearest = compile_verdicts.nearest_compiled(workload_plan, count, kept_for)
             batch = f"{workload_plan.per_device_batch_size:g}"
             lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {count} x "
                      f"{workload_plan.shape.pod_type}: {kept.what_failed()}"]
