@@ -3,8 +3,8 @@
     python -m trainer.local                       # 2 x v6e 2x4 slices, 30 steps, checkpoint every 5
     python -m trainer.local --fail-at 12 --json out.json
     python -m trainer.local --elastic 1,2 --kill-slice-at 12
-    python -m trainer.local --preempt-slice-at 12 --json out.json
     python -m trainer.local --elastic 1,2 --start-slices 1 --add-slice-at 8
+    python -m trainer.local --checkpoint-period 15 --inject fail@24,preempt@17
 
 It starts a local Ray cluster whose nodes impersonate the TPU hosts (trainer.local.cluster), then runs
 `python -m trainer.entrypoint --local-cpu` against it: the same entrypoint, the same use_tpu=True scaling
@@ -68,13 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     f = parser.add_argument_group("injected failures", "STEP as MaxText numbers them (0 .. steps-1), STEPS a list "
                                                        "(5,9); each once STEP is done")
     f.add_argument("--fail-at", type=int, metavar="STEP",
-                   help="SIGKILL one host's training worker; Ray Train restarts the group in place")
+                   help="SIGKILL a worker; Ray Train restarts the group in place")
     f.add_argument("--recovery", choices=("retry", "cold"), default="retry",
-                   help="cold: --fail-at kills the driver and cluster too; both start again and MaxText "
-                        "resumes from its checkpoint")
+                   help="cold: --fail-at restarts the driver and cluster too")
     f.add_argument("--kill-slice-at", type=int, metavar="STEP",
-                   help="SIGKILL one slice's processes; elastic runs go on smaller, fixed-size ones get it "
-                        "back (a new node pool)")
+                   help="SIGKILL a slice (elastic: go on smaller)")
     f.add_argument("--preempt-slice-at", type=_steps, metavar="STEPS",
                    help="Spot notice(s) to the last slice: SIGTERM to `ray start`")
     f.add_argument("--grace-period", type=float, default=GKE_POD_GRACE_S, metavar="S",
@@ -82,9 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--start-slices", type=int, metavar="N", help="elastic: start with N slices")
     f.add_argument("--add-slice-at", type=_steps, metavar="STEPS",
                    help="elastic: the slices KubeRay wants arrive (or come back)")
+    f.add_argument("--inject", type=_events, metavar="KIND@STEP,...",
+                   help=f"the flags above as one ordered list ({', '.join(EVENT_KINDS)})")
     f.add_argument("--slow-eval", type=float, default=0.0, metavar="S", help="each eval step takes S s more")
     g = parser.add_argument_group("local run")
     g.add_argument("--max-failures", type=int, default=3)
+    g.add_argument("--max-preemptions", type=int, metavar="N", help="default: the plan's budget")
     g.add_argument("--stall-timeout", type=float, metavar="S", help="the watchdog's stall limit")
     g.add_argument("--resize-interval", type=float, default=5.0, metavar="S", help="elastic: seconds between resize checks")
     g.add_argument("--workdir", help="keep everything here (default: a temporary directory, removed after a run that "
@@ -110,6 +111,8 @@ def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progre
             "--resize-interval", str(args.resize_interval)]
     if args.stall_timeout is not None:
         argv += ["--stall-timeout", str(args.stall_timeout)]
+    if args.max_preemptions is not None:
+        argv += ["--max-preemptions", str(args.max_preemptions)]
     for dest in _PLAN_FLAGS:
         value = getattr(args, dest)
         if value is not None:
@@ -141,11 +144,30 @@ def _steps(text: str) -> tuple[int, ...]:
     return steps
 
 
+# --inject's kinds, each played as the flag of the same name plays it.
+EVENT_KINDS = {"fail": "--fail-at", "kill-slice": "--kill-slice-at", "preempt": "--preempt-slice-at",
+               "add": "--add-slice-at"}
+
+
+def _events(text: str) -> tuple[tuple[int, str], ...]:
+    """--inject's KIND@STEP list, in the order given, as (step, kind) like injection_schedule's; a part that is
+    not KIND@STEP keeps its text as the kind and step -1 (validate_event_list names it)."""
+    events = []
+    for part in text.split(","):
+        kind, at, step = part.partition("@")
+        ok = at and kind in EVENT_KINDS and step.isdigit()
+        events.append((int(step), kind) if ok else (-1, part))
+    return tuple(events)
+
+
 def _show(steps: tuple[int, ...] | None) -> str:
     return ",".join(map(str, steps or ()))
 
 
 def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
+    if args.inject:
+        validate_event_list(args, plan_)
+        return
     for flag, step in (("--fail-at", args.fail_at), ("--kill-slice-at", args.kill_slice_at)):
         if step is not None and not 1 <= step < args.steps:
             raise PlanError(f"{flag} {step} must be within 1..{args.steps - 1} (steps={args.steps})")
@@ -195,9 +217,50 @@ def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
         raise PlanError(f"--slow-eval {args.slow_eval}: must be >= 0 seconds")
 
 
+def validate_event_list(args: argparse.Namespace, plan_: Plan) -> None:
+    """--inject: alone, each step in range, and playable in its order: the slices present are followed from the
+    start, so a notice goes only to a full group, a return only to a smaller one, a slice is killed only where
+    another is left (a list that could never play would wait until --timeout)."""
+    given = [flag for flag in (*EVENT_KINDS.values(), "--start-slices") if getattr(args, flag[2:].replace("-", "_"))
+             is not None]
+    if given:
+        raise PlanError(f"--inject and {', '.join(given)}: give the events one way (--inject lists them all)")
+    if args.grace_period <= 0:
+        raise PlanError(f"--grace-period {args.grace_period}: must be > 0 seconds")
+    if args.recovery == "cold":
+        raise PlanError("--recovery cold applies to --fail-at, not --inject")
+    present = plan_.slices
+    for step, kind in args.inject:
+        if step < 0:
+            raise PlanError(f"--inject {kind}: give KIND@STEP with KIND one of {', '.join(EVENT_KINDS)}")
+        last = args.steps - 2 if kind in ("preempt", "add") else args.steps - 1
+        if not 1 <= step <= last:
+            raise PlanError(f"--inject {kind}@{step}: the step must be within 1..{last} (steps={args.steps})")
+        if kind == "preempt":
+            if present < plan_.slices:
+                raise PlanError(f"--inject {kind}@{step}: a notice goes to a full group ({present} of "
+                                f"{plan_.slices} slices then); return the slice first (add@STEP)")
+            present = plan_.slices - 1 if plan_.elastic else plan_.slices
+        elif kind == "kill-slice":
+            if present < 2:
+                raise PlanError(f"--inject {kind}@{step}: needs 2 slices in the group, it has {present} then")
+            present = present - 1 if plan_.elastic else plan_.slices
+        elif kind == "add":
+            if not plan_.elastic:
+                raise PlanError(f"--inject {kind}@{step} needs --elastic MIN,MAX")
+            if present >= plan_.slices:
+                raise PlanError(f"--inject {kind}@{step}: every slice is in the group then; a return follows "
+                                "a notice or a lost slice")
+            present = plan_.slices
+    if args.slow_eval < 0:
+        raise PlanError(f"--slow-eval {args.slow_eval}: must be >= 0 seconds")
+
+
 def injection_schedule(args: argparse.Namespace) -> list[tuple[int, str]]:
     """The injected events in the order they come: (step, kind); a notice and a return at one step: the
-    notice first."""
+    notice first. --inject gives the order itself."""
+    if args.inject:
+        return list(args.inject)
     events = [(step, "preempt") for step in args.preempt_slice_at or ()]
     events += [(step, "add") for step in args.add_slice_at or ()]
     for step, kind in (("fail_at", "fail"), ("kill_slice_at", "kill-slice")):
@@ -228,6 +291,9 @@ class LocalRun:
     # them. Until the group that follows a notice writes its first record, the newest step on record is still the
     # ended group's, with all the slices' workers.
     noticed_attempts: set = field(default_factory=set)
+    # The worker groups an injected failure ended (a killed worker or slice): the next event waits for the group
+    # that replaces them, whose steps start again below the failure's (--inject fail@24,preempt@17).
+    failed_attempts: set = field(default_factory=set)
     # Elastic runs: the stand-in for the API server and KubeRay the driver grows its cluster through, and every
     # JSON patch it took (a cold restart is a new RayJob with a new cluster, so a new stand-in).
     kuberay: KubeRayStandIn | None = None
@@ -335,7 +401,7 @@ class LocalRun:
         if not self.schedule or last is None:
             return
         step, kind = self.schedule[0]
-        if last["step"] < step:
+        if last["step"] < step or last.get("attempt") in self.failed_attempts:
             return
         args = self.args
         if kind == "preempt":
@@ -364,6 +430,7 @@ class LocalRun:
                 self.cluster.add_slice(index)
         elif kind == "kill-slice":
             self._record_failure("slice-lost", last["step"])
+            self.failed_attempts.add(last.get("attempt"))
             victim = self.plan.slices - 1
             self.cluster.kill_slice(victim)
             if not self.plan.elastic:
@@ -380,6 +447,7 @@ class LocalRun:
             if not info:
                 return
             self._record_failure("worker-killed", last["step"])
+            self.failed_attempts.add(last.get("attempt"))
             try:
                 os.kill(info["pid"], signal.SIGKILL)
             except ProcessLookupError:
