@@ -76,83 +76,21 @@ def _scratch_compile_verdicts(tmp_path, monkeypatch):
 
 
 # --- `python -m trainer.local` runs of the end-to-end tests (tests/trainer/test_local_*.py) ---------------------
+# Started in the background once the session has collected them (tests/local_runs.py), so that they run while
+# the rest of the suite does.
 
-# After trainer.local's own --timeout it still stops its cluster, prints its table and writes its JSON: this long.
-LOCAL_RUN_WIND_DOWN_S = 180.0
-# SIGTERM makes trainer.local stop everything it started (its signal handler); SIGKILL only after this long.
-LOCAL_RUN_STOP_S = 60.0
-
-
-@dataclass
-class LocalRunResult:
-    argv: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-    wall_s: float
-
-    def last_step(self) -> str:
-        """The last "local: step N of T" line trainer.local printed, or that it printed none."""
-        steps = [line for line in self.stdout.splitlines() if line.startswith("local: step ")]
-        return steps[-1].strip() if steps else "no step done"
-
-    def driver_log_tail(self, lines: int = 40) -> str:
-        """The end of the driver's log in the work directory trainer.local kept ("local: kept DIR"), without
-        MaxText's config listing: why a run failed, readable after pytest has rotated its temporary directories."""
-        kept = [line.split("local: kept ", 1)[1].strip() for line in self.stdout.splitlines()
-                if line.startswith("local: kept ")]
-        log = Path(kept[-1]) / "driver.log" if kept else None
-        if log is None or not log.is_file():
-            return "(no driver log kept)"
-        text = [line for line in log.read_text(errors="replace").splitlines() if "Config param " not in line]
-        return "\n".join(text[-lines:])
-
-    def describe(self) -> str:
-        """What a failed assertion shows: the run, how long, how far it got, and the ends of its output and of
-        the driver's log."""
-        return (f"python -m trainer.local {' '.join(self.argv)}\n  exit {self.returncode} after {self.wall_s:.0f}s; "
-                f"last progress: {self.last_step()}\n--- stdout (end) ---\n{self.stdout[-3000:]}\n"
-                f"--- stderr (end) ---\n{self.stderr[-3000:]}\n--- driver log (end) ---\n{self.driver_log_tail()}")
+from tests import local_runs  # noqa: E402
+from tests.local_runs import LocalRunResult, run_trainer_local, run_with_deadlines  # noqa: E402,F401
 
 
-def run_trainer_local(argv: list[str], timeout_s: float, logs: Path) -> LocalRunResult:
-    """Run `python -m trainer.local ARGV --timeout TIMEOUT_S` to its end, its output in LOGS/local.{out,err}.
-
-    Two deadlines, both reported with how far the run got: trainer.local's own (it gives up, stops its cluster and
-    exits 1), and ours, LOCAL_RUN_WIND_DOWN_S later, for a trainer.local that hangs: it gets SIGTERM (it stops every
-    process it started), then SIGKILL, and the test fails naming the last step done. Never a silent wait until
-    CI's own limit, and never a Ray cluster left running for the tests that follow."""
-    return run_with_deadlines([sys.executable, "-m", "trainer.local"], argv, timeout_s, logs)
+def pytest_collection_finish(session):
+    """Start the local runs of the modules this session runs (one at a time, in the background)."""
+    selected = {item.module.__name__ for item in session.items if getattr(item, "module", None) is not None}
+    # pytest's own factory of temporary directories (what the tmp_path_factory fixture returns), for runs that
+    # start before any fixture does.
+    local_runs.start(selected, session.config._tmp_path_factory.mktemp)
 
 
-def run_with_deadlines(command: list[str], argv: list[str], timeout_s: float, logs: Path) -> LocalRunResult:
-    """run_trainer_local's body; COMMAND is `python -m trainer.local` except in the test of the deadlines."""
-    logs.mkdir(parents=True, exist_ok=True)
-    argv = [*argv, "--timeout", str(timeout_s)]
-    out_path, err_path = logs / "local.out", logs / "local.err"
-    started = time.monotonic()
-    with open(out_path, "w") as out, open(err_path, "w") as err:
-        proc = subprocess.Popen([*command, *argv], cwd=REPO, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                text=True)
-        try:
-            proc.wait(timeout=timeout_s + LOCAL_RUN_WIND_DOWN_S)
-        except BaseException as stop:        # our deadline, or the session interrupted (Ctrl-C)
-            _stop_local_run(proc)
-            if not isinstance(stop, subprocess.TimeoutExpired):
-                raise
-            hung = LocalRunResult(argv, proc.returncode, out_path.read_text(errors="replace"),
-                                  err_path.read_text(errors="replace"), time.monotonic() - started)
-            pytest.fail(f"trainer.local did not end within {timeout_s + LOCAL_RUN_WIND_DOWN_S:.0f}s (its --timeout "
-                        f"{timeout_s:.0f}s + {LOCAL_RUN_WIND_DOWN_S:.0f}s to wind down); stopped it.\n"
-                        + hung.describe())
-    return LocalRunResult(argv, proc.returncode, out_path.read_text(errors="replace"),
-                          err_path.read_text(errors="replace"), time.monotonic() - started)
-
-
-def _stop_local_run(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=LOCAL_RUN_STOP_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def pytest_sessionfinish(session):
+    """Stop a local run still going (an interrupted session, or tests that failed before they waited for it)."""
+    local_runs.stop()

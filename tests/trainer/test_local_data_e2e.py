@@ -34,7 +34,7 @@ import pytest
 pytest.importorskip("maxtext")
 pytest.importorskip("ray.train")
 
-from tests.conftest import run_trainer_local  # noqa: E402
+from tests import local_runs  # noqa: E402
 
 STEPS = 30
 # trainer.local's --timeout: about 3x what a run takes on 2 cores with other work beside it (docs/development.md).
@@ -46,38 +46,45 @@ COMMON = ["--model", "tiny-text", "--dataset-type", "grain", "--trace-data", "--
 
 def _run(workdir: Path, argv: list[str]) -> tuple[dict, str]:
     out = workdir / "out.json"
-    run = run_trainer_local([*COMMON, *argv, "--workdir", str(workdir), "--json", str(out)], TIMEOUT_S, workdir)
+    run = local_runs.run_trainer_local([*COMMON, *argv, "--workdir", str(workdir), "--json", str(out)], TIMEOUT_S,
+                                       workdir)
     assert run.returncode == 0, run.describe()
     return json.loads(out.read_text()), run.stdout
-
-
-@pytest.fixture(scope="module")
-def run_a(tmp_path_factory):
-    from trainer.local import tiny_data
-
-    workdir = tmp_path_factory.mktemp("run-a")
-    pattern = tiny_data.write_text_arrayrecord(workdir / "data")
-    result, stdout = _run(workdir, ["--dataset-path", pattern, "--elastic", "1,2", "--kill-slice-at", "12"])
-    return workdir, result, stdout
 
 
 LOADED_STEP = 25          # one of the 3 checkpoints run A keeps (20, 25, 29)
 
 
-@pytest.fixture(scope="module")
-def run_b(tmp_path_factory, run_a):
+def _start(work: Path):
+    """Run A, then run B from A's parameters at LOADED_STEP (both, or the first failure)."""
     from trainer.local import tiny_data
 
-    workdir_a, _, _ = run_a
+    workdir_a = work / "run-a"
+    pattern = tiny_data.write_text_arrayrecord(workdir_a / "data")
+    result_a, stdout_a = _run(workdir_a, ["--dataset-path", pattern, "--elastic", "1,2", "--kill-slice-at", "12"])
     checkpoint = workdir_a / "output" / "local" / "checkpoints" / str(LOADED_STEP)
     (position_file,) = (checkpoint / "iter").glob("process_0-of-*.json")
     first = json.loads(position_file.read_text())["global_next_index"]
-    workdir = tmp_path_factory.mktemp("run-b")
-    pattern = tiny_data.write_text_parquet(workdir / "data", first=first)
-    result, stdout = _run(workdir, ["--dataset-path", pattern, "--run-name", "from-a", "--slices", "1",
-                                    "--set", "packing=false", "--fail-at", "12",
-                                    "--load-parameters-path", str(checkpoint / "items")])
-    return workdir, result, stdout, first
+    workdir_b = work / "run-b"
+    pattern = tiny_data.write_text_parquet(workdir_b / "data", first=first)
+    result_b, stdout_b = _run(workdir_b, ["--dataset-path", pattern, "--run-name", "from-a", "--slices", "1",
+                                          "--set", "packing=false", "--fail-at", "12",
+                                          "--load-parameters-path", str(checkpoint / "items")])
+    return (workdir_a, result_a, stdout_a), (workdir_b, result_b, stdout_b, first)
+
+
+# Started in the background once the session is collected (tests/local_runs.py); two runs, one after the other.
+RUNS = local_runs.plan("data", __name__, _start, 2 * TIMEOUT_S, runs=2)
+
+
+@pytest.fixture(scope="module")
+def run_a():
+    return RUNS.result()[0]
+
+
+@pytest.fixture(scope="module")
+def run_b():
+    return RUNS.result()[1]
 
 
 def _decoder():

@@ -1,7 +1,7 @@
 """A local end-to-end run that waits too long ends with a report of how far it got, never a silent hang.
 
 Two deadlines: trainer.local's own --timeout (it says the last step done and how long ago, then stops what it
-started), and the tests' wrapper (tests/conftest.py run_with_deadlines), which stops a trainer.local that hangs
+started), and the tests' wrapper (tests/local_runs.py run_with_deadlines), which stops a trainer.local that hangs
 past its own deadline and fails the test naming the last step it printed.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests import conftest
+from tests import local_runs as conftest
 from trainer import progress
 from trainer.local import run as local_run
 

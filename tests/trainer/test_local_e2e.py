@@ -15,13 +15,14 @@ events, in this order (`--inject fail@24,preempt@17`):
 """
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("maxtext")
 pytest.importorskip("ray.train")
 
-from tests.conftest import run_trainer_local  # noqa: E402
+from tests import local_runs  # noqa: E402
 
 # Steps 0..29; the first group is killed after step 24 and restarts from step 15; the notice comes at step 17 of
 # the restarted group, whose steps 16..24 the first group trained uninterrupted.
@@ -31,23 +32,30 @@ FAIL_AT, NOTICE_AT = 24, 17
 TIMEOUT_S = 1200
 
 
-@pytest.fixture(scope="module")
-def grain_flags(tmp_path_factory):
+def _grain_flags(data_dir: Path) -> list[str]:
     from trainer.local import tiny_data
 
-    pattern = tiny_data.write(tmp_path_factory.mktemp("data"))
-    flags = ["--dataset-type", "grain", "--dataset-path", pattern, "--pretokenized"]
+    flags = ["--dataset-type", "grain", "--dataset-path", tiny_data.write(data_dir), "--pretokenized"]
     for setting in tiny_data.LOCAL_GRAIN_SETTINGS:
         flags += ["--set", setting]
     return flags
 
 
+def _start(workdir: Path):
+    logs = workdir / "local"
+    run = local_runs.run_trainer_local(
+        ["--checkpoint-period", str(CHECKPOINT_PERIOD), "--inject", f"fail@{FAIL_AT},preempt@{NOTICE_AT}",
+         *_grain_flags(workdir / "data"), "--json", str(logs / "out.json")], TIMEOUT_S, logs)
+    return run, logs
+
+
+# Started in the background once the session is collected (tests/local_runs.py).
+RUN = local_runs.plan("e2e", __name__, _start, TIMEOUT_S)
+
+
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory, grain_flags):
-    logs = tmp_path_factory.mktemp("local")
-    run = run_trainer_local(["--checkpoint-period", str(CHECKPOINT_PERIOD), "--inject",
-                             f"fail@{FAIL_AT},preempt@{NOTICE_AT}", *grain_flags, "--json", str(logs / "out.json")],
-                            TIMEOUT_S, logs)
+def local_run():
+    run, logs = RUN.result()
     assert run.returncode == 0, run.describe()
     return json.loads((logs / "out.json").read_text()), run.stdout
 

@@ -33,7 +33,7 @@ pytest.importorskip("maxtext")
 pytest.importorskip("ray.train")
 
 from core.ray_cluster import grow_patch  # noqa: E402
-from tests.conftest import run_trainer_local  # noqa: E402
+from tests import local_runs  # noqa: E402
 
 STEPS = 110      # the events are over by about step 50; one eval pass, at step 70
 STALL_S = 25.0
@@ -44,15 +44,13 @@ PREEMPTION_BUDGET = 1     # so that the second notice, were it counted, would en
 TIMEOUT_S = 2700
 
 
-@pytest.fixture(scope="module")
-def life(tmp_path_factory):
+def _start(work: Path):
     from trainer.local import tiny_data
 
-    work = tmp_path_factory.mktemp("life")
     data = tiny_data.write_text_arrayrecord(work / "train", records=4000)
     eval_data = tiny_data.write_text_arrayrecord(work / "eval", records=200, seed=1)
     out = work / "out.json"
-    run = run_trainer_local(
+    run = local_runs.run_trainer_local(
         ["--model", "tiny-text", "--elastic", "1,2", "--start-slices", "1",
          "--add-slice-at", "2,6", "--preempt-slice-at", "4,8", "--max-preemptions", str(PREEMPTION_BUDGET),
          "--steps", str(STEPS),
@@ -61,10 +59,20 @@ def life(tmp_path_factory):
          "--slow-eval", str(SLOW_EVAL_S), "--stall-timeout", str(STALL_S), "--set", "grain_worker_count=0",
          "--set", "grain_worker_count_eval=0", "--workdir", str(work / "run"), "--json", str(out)],
         TIMEOUT_S, work / "logs")
+    return run, work
+
+
+# Started in the background once the session is collected (tests/local_runs.py).
+RUN = local_runs.plan("elastic-life", __name__, _start, TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def life():
+    run, work = RUN.result()
     assert run.returncode == 0, run.describe()
     records = _progress(work / "run" / "progress")
     driver_log = (work / "run" / "driver.log").read_text(errors="replace")
-    return json.loads(out.read_text()), records, driver_log, run.stdout
+    return json.loads((work / "out.json").read_text()), records, driver_log, run.stdout
 
 
 def _progress(directory: Path) -> list[dict]:

@@ -55,16 +55,18 @@ def test_a_second_notice_waits_for_a_group_formed_after_the_first(tmp_path):
 
 
 def test_a_notice_listed_after_a_failure_goes_to_the_group_that_redoes_its_steps(tmp_path, monkeypatch):
-    import os
+    import subprocess
+    import sys
+
     from trainer import progress
 
     run = _run(tmp_path, inject=((24, "fail"), (17, "preempt")), elastic=False)
-    killed = []
-    monkeypatch.setattr(progress, "read_worker", lambda _dir, rank: {"pid": 4242})
-    monkeypatch.setattr(os, "kill", lambda pid, sig: killed.append(pid))
+    # The worker the failure kills: a real process, as trainer.local finds it in the progress directory.
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    monkeypatch.setattr(progress, "read_worker", lambda _dir, rank: {"pid": worker.pid})
     run.attempt = "a1"
     run.maybe_inject({"step": 24, "workers": 4, "attempt": "a1"})
-    assert killed == [4242] and run.cluster.preempted == []
+    assert worker.wait(timeout=30) == -9 and run.cluster.preempted == []
     # The killed group's last step (24) is past the notice's (17): still no notice to it.
     run.maybe_inject({"step": 24, "workers": 4, "attempt": "a1"})
     run.attempt = "a2"                          # the new group has started, not yet written a step

@@ -1,0 +1,210 @@
+"""The end-to-end tests' `python -m trainer.local` runs: with deadlines that report how far a run got, and started
+in the background as soon as the session has collected them.
+
+A local run is minutes of a real Ray cluster and MaxText on CPU; the rest of the suite is minutes of one Python
+process. A test module plans its runs when it is imported (`plan`); once pytest has collected the session,
+tests/conftest.py starts the planned runs of the modules it selected, one after another in a thread of their own
+(never two at a time: each is a cluster of its own on a 2-core machine), and the module's fixture waits for its
+result (`PlannedRun.result`), so the runs go on while the unit tests do. A run works as it would in the
+foreground: its environment is the session's as it was at the start (a test's monkeypatched variables never
+reach it), and each wait has a deadline it reports.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+# After trainer.local's own --timeout it still stops its cluster, prints its table and writes its JSON: this long.
+LOCAL_RUN_WIND_DOWN_S = 180.0
+# SIGTERM makes trainer.local stop everything it started (its signal handler); SIGKILL only after this long.
+LOCAL_RUN_STOP_S = 60.0
+# Taken when this module is imported, before any test can patch them: the background runs start and stop their
+# processes with these, whatever a unit test running beside them has monkeypatched in `subprocess` or `os`.
+_POPEN = subprocess.Popen
+
+
+@dataclass
+class LocalRunResult:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    wall_s: float
+
+    def last_step(self) -> str:
+        """The last "local: step N of T" line trainer.local printed, or that it printed none."""
+        steps = [line for line in self.stdout.splitlines() if line.startswith("local: step ")]
+        return steps[-1].strip() if steps else "no step done"
+
+    def driver_log_tail(self, lines: int = 40) -> str:
+        """The end of the driver's log in the work directory trainer.local kept ("local: kept DIR"), without
+        MaxText's config listing: why a run failed, readable after pytest has rotated its temporary directories."""
+        kept = [line.split("local: kept ", 1)[1].strip() for line in self.stdout.splitlines()
+                if line.startswith("local: kept ")]
+        log = Path(kept[-1]) / "driver.log" if kept else None
+        if log is None or not log.is_file():
+            return "(no driver log kept)"
+        text = [line for line in log.read_text(errors="replace").splitlines() if "Config param " not in line]
+        return "\n".join(text[-lines:])
+
+    def describe(self) -> str:
+        """What a failed assertion shows: the run, how long, how far it got, and the ends of its output and of
+        the driver's log."""
+        return (f"python -m trainer.local {' '.join(self.argv)}\n  exit {self.returncode} after {self.wall_s:.0f}s; "
+                f"last progress: {self.last_step()}\n--- stdout (end) ---\n{self.stdout[-3000:]}\n"
+                f"--- stderr (end) ---\n{self.stderr[-3000:]}\n--- driver log (end) ---\n{self.driver_log_tail()}")
+
+
+def run_trainer_local(argv: list[str], timeout_s: float, logs: Path) -> LocalRunResult:
+    """Run `python -m trainer.local ARGV --timeout TIMEOUT_S` to its end, its output in LOGS/local.{out,err}.
+
+    Two deadlines, both reported with how far the run got: trainer.local's own (it gives up, stops its cluster and
+    exits 1), and ours, LOCAL_RUN_WIND_DOWN_S later, for a trainer.local that hangs: it gets SIGTERM (it stops every
+    process it started), then SIGKILL, and the test fails naming the last step done. Never a silent wait until
+    CI's own limit, and never a Ray cluster left running for the tests that follow."""
+    return run_with_deadlines([sys.executable, "-m", "trainer.local"], argv, timeout_s, logs)
+
+
+def run_with_deadlines(command: list[str], argv: list[str], timeout_s: float, logs: Path) -> LocalRunResult:
+    """run_trainer_local's body; COMMAND is `python -m trainer.local` except in the test of the deadlines."""
+    return SESSION.run_with_deadlines(command, argv, timeout_s, logs)
+
+
+def _stop_local_run(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=LOCAL_RUN_STOP_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@dataclass
+class PlannedRun:
+    """The local runs one test module makes: `start(workdir)` makes them (each through run_trainer_local) and
+    returns what the module's tests read; `timeout_s` is the sum of their trainer.local --timeouts."""
+    name: str
+    module: str
+    start: Callable[[Path], Any]
+    timeout_s: float
+    runs: int
+    owner: "LocalRuns"
+    future: Future = field(default_factory=Future)
+
+    def deadline_s(self) -> float:
+        """The longest its runs may take, every deadline of run_with_deadlines spent."""
+        return self.timeout_s + self.runs * (LOCAL_RUN_WIND_DOWN_S + LOCAL_RUN_STOP_S)
+
+    def result(self) -> Any:
+        """What `start` returned (or raised), waiting for the runs planned before it and then for its own, each
+        within its deadline; made here and now if the session did not start it (its module was imported after
+        the session's collection)."""
+        owner = self.owner
+        if self.name not in owner.scheduled:
+            owner.run(self, owner.mktemp or _default_mktemp)
+            return self.future.result()
+        ahead = owner.planned[:owner.planned.index(self) + 1]
+        wait_s = sum(planned.deadline_s() for planned in ahead if planned.name in owner.scheduled)
+        started = time.monotonic()
+        try:
+            return self.future.result(timeout=wait_s)
+        except TimeoutError:
+            pytest.fail(f"the local run {self.name} did not end within {wait_s:.0f}s of waiting "
+                        f"({time.monotonic() - started:.0f}s): the runs before it and its own, every deadline spent")
+
+
+class LocalRuns:
+    """A session's planned runs, the thread that makes them, and the processes of the run going on."""
+
+    def __init__(self) -> None:
+        self.planned: list[PlannedRun] = []
+        self.scheduled: set[str] = set()
+        self.mktemp: Callable[[str], Path] | None = None
+        # The environment the runs start with: the session's at its start (None: this process's, as it is).
+        self.environment: dict[str, str] | None = None
+        self.running: set[subprocess.Popen] = set()
+        self.stopping = threading.Event()
+
+    def plan(self, name: str, module: str, start: Callable[[Path], Any], timeout_s: float,
+             runs: int = 1) -> PlannedRun:
+        """A test module's local runs (call it when the module is imported; `module` is its __name__)."""
+        planned = PlannedRun(name, module, start, timeout_s, runs, self)
+        self.planned.append(planned)
+        return planned
+
+    def start(self, selected_modules: set[str], mktemp: Callable[[str], Path]) -> None:
+        """Start, one after another in a background thread, the planned runs of the modules selected."""
+        self.mktemp = mktemp
+        self.environment = dict(os.environ)
+        chosen = [planned for planned in self.planned if planned.module in selected_modules]
+        self.scheduled.update(planned.name for planned in chosen)
+        if chosen:
+            threading.Thread(target=self._run_all, args=(chosen, mktemp), name="local-runs", daemon=True).start()
+
+    def stop(self) -> None:
+        """No further run starts; a run going on is stopped (trainer.local stops its Ray nodes on SIGTERM)."""
+        self.stopping.set()
+        for proc in list(self.running):
+            _stop_local_run(proc)
+
+    def run(self, planned: PlannedRun, mktemp: Callable[[str], Path]) -> None:
+        try:
+            planned.future.set_result(planned.start(mktemp(planned.name)))
+        except BaseException as error:            # pytest.fail's exception included: the waiting test shows it
+            planned.future.set_exception(error)
+
+    def _run_all(self, chosen: list[PlannedRun], mktemp: Callable[[str], Path]) -> None:
+        for planned in chosen:
+            if self.stopping.is_set():
+                planned.future.set_exception(RuntimeError(f"the session ended before the local run {planned.name}"))
+                continue
+            self.run(planned, mktemp)
+
+    def run_with_deadlines(self, command: list[str], argv: list[str], timeout_s: float,
+                           logs: Path) -> LocalRunResult:
+        logs.mkdir(parents=True, exist_ok=True)
+        argv = [*argv, "--timeout", str(timeout_s)]
+        out_path, err_path = logs / "local.out", logs / "local.err"
+        started = time.monotonic()
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            proc = _POPEN([*command, *argv], cwd=REPO, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True,
+                          env=self.environment)
+            self.running.add(proc)
+            try:
+                proc.wait(timeout=timeout_s + LOCAL_RUN_WIND_DOWN_S)
+            except BaseException as stop:        # our deadline, or the session interrupted (Ctrl-C)
+                _stop_local_run(proc)
+                if not isinstance(stop, subprocess.TimeoutExpired):
+                    raise
+                hung = LocalRunResult(argv, proc.returncode, out_path.read_text(errors="replace"),
+                                      err_path.read_text(errors="replace"), time.monotonic() - started)
+                pytest.fail(f"trainer.local did not end within {timeout_s + LOCAL_RUN_WIND_DOWN_S:.0f}s (its "
+                            f"--timeout {timeout_s:.0f}s + {LOCAL_RUN_WIND_DOWN_S:.0f}s to wind down); stopped it.\n"
+                            + hung.describe())
+            finally:
+                self.running.discard(proc)
+        return LocalRunResult(argv, proc.returncode, out_path.read_text(errors="replace"),
+                              err_path.read_text(errors="replace"), time.monotonic() - started)
+
+
+def _default_mktemp(name: str) -> Path:
+    import tempfile
+    return Path(tempfile.mkdtemp(prefix=f"{name}-"))
+
+
+# This session's runs (tests/conftest.py starts and stops them).
+SESSION = LocalRuns()
+plan = SESSION.plan
+start = SESSION.start
+stop = SESSION.stop

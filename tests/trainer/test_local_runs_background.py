@@ -1,0 +1,106 @@
+"""The end-to-end runs start in the background once the session is collected (tests/local_runs.py): one at a
+time, in the order planned, only for the modules the session selected; a run starts with the session's
+environment as it was (a variable a unit test sets meanwhile never reaches it); the test waiting for a run gets
+its result or its failure; a session that ends stops a run still going."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import local_runs
+
+
+@pytest.fixture
+def runs():
+    """A registry of its own, as a new session's (the session's own runs go on beside it untouched)."""
+    registry = local_runs.LocalRuns()
+    yield registry
+    registry.stop()
+
+
+def _script(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def _mktemp(root: Path):
+    def make(name: str) -> Path:
+        path = root / name
+        path.mkdir()
+        return path
+    return make
+
+
+def test_planned_runs_go_one_at_a_time_in_order_for_the_selected_modules_only(runs, tmp_path):
+    log = tmp_path / "order.log"
+
+    def start(tag: str):
+        def run(workdir: Path):
+            code = (f"import time; open({str(log)!r}, 'a').write('start {tag} ' + str(time.monotonic()) + '\\n');"
+                    f"time.sleep(0.5); open({str(log)!r}, 'a').write('end {tag} ' + str(time.monotonic()) + '\\n')")
+            return runs.run_with_deadlines(_script(code), [], 60.0, workdir).returncode, workdir.name
+        return run
+
+    first = runs.plan("first", "tests.a", start("first"), 60.0)
+    skipped = runs.plan("skipped", "tests.not_selected", start("skipped"), 60.0)
+    second = runs.plan("second", "tests.b", start("second"), 60.0)
+    runs.start({"tests.a", "tests.b"}, _mktemp(tmp_path))
+    assert second.result() == (0, "second") and first.result() == (0, "first")
+    events = [line.split()[:2] for line in log.read_text().splitlines()]
+    assert events == [["start", "first"], ["end", "first"], ["start", "second"], ["end", "second"]]
+    assert not skipped.future.done()
+
+
+def test_a_run_starts_with_the_sessions_environment_not_a_tests_patch(runs, tmp_path, monkeypatch):
+    monkeypatch.setenv("LOCAL_RUNS_PROBE", "session")
+    seen = tmp_path / "seen"
+    gate = tmp_path / "gate"
+
+    def run(workdir: Path):
+        while not gate.exists():             # the unit test beside it patches the environment meanwhile
+            time.sleep(0.05)
+        code = f"import os; open({str(seen)!r}, 'w').write(os.environ.get('LOCAL_RUNS_PROBE', 'unset'))"
+        return runs.run_with_deadlines(_script(code), [], 60.0, workdir).returncode
+
+    planned = runs.plan("probe", "tests.a", run, 60.0)
+    runs.start({"tests.a"}, _mktemp(tmp_path))
+    monkeypatch.setenv("LOCAL_RUNS_PROBE", "a unit test's")
+    gate.write_text("")
+    assert planned.result() == 0
+    assert seen.read_text() == "session"
+
+
+def test_the_waiting_test_gets_the_runs_failure(runs, tmp_path):
+    def run(workdir: Path):
+        result = runs.run_with_deadlines(_script("import sys; print('local: step 3 of 30'); sys.exit(1)"), [],
+                                               60.0, workdir)
+        assert result.returncode == 0, result.describe()
+
+    planned = runs.plan("fails", "tests.a", run, 60.0)
+    runs.start({"tests.a"}, _mktemp(tmp_path))
+    with pytest.raises(AssertionError, match="last progress: local: step 3 of 30"):
+        planned.result()
+
+
+def test_the_end_of_the_session_stops_a_run_still_going(runs, tmp_path):
+    pid_file = tmp_path / "pid"
+
+    def run(workdir: Path):
+        code = (f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(300)")
+        return runs.run_with_deadlines(_script(code), [], 600.0, workdir).returncode
+
+    planned = runs.plan("long", "tests.a", run, 600.0)
+    after = runs.plan("after", "tests.a", run, 600.0)
+    runs.start({"tests.a"}, _mktemp(tmp_path))
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and runs.running) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    runs.stop()
+    assert planned.result(), "stopped: a non-zero exit"           # SIGTERM's exit, not the 300 s sleep
+    with pytest.raises(RuntimeError, match="session ended before the local run after"):
+        after.result()
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
