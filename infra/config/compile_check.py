@@ -1,0 +1,42 @@
+"""XLA decides before anything registers: the config build compiles the steps the stack's compileCheck names
+(core/compile_verdicts.py slices_to_compile: auto, the slice counts the estimate puts near the HBM limit; always,
+every distinct shape; off, none) that have no kept verdict, and keeps each verdict, so `pulumi preview` and
+`pulumi up` refuse a step XLA refuses (rules.check_xla_verdicts, on the build that follows) and a second preview
+of an unchanged stack compiles nothing.
+
+The compiler is handed in (core/compile_verdicts.CompileStep): compiling needs the backend's launch argv
+(workloads/) and MaxText's compiler (aot/), which this layer does not import. The Pulumi program passes
+workloads/compile_check.py's; the offline plan passes none to the program it runs under mocks (it compiles on its
+own, preview/cli.py), and the tests pass stand-ins.
+"""
+from __future__ import annotations
+
+from core import compile_verdicts
+from core.worker_lock import load_pins
+from infra.config.model import StackConfig
+
+# compile-verdicts.json lives at the project's root (compile_verdicts.verdicts_path; the tests point it elsewhere).
+from infra.config.rules import REPO_ROOT
+
+
+def compile_undecided(config: StackConfig, compile_step: compile_verdicts.CompileStep) -> tuple[bool, str | None]:
+    """Compile, fewest slices first, each step compileCheck names that has no kept verdict, keeping XLA's verdicts;
+    stop at the first refusal (the run's verdict). Returns (whether anything was compiled, the one line saying why
+    XLA did not decide a step, or None)."""
+    plan = config.workload.plan
+    path = compile_verdicts.verdicts_path(REPO_ROOT)
+    compiled = False
+    for count in compile_verdicts.slices_to_compile(plan, config.workload.compile_check):
+        verdicts = compile_verdicts.load(path)
+        libtpus = [load_pins(REPO_ROOT)["libtpu"]] + sorted({kept.libtpu for kept in verdicts.values()})
+        kept = compile_verdicts.kept_verdict(verdicts, plan, count, libtpus)
+        if kept is None:
+            try:
+                kept = compile_step(config, count)
+            except compile_verdicts.NotDecided as why:
+                return compiled, str(why)
+            compile_verdicts.record(path, compile_verdicts.plan_digest(plan, count, kept.libtpu), kept)
+            compiled = True
+        if not kept.compiled:
+            break
+    return compiled, None
