@@ -460,8 +460,10 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         problems.append(f"{NAMESPACE}:memoryCheck=false keeps the exact step a compile fitted: set "
                         f"{NAMESPACE}:perDeviceBatchSize too (the batch that compile used)")
         return None
+    # A run with an eval split (evalDatasetPath) also runs MaxText's eval step, which is planned too.
     request = PlanRequest(model=model, generation=shape.generation.name, topology=shape.topology, slices=slices,
-                          min_slices=min_slices, per_device_batch_size=batch, memory_check=memory_check)
+                          min_slices=min_slices, per_device_batch_size=batch, memory_check=memory_check,
+                          evaluates=bool(v.get("evalDatasetPath")))
     if maxtext_settings:
         try:
             request = with_maxtext_keys(request, maxtext_settings)[0]

@@ -340,7 +340,8 @@ KEYS: tuple[Key, ...] = (
     Key("maxtextSettings", "object", "Further MaxText settings as a map of MaxText key to value (e.g. "
         "learning_rate: 3.0e-5, warmup_steps_fraction: 0.05), passed to every backend. Keys must be MaxText "
         "0.2.5 base.yml keys; keys the stack sets itself are refused with the config key that sets them; keys "
-        "that change memory go through the planner (ici_context_parallelism, num_vocab_tiling, mu_dtype) or are "
+        "that change memory go through the planner (ici_context_parallelism, num_vocab_tiling, mu_dtype, "
+        "eval_per_device_batch_size) or are "
         "named in the plan as not estimated. Not declared in Pulumi.yaml: Pulumi project config cannot declare "
         "a map.", ()),
     Key("runName", "string", "Name of the training run: its folder in the bucket (maxtext/RUN/ holds its "
