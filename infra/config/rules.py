@@ -516,6 +516,7 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
     shows it): with the command that compiles it, or with `not_decided`, the one line saying why this build's compile
     gave no verdict, which compileCheck=always refuses (compileCheck off: nothing of this)."""
     from core import compile_verdicts
+    from core.advice import next_smaller_batch
     from core.memory import GIB, NEAR_LIMIT
 
     if workload_plan is None or v["compileCheck"] == "off":
@@ -540,9 +541,13 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
             batch = f"{workload_plan.per_device_batch_size:g}"
             lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {count} x "
                      f"{workload_plan.shape.pod_type}: {kept.what_failed()}"]
-            lines.append(f"nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g}" if nearest else
-                         f"nearest to try: a smaller {NAMESPACE}:perDeviceBatchSize, then python -m preview --stack "
-                         "NAME")
+            if nearest:
+                lines.append(f"nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g}")
+            else:
+                # None compiled yet: the largest smaller batch the planner lays out, which the next preview compiles.
+                retry = next_smaller_batch(workload_plan)
+                lines.append(f"nearest to try: {NAMESPACE}:perDeviceBatchSize={retry:g} (not compiled yet)" if retry
+                             else f"nearest to try: a smaller {NAMESPACE}:perDeviceBatchSize (none lays out)")
             lines.append(f"(XLA's verdict, libtpu {kept.libtpu}, kept in {compile_verdicts.COMPILE_VERDICTS} on "
                          f"{kept.date})")
             # 98: ConfigError lays each problem out two columns in (within 100 as pulumi up prints it).
