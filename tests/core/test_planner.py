@@ -456,6 +456,10 @@ def test_a_run_with_an_eval_split_plans_its_eval_step_at_every_slice_count():
     fixed = plan(dataclasses.replace(bigger, min_slices=None))
     assert fixed.step_memory == fixed.eval_memory and fixed.overrides()["eval_per_device_batch_size"] == "16"
     assert fixed.step_memory.total > fixed.memory.total
+    # A worker that ran out of HBM finds the same plan, eval step included, in its own argv (core/advice.py).
+    from core.advice import plan_of_maxtext_keys
+    again = plan_of_maxtext_keys({**fixed.overrides(), "grain_eval_files": "gs://my-data/eval-*"}, "v6e", "2x4")
+    assert again.evaluates and again.eval_batch == 16 and again.step_memory == fixed.step_memory
     # Without an eval split the eval batch changes nothing but the key MaxText gets.
     quiet = plan(dataclasses.replace(bigger, evaluates=False))
     assert quiet.step_memory == quiet.memory and quiet.overrides()["eval_per_device_batch_size"] == "16"
