@@ -30,11 +30,12 @@ def build(raw: Mapping[str, Any], compile_step: CompileStep | None = None) -> St
         return config
     from infra.config.compile_check import compile_undecided
 
-    compiled, not_decided = compile_undecided(config, compile_step)
-    return _build(raw, not_decided) if compiled or not_decided else config
+    outcome = compile_undecided(config, compile_step)
+    return _build(raw, outcome) if outcome.fresh or outcome.not_decided else config
 
 
-def _build(raw: Mapping[str, Any], not_decided: str | None = None) -> StackConfig:
+def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
+    """build() without compiling; `compiled`: what this build's compiles gave (compile_check.CompileOutcome)."""
     problems: list[str] = []
     v = parse_values(raw, problems)
     rules.check_applies(v, raw, problems)
@@ -55,7 +56,7 @@ def _build(raw: Mapping[str, Any], not_decided: str | None = None) -> StackConfi
     rules.check_pathways(v, raw, shape, problems)
     maxtext_settings = data_rules.accepted_maxtext_settings(v, problems)
     workload_plan = rules.plan_workload(v, raw, shape, problems, maxtext_settings)
-    workload_plan = rules.check_xla_verdicts(v, workload_plan, problems, not_decided)
+    workload_plan = rules.check_xla_verdicts(v, workload_plan, problems, compiled)
     tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
     data_rules.check_data(v, raw, workload_plan, maxtext_settings, problems)
     if problems:

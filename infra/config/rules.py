@@ -508,25 +508,28 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
 
 
 def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: list[str],
-                       not_decided: str | None = None) -> Plan | None:
+                       compiled=None) -> Plan | None:
     """XLA decides where it has compiled the run's steps (core/compile_verdicts.py, written by this build's compiles
     (infra/config/compile_check.py) and by `python -m preview`): a step XLA refused at any slice count the run takes
     is refused here, before anything registers, naming the batch, what failed and the nearest batch XLA compiled.
     A step near the limit that XLA has not compiled is named in the plan's notes (a warning where the Pulumi program
-    shows it): with the command that compiles it, or with `not_decided`, the one line saying why this build's compile
-    gave no verdict, which compileCheck=always refuses (compileCheck off: nothing of this)."""
+    shows it): with the command that compiles it, or with the one line saying why this build's compile gave no
+    verdict, which compileCheck=always refuses (compileCheck off: nothing of this). `compiled`: what this build's
+    compiles gave (infra/config/compile_check.py CompileOutcome), None when it compiled nothing."""
     from core import compile_verdicts
     from core.advice import next_smaller_batch
     from core.memory import GIB, NEAR_LIMIT
 
     if workload_plan is None or v["compileCheck"] == "off":
         return workload_plan
+    not_decided = compiled.not_decided if compiled is not None else None
     if not_decided is not None and v["compileCheck"] == "always":
         problems.append("\n".join(textwrap.wrap(
             f"{NAMESPACE}:compileCheck=always needs XLA's verdict on every step and got none: {not_decided}; "
             "or set compileCheck=auto (a warning instead) or off", 98, subsequent_indent=_INDENT)))
         return None
-    verdicts = compile_verdicts.load(compile_verdicts.verdicts_path(REPO_ROOT))
+    verdicts = {**compile_verdicts.load(compile_verdicts.verdicts_path(REPO_ROOT)),
+                **(compiled.fresh if compiled is not None else {})}
     # The workers' libtpu first (what the run compiles with), then any other that compiled the step.
     libtpus = [load_pins(REPO_ROOT)["libtpu"]] + sorted({kept.libtpu for kept in verdicts.values()})
 
@@ -557,6 +560,9 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
             return None
         if kept is None and workload_plan.at_slices(count).memory.verdict == NEAR_LIMIT:
             uncompiled.append(count)
+    if compiled is not None and compiled.not_kept:
+        workload_plan = dataclasses.replace(workload_plan, notes=workload_plan.notes + (
+            f"memory: XLA's verdict was not kept ({compiled.not_kept}): the next preview compiles it again",))
     if uncompiled:
         worst = workload_plan.at_slices(uncompiled[0]).memory.total / GIB
         counts = ", ".join(map(str, uncompiled))

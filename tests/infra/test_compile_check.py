@@ -165,3 +165,17 @@ def test_stopping_the_program_stops_the_compile_it_runs(tmp_path, signum):
                 os.kill(pid, signal.SIGKILL)
         if program.poll() is None:
             program.kill()
+
+
+def test_a_verdict_that_cannot_be_kept_still_decides_and_says_so(monkeypatch, tmp_path):
+    """A read-only project: XLA's refusal still refuses this build (no traceback), and a fit says the next preview
+    compiles again."""
+    monkeypatch.setenv("TPU_MULTISLICE_COMPILE_VERDICTS", str(tmp_path / "missing-dir" / "verdicts.json"))
+    calls: list[int] = []
+    with pytest.raises(ConfigError) as refused:
+        build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "slow_oom", calls))
+    assert calls == [1] and "is refused by XLA on 1 x v6e-8" in refused.value.problems[0]
+    kept = build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
+    assert calls == [1, 1]
+    assert any("XLA's verdict was not kept (verdicts.json: No such file or directory)" in note
+               for note in kept.workload.plan.notes), kept.workload.plan.notes
