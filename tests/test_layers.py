@@ -1,5 +1,5 @@
-"""The package layers point one way: core ← infra ← workloads ← __main__; core ← aot ← workloads (the ahead-of-time
-compile); core ← trainer; preview → the rest.
+"""The package layers point one way: core ← infra ← workloads ← __main__; core ← aot ← workloads (the
+ahead-of-time compile); core ← trainer; preview → the rest.
 
 Read from the source with `ast` (every import, also those inside functions), so a lazy import cannot hide a
 wrong-way edge. What is shipped to the cluster (core/, trainer/ without trainer/local/) imports no Pulumi.

@@ -195,8 +195,8 @@ KEYS: tuple[Key, ...] = (
         "otherwise), for when a compile of that exact step fits: python -m preview --stack NAME --compile, or the "
         "python -m preview.compile command the refusal prints. Needs perDeviceBatchSize (the step the compile "
         "checked). A step that does not fit ends the run with exit 6 (out of HBM), never retried.", True),
-    Key("compileCheck", "string", "Which of the run's steps XLA compiles before you pay, in pulumi preview, pulumi up and "
-        "python -m preview --stack NAME (every slice count of an elastic run; needs MaxText and libtpu where they "
+    Key("compileCheck", "string", "Which of the run's steps XLA compiles before you pay, in pulumi preview, pulumi "
+        "up and python -m preview --stack NAME (every slice count of an elastic run; needs MaxText and libtpu where they "
         "run, scripts/setup.sh): auto compiles the steps the estimate puts near the HBM limit (a warning when it "
         "cannot), always every step (a refusal when it cannot), off none. Verdicts are kept in "
         "compile-verdicts.json (keep or commit it: a step is compiled once); a step XLA refused is refused.", "auto",

@@ -125,7 +125,8 @@ from preview.harness import run_program
 from tests.infra.test_compile_check import FAKE, _near
 from workloads.compile_check import compile_step
 try:
-    run_program(_near(), stack="dev", compile_step=functools.partial(compile_step, compiler=(sys.executable, str(FAKE))))
+    run_program(_near(), stack="dev",
+                compile_step=functools.partial(compile_step, compiler=(sys.executable, str(FAKE))))
 except (KeyboardInterrupt, CompileStopped):
     sys.exit(9)
 """
