@@ -16,6 +16,7 @@ from infra.services import ProjectServices, required_apis
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
 from infra.worker_image import WorkerImage, WorkerImageSpec, image_tag
+from workloads import compile_check
 from workloads.backend import WorkloadContext
 from workloads.backends import backend_for, deploy_workload, run_name
 from workloads.bundle import load_bundle
@@ -24,7 +25,8 @@ from workloads.next_steps import next_steps, run_pods_command, watch_command, wh
 from workloads.run_summary import run_summary
 
 try:
-    config = build(raw_from_pulumi())
+    # XLA decides before anything registers: the steps compileCheck names that it has not judged are compiled here.
+    config = build(raw_from_pulumi(), compile_step=compile_check.for_program)
 except ConfigError as error:
     # RunError ends the program with the message only: no traceback, and nothing has been registered.
     raise pulumi.RunError(str(error)) from None

@@ -75,9 +75,11 @@ def out_of_hbm(chosen: Plan) -> str:
     that need fewer bytes per device than this one (core/planner.py nearest_fits, nearest first), as the trainer's
     flags, and the compile that checks one before it runs."""
     request = request_for(chosen)
-    smaller = [alt for alt in nearest_fits(request, chosen, limit=8) if alt.plan.memory.total < chosen.memory.total]
+    # step_memory: the worse of the train and eval steps (the eval step when the run evaluates at a batch of its own).
+    smaller = [alt for alt in nearest_fits(request, chosen, limit=8)
+               if alt.plan.step_memory.total < chosen.step_memory.total]
     options = ", or ".join(flags_for(alt) for alt in smaller[:2])
-    return (f"XLA ran out of HBM on this step (estimated {chosen.memory.total / GIB:.1f} GiB per device); "
+    return (f"XLA ran out of HBM on this step (estimated {chosen.step_memory.total / GIB:.1f} GiB per device); "
             + (f"nearest that fits: {options}" if options else "no nearby change fits the estimate")
             + "; compile it first: python -m preview --stack NAME --compile, or python -m preview.compile")
 
@@ -101,7 +103,11 @@ def plan_of_maxtext_keys(keys: Mapping[str, str], generation: str, topology: str
             dcn_data=dcn_data, dcn_fsdp=dcn_fsdp, per_device_batch_size=float(keys["per_device_batch_size"]),
             max_target_length=int(keys["max_target_length"]), remat_policy=keys["remat_policy"],
             remat_offload=tuple(sorted(k for k, v in keys.items() if v == "offload")),
-            weight_dtype=keys["weight_dtype"], attention=keys.get("attention"), memory_check=False)
+            weight_dtype=keys["weight_dtype"], attention=keys.get("attention"), memory_check=False,
+            # A run with an eval split (grain_eval_files) also runs the eval step, at its own batch if set.
+            evaluates=bool(keys.get("grain_eval_files")),
+            eval_per_device_batch_size=float(keys["eval_per_device_batch_size"])
+            if keys.get("eval_per_device_batch_size") else None)
         return plan(request)
     except (KeyError, ValueError, PlanError):
         return None

@@ -1,9 +1,9 @@
 """XLA's verdicts on compiled training steps, kept in a JSON file so that a step is compiled once.
 
-`python -m preview --stack NAME` compiles the shapes a run takes (every slice count of an elastic run) when the
-stack's compileCheck asks for it (preview/cli.py) and records each verdict here; the stack's config build
-(infra/config/rules.py) reads them, so a step XLA refused is refused before anything registers, and a second
-preview of an unchanged stack does not compile again.
+The stack's config build, as `pulumi preview`/`pulumi up` run it, compiles the steps its compileCheck names that
+have no verdict here (infra/config/compile_check.py, with the compiler the program hands it) and records each
+verdict; `python -m preview --stack NAME` does the same (preview/cli.py). A step XLA refused is refused before
+anything registers, and a second preview of an unchanged stack does not compile again.
 
 A verdict is keyed by a digest of what decides the compiled program: the MaxText keys the plan gives the step
 (core/planner.py Plan.overrides at that slice count, and the MaxText keys the planner does not model), the TPU
@@ -93,6 +93,41 @@ def nearest_compiled(plan, slices: int, kept_for: Callable[[Any, int], "Verdict 
         if known is not None and known.compiled:
             return k * step
         k -= 1
+    return None
+
+
+class NotDecided(Exception):
+    """XLA gave no verdict on a step: no compiler where this program runs, a compile that could not be set up, or
+    one that did not finish. The message is one line saying why (and what to install)."""
+
+
+# How a program compiles one of its steps: (the stack's config, slice count) -> XLA's verdict, or NotDecided. The
+# config build (infra/config/) is handed one by the program that runs it (workloads/compile_check.py) and never
+# imports a compiler itself.
+CompileStep = Callable[[Any, int], Verdict]
+
+
+def slices_to_compile(plan, check: str, asked: bool = False) -> list[int]:
+    """The slice counts whose step is compiled, fewest first: `asked` (--compile) or check "always": every distinct
+    shape the run takes (an elastic run at its fewest slices, then its full group: between the two the per-device
+    step is the same with data parallelism across slices and smaller with FSDP across more of them, so the fewest
+    slices hold the most bytes per device); "auto": the counts the estimate puts near the limit (where its
+    measured error leaves the verdict open); "off": none."""
+    from core.memory import NEAR_LIMIT
+
+    if asked or check == "always":
+        return sorted({plan.min_slices, plan.slices})
+    if check == "auto":
+        return [n for n in range(plan.min_slices, plan.slices + 1) if plan.at_slices(n).memory.verdict == NEAR_LIMIT]
+    return []
+
+
+def kept_verdict(verdicts: dict[str, Verdict], plan, slices: int, libtpus: list[str]) -> Verdict | None:
+    """The kept verdict on `plan` at `slices` by the first of `libtpus` that compiled it (the workers' first)."""
+    for libtpu in libtpus:
+        kept = verdicts.get(plan_digest(plan, slices, libtpu))
+        if kept is not None:
+            return kept
     return None
 
 

@@ -90,6 +90,13 @@ OFFLOADED_LAYERS_HELD_ACROSS_SLICES = 5
 # how XLA schedules the loss phase without a DCN axis, taken from the compiler's figures like the count above.
 # Untied heads (llama3) on one slice keep 2 bytes per logit (llama3-8b on 1 x v6e-64 at batch 12: 30.45 GiB).
 TIED_LOGIT_BYTES_ONE_SLICE = 4
+# The eval step (MaxText 0.2.5 trainers/pre_train/train.py eval_step: loss_fn with is_train=False, no gradient, no
+# new state) is forward only: the same train state (parameters and AdamW's moments are its arguments), no gradients,
+# nothing saved for a backward pass, the head and the layers' weights gathered in bf16 without gradients, and the
+# next layer's weights prefetched while this one computes. Estimated, never compiled: train_compile compiles only
+# train.train_step (maxtext/trainers/pre_train/train_compile.py main), so no compile has checked these terms.
+FORWARD_WEIGHT_BYTES = 2      # a gathered weight in bf16, per element (no gradient beside it)
+FORWARD_LAYERS_IN_FLIGHT = 2  # this layer and the next one's prefetched weights
 
 # Per device, libtpu 0.0.42.1 (the "hbm" section of core/xla_calibration.json, measured by
 # `python -m preview.compile --calibrate` and compared with this table by tests/core/test_xla_calibration.py).
@@ -284,9 +291,10 @@ class MemoryEstimate:
 def estimate(model: ModelPreset, *, fsdp: int, tensor: int, per_device_batch_size: float, seq_len: int,
              remat_policy: str, remat_offload: tuple[str, ...], weight_dtype: str, attention: str,
              generation: str, hbm_gib_per_device: float, num_vocab_tiling: int = 1,
-             mu_dtype: str | None = None, slices: int = 1) -> MemoryEstimate:
+             mu_dtype: str | None = None, slices: int = 1, forward_only: bool = False) -> MemoryEstimate:
     """Bytes per device. fsdp: FSDP shards (ICI x DCN); tensor: ICI tensor parallelism; slices: slices the step
-    spans (collectives over DCN)."""
+    spans (collectives over DCN); forward_only: the eval step (see FORWARD_WEIGHT_BYTES) instead of the train
+    step."""
     if weight_dtype not in DTYPE_BYTES:
         raise PlanError(f"weight_dtype={weight_dtype!r} unknown; allowed: {', '.join(DTYPE_BYTES)}")
     shards = fsdp * tensor
@@ -298,22 +306,30 @@ def estimate(model: ModelPreset, *, fsdp: int, tensor: int, per_device_batch_siz
         raise PlanError(f"mu_dtype={mu_dtype!r} unknown; allowed: {', '.join(DTYPE_BYTES)}")
     mu_bytes = DTYPE_BYTES[mu_dtype or weight_dtype]
     logit_bytes = TIED_LOGIT_BYTES_ONE_SLICE if model.tied_embeddings and slices == 1 else LOGIT_BYTES
+    # Forward only: the head and its input without their gradients, two layers' weights without theirs. The
+    # logits keep the train step's bytes (the tied head's 4 on one slice is XLA's measured layout of that phase).
+    head_bytes, hidden_bytes = (FORWARD_WEIGHT_BYTES, ACTIVATION_BYTES) if forward_only else (HEAD_BYTES,
+                                                                                                HIDDEN_BYTES)
+    layers_bytes = (FORWARD_LAYERS_IN_FLIGHT * FORWARD_WEIGHT_BYTES if forward_only
+                    else LAYERS_IN_FLIGHT * LAYER_BYTES)
     loss = (tokens / max(1, num_vocab_tiling) * model.vocab_size * logit_bytes
-            + model.vocab_size * model.emb_dim * HEAD_BYTES / tensor
-            + tokens * tensor * model.emb_dim * HIDDEN_BYTES)
+            + model.vocab_size * model.emb_dim * head_bytes / tensor
+            + tokens * tensor * model.emb_dim * hidden_bytes)
     scores = (per_device_batch_size * model.num_query_heads * seq_len * seq_len * 4
               if attention == "dot_product" else 0)
-    layer = (LAYERS_IN_FLIGHT * model.params_per_layer * LAYER_BYTES / tensor
+    layer = (layers_bytes * model.params_per_layer / tensor
              + sum(widths.values()) * tokens * ACTIVATION_BYTES + scores)
     return MemoryEstimate(
         reserved=int(RUNTIME_RESERVED_GIB.get(generation, 0.25) * GIB),
         params=int(weights),
         optimizer=int(weights + model.param_count * mu_bytes / shards),   # nu in weight_dtype + mu
-        gradients=int(model.param_count * DTYPE_BYTES[weight_dtype] / shards),
-        activations=int(tokens * saved * model.num_layers * ACTIVATION_BYTES
-                        + (OFFLOADED_LAYERS_HELD_ACROSS_SLICES * tokens * ACTIVATION_BYTES
-                           * sum(widths[t] for t in offloaded_tensors(remat_policy, remat_offload))
-                           if slices > 1 else 0)),
+        gradients=0 if forward_only else int(model.param_count * DTYPE_BYTES[weight_dtype] / shards),
+        # Nothing is kept for a backward pass in the eval step (the remat policy and offloads do not apply).
+        activations=0 if forward_only else int(
+            tokens * saved * model.num_layers * ACTIVATION_BYTES
+            + (OFFLOADED_LAYERS_HELD_ACROSS_SLICES * tokens * ACTIVATION_BYTES
+               * sum(widths[t] for t in offloaded_tensors(remat_policy, remat_offload))
+               if slices > 1 else 0)),
         loss=int(loss),
         layer=int(layer),
         hbm=int(xla_hbm_limit_gib(generation, hbm_gib_per_device) * GIB),

@@ -79,6 +79,10 @@ class PlanRequest:
     # Other MaxText keys the run sets that change memory but that the estimate does not model (quantization ...):
     # passed through to MaxText, named in the plan's notes; the compile decides.
     unmodeled: tuple[tuple[str, str], ...] = ()
+    # The run evaluates on an eval split (grain_eval_files): its eval step is planned too, at this per-device batch
+    # (MaxText eval_per_device_batch_size; None: MaxText 0.2.5 configs/types.py takes per_device_batch_size).
+    evaluates: bool = False
+    eval_per_device_batch_size: float | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,25 @@ class Plan:
     num_vocab_tiling: int = 1
     mu_dtype: str = ""                     # "" = MaxText's default (weight_dtype)
     unmodeled: tuple[tuple[str, str], ...] = ()
+    evaluates: bool = False                # the run also runs MaxText's eval step (PlanRequest.evaluates)
+    eval_per_device_batch_size: float | None = None
+
+    @property
+    def eval_batch(self) -> float:
+        """The eval step's per-device batch (MaxText 0.2.5 configs/types.py: unset or 0 = per_device_batch_size)."""
+        return self.eval_per_device_batch_size or self.per_device_batch_size
+
+    @property
+    def eval_memory(self) -> MemoryEstimate | None:
+        """The eval step's estimate (forward only, core/memory.py), or None when the run does not evaluate."""
+        return _estimate(self, forward_only=True) if self.evaluates else None
+
+    @property
+    def step_memory(self) -> MemoryEstimate:
+        """The estimate that decides the verdict: the larger of the train and eval steps (same limit, so the
+        larger estimate has the worse verdict)."""
+        evaluated = self.eval_memory
+        return evaluated if evaluated is not None and evaluated.total > self.memory.total else self.memory
 
     @property
     def ici_batch_free(self) -> int:
@@ -168,6 +191,8 @@ class Plan:
                                     ("num_vocab_tiling", self.num_vocab_tiling, 1), ("mu_dtype", self.mu_dtype, "")):
             if value != default:
                 keys[key] = str(value)
+        if self.eval_per_device_batch_size:
+            keys["eval_per_device_batch_size"] = _number(self.eval_per_device_batch_size)
         keys.update({tensor: "offload" for tensor in self.remat_offload})
         return keys
 
@@ -177,14 +202,17 @@ class Plan:
                 f"per_device_batch_size {_number(self.per_device_batch_size)} (global {_number(self.global_batch_size)}), "
                 f"seq {self.max_target_length}, remat {self.remat_policy}"
                 + (f" offload {'/'.join(self.remat_offload)}" if self.remat_offload else "")
-                + f", weights {self.weight_dtype}; {self.memory.describe()}")
+                + f", weights {self.weight_dtype}; {self.memory.describe()}"
+                + (f"; eval step (forward only, per_device_batch_size {_number(self.eval_batch)}): "
+                   f"{self.eval_memory.total / GIB:.1f} GiB per device, estimated, not compiled"
+                   if self.eval_memory is not None else ""))
 
 
 def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def _estimate(plan: Plan) -> MemoryEstimate:
+def _estimate(plan: Plan, forward_only: bool = False) -> MemoryEstimate:
     generation = plan.shape.generation
     return estimate(
         plan.model,
@@ -195,7 +223,8 @@ def _estimate(plan: Plan) -> MemoryEstimate:
         num_vocab_tiling=plan.num_vocab_tiling,
         mu_dtype=plan.mu_dtype or None,
         slices=plan.slices,
-        per_device_batch_size=plan.per_device_batch_size,
+        per_device_batch_size=plan.eval_batch if forward_only else plan.per_device_batch_size,
+        forward_only=forward_only,
         seq_len=plan.max_target_length,
         remat_policy=plan.remat_policy,
         remat_offload=plan.remat_offload,
@@ -368,7 +397,8 @@ def _plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] |
         attention=request.attention or model.attention,
         ici_context=request.ici_context, ici_sequence=request.ici_sequence,
         num_vocab_tiling=request.num_vocab_tiling or 1, mu_dtype=request.mu_dtype or "",
-        unmodeled=tuple(request.unmodeled),
+        unmodeled=tuple(request.unmodeled), evaluates=request.evaluates,
+        eval_per_device_batch_size=request.eval_per_device_batch_size,
     )
     batch_free = ici_tensor * others
     if base["max_target_length"] < 1:
@@ -396,15 +426,16 @@ def _plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] |
             candidate = Plan(dcn_data=dcn_data, dcn_fsdp=dcn_fsdp, per_device_batch_size=pdbs,
                              memory=None, **base)  # type: ignore[arg-type]
             candidate = dataclasses.replace(candidate, memory=_estimate(candidate))
-            # Every slice count the run may have; the fewest slices hold the most bytes per device.
-            worst = max((candidate.at_slices(n) for n in counts), key=lambda p: p.memory.total)
+            # Every slice count the run may have (the fewest slices hold the most bytes per device), and at each
+            # the worse of the train and eval steps.
+            worst = max((candidate.at_slices(n) for n in counts), key=lambda p: p.step_memory.total)
             tried.append(worst)
             candidates.append((candidate, worst))
         if kept is None:
-            kept = min(candidates, key=lambda pair: pair[1].memory.total)
+            kept = min(candidates, key=lambda pair: pair[1].step_memory.total)
         for wanted in (FITS, NEAR_LIMIT):
             for candidate, worst in candidates:
-                if worst.memory.verdict == wanted:
+                if worst.step_memory.verdict == wanted:
                     host = _host_problem(worst)
                     if host:
                         host_problems.append(host)
@@ -416,16 +447,20 @@ def _plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] |
         assert kept is not None
         first, worst = kept
         return dataclasses.replace(first, notes=(
-            f"memory check off: estimated {worst.memory.total / GIB:.1f} GiB per device, over the "
-            f"{worst.memory.usable / GIB:.2f} GiB XLA compiles against; run it only if XLA's compile fits it "
+            f"memory check off: estimated {worst.step_memory.total / GIB:.1f} GiB per device, over the "
+            f"{worst.step_memory.usable / GIB:.2f} GiB XLA compiles against; run it only if XLA's compile fits it "
             f"({_compile_hint(request, worst)})",)), None     # an elastic run's compile: at its fewest slices
-    best = min(tried, key=lambda p: p.memory.total)
+    best = min(tried, key=lambda p: p.step_memory.total)
     resized = f" (elastic: at {best.slices} of {min_slices}..{request.slices} slices)" if elastic else ""
     hint = _compile_hint(request, best)
     raise DoesNotFit(f"{model.name} does not fit on {best.slices} x {shape.pod_type}{resized}"
                     f" (dcn data {best.dcn_data} x fsdp {best.dcn_fsdp}, ici fsdp {best.ici_fsdp} x tensor {best.ici_tensor},"
                     f" per_device_batch_size {_number(best.per_device_batch_size)}, seq {best.max_target_length},"
-                    f" remat {best.remat_policy}, weights {best.weight_dtype}): {best.memory.describe()}."
+                    f" remat {best.remat_policy}, weights {best.weight_dtype})"
+                    + (" in its eval step (forward only, per_device_batch_size "
+                       f"{_number(best.eval_batch)}, estimated: train_compile compiles only the train step)"
+                       if best.step_memory is not best.memory else "")
+                    + f": {best.step_memory.describe()}."
                     f" This is an estimate (core/xla_calibration.json: within {ESTIMATE_ERROR:.0%} of XLA near the"
                     f" limit, above it elsewhere); only a compile of this exact step that fits accepts it: {hint}"
                     " --no-memory-check (if it fits, the trainer's --no-memory-check or a stack's"
@@ -448,13 +483,13 @@ def _host_problem(candidate: Plan) -> str | None:
 def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, bounds: tuple[float, float],
            worst: Plan | None = None) -> tuple[str, ...]:
     notes = []
-    warning = (worst or chosen).memory.near_limit_warning()
+    warning = (worst or chosen).step_memory.near_limit_warning()
     if warning:
         at = f" (at {worst.slices} slices)" if worst is not None and worst.slices != chosen.slices else ""
         notes.append(f"memory{at}: {warning}")
     outright, best = bounds
     # Fits outright only if it does at every slice count the run may have (the worst of them).
-    clean = outright if (worst or chosen).memory.verdict == FITS else None
+    clean = outright if (worst or chosen).step_memory.verdict == FITS else None
     if clean is None:
         shape = (f"shape: per_device_batch_size {_number(chosen.per_device_batch_size)} is near the limit"
                  + (f", as is every batch up to {_number(best)}" if best > chosen.per_device_batch_size else "")
@@ -473,6 +508,14 @@ def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, bounds: tuple
     if not_estimated:
         notes.append(f"memory: the estimate does not cover {', '.join(not_estimated)}: passed to MaxText as set; "
                      "python -m preview.compile (or --compile in the offline plan) decides whether it fits")
+    if chosen.evaluates:
+        fewest = chosen.at_slices(chosen.min_slices)
+        evaluated = fewest.eval_memory
+        notes.append(
+            f"eval step: forward only at per_device_batch_size {_number(chosen.eval_batch)}, estimated "
+            f"{evaluated.total / GIB:.1f} GiB per device on {fewest.slices} slice(s) (train step "
+            f"{fewest.memory.total / GIB:.1f}): {evaluated.verdict}; planned at every slice count, never "
+            "compiled (MaxText 0.2.5's train_compile compiles only the train step)")
     if chosen.elastic:
         low = chosen.at_slices(chosen.min_slices)
         notes.append(f"elastic: per_device_batch_size stays {_number(chosen.per_device_batch_size)} on a resize, so "
@@ -565,9 +608,9 @@ def batch_bounds(chosen: Plan, ceiling: float = 64) -> tuple[float, float]:
             trial = dataclasses.replace(chosen, per_device_batch_size=candidate)
             trial = dataclasses.replace(trial, memory=_estimate(trial))
             sized = [trial.at_slices(n) for n in counts]
-            if not all(p.memory.verdict in (FITS, NEAR_LIMIT) and _host_problem(p) is None for p in sized):
+            if not all(p.step_memory.verdict in (FITS, NEAR_LIMIT) and _host_problem(p) is None for p in sized):
                 break
-            clean_open = clean_open and all(p.memory.verdict == FITS for p in sized)
+            clean_open = clean_open and all(p.step_memory.verdict == FITS for p in sized)
             if clean_open:
                 clean = candidate
             best = candidate
@@ -588,7 +631,8 @@ def request_for(chosen: Plan) -> PlanRequest:
         model=chosen.model.name, generation=chosen.shape.generation.name, topology=chosen.shape.topology,
         slices=chosen.slices, min_slices=chosen.min_slices if chosen.min_slices != chosen.slices else None,
         ici_context=chosen.ici_context, ici_sequence=chosen.ici_sequence,
-        num_vocab_tiling=chosen.num_vocab_tiling, mu_dtype=chosen.mu_dtype or None, unmodeled=chosen.unmodeled)
+        num_vocab_tiling=chosen.num_vocab_tiling, mu_dtype=chosen.mu_dtype or None, unmodeled=chosen.unmodeled,
+        evaluates=chosen.evaluates, eval_per_device_batch_size=chosen.eval_per_device_batch_size)
     return _pinned(base, chosen)
 
 
@@ -725,11 +769,13 @@ def advise(request: PlanRequest, *, max_slices: int | None = None, limit: int = 
 # Estimated (and laid out): ici_context_parallelism (weights sharded over it as over FSDP: MaxText base.yml
 # logical_axis_rules put `embed` on fsdp and context; the tokens per device do not change, the sequence is split
 # and the batch is not), num_vocab_tiling (the loss over this many chunks of the tokens: maxtext
-# utils/vocabulary_tiling.py), mu_dtype (optax adamw's first moment; the second stays in weight_dtype).
+# utils/vocabulary_tiling.py), mu_dtype (optax adamw's first moment; the second stays in weight_dtype),
+# eval_per_device_batch_size (the eval step's batch, estimated forward only when the run evaluates).
 # Laid out, not estimated: ici_sequence_parallelism. Passed through, not estimated (the plan names them; the
 # compile decides): quantization and the rest of MEMORY_KEYS_NOT_ESTIMATED. MaxText 0.2.5 base.yml has each key.
 _LIFTED = {"ici_context_parallelism": "ici_context", "ici_sequence_parallelism": "ici_sequence",
-           "num_vocab_tiling": "num_vocab_tiling", "mu_dtype": "mu_dtype"}
+           "num_vocab_tiling": "num_vocab_tiling", "mu_dtype": "mu_dtype",
+           "eval_per_device_batch_size": "eval_per_device_batch_size"}
 LIFTED_KEYS = tuple(_LIFTED)
 MEMORY_KEYS_NOT_ESTIMATED = (
     "quantization", "use_qwix_quantization", "quantize_logits_proj", "context_parallel_strategy",
@@ -738,10 +784,6 @@ MEMORY_KEYS_NOT_ESTIMATED = (
     "dcn_sequence_parallelism", "ici_tensor_sequence_parallelism", "ici_autoregressive_parallelism",
     "ici_pipeline_parallelism", "dcn_pipeline_parallelism", "num_layers_per_pipeline_stage",
     "shard_optimizer_over_data",
-    # The eval step's batch (MaxText 0.2.5 configs/types.py: unset = per_device_batch_size, and then the eval step,
-    # which holds no gradients or saved activations beside the same train state, needs less than the train step).
-    # A larger one is not estimated, and train_compile compiles only the train step.
-    "eval_per_device_batch_size",
 )
 
 
@@ -759,6 +801,15 @@ def with_maxtext_keys(request: PlanRequest, extra: Mapping[str, str]) -> tuple[P
             continue
         if field_name == "mu_dtype":
             changes[field_name] = value
+            continue
+        if field_name == "eval_per_device_batch_size":
+            # The eval step's batch: estimated (forward only) when the run evaluates (PlanRequest.evaluates).
+            try:
+                changes[field_name] = float(value)
+            except ValueError:
+                raise PlanError(f"{key}={value!r} must be a number") from None
+            if changes[field_name] < 0:
+                raise PlanError(f"{key}={value!r} must be >= 0 (0: per_device_batch_size)")
             continue
         try:
             changes[field_name] = int(value)

@@ -105,6 +105,13 @@ def assumptions(config: StackConfig) -> list[str]:
                      "limitation and no price of its own for it, so both are assumed; a pool without it pulls "
                      "the whole image first")
     lines.extend(backend.assumptions(config))
+    planned = config.workload.plan
+    if planned.evaluates:
+        # MaxText 0.2.5 maxtext/trainers/pre_train/train_compile.py main lowers and compiles train.train_step only.
+        lines.append(f"eval step: its HBM (forward only, per_device_batch_size {planned.eval_batch:g}) is the "
+                     "planner's estimate, never XLA's: MaxText's train_compile compiles only the train step, so no "
+                     "pre-flight compile checks it; a step that does not fit ends the run at its first evaluation "
+                     "(exit 6, out of HBM); check: the run's first eval_interval")
     if config.network.dcn:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")

@@ -352,7 +352,7 @@ def xla_refusal(config: StackConfig, refused, root: Path) -> list[str]:
     if (refused.reason or "").startswith("could not set up the compile"):
         # Not XLA's verdict: nothing was compiled (MaxText or libtpu missing here, no topology for the shape).
         why = refused.reason.partition(": ")[2]
-        missing = re.match(r"(\S+) is not installed here", why)
+        missing = re.match(r"no (\S+) here", why)
         if missing:
             return [f"compile: {missing.group(1)} is not installed here: bash scripts/setup.sh installs it, or set "
                     "compileCheck=off"]
@@ -390,21 +390,10 @@ def batch_to_try(config: StackConfig, compiled) -> float | None:
 
 
 def slices_to_compile(config: StackConfig, asked: bool) -> list[int]:
-    """The slice counts whose step this preview compiles: with --compile or compileCheck=always every distinct
-    shape the run takes (an elastic run at its fewest slices, then its full group: between the two the per-device
-    step is the same with data parallelism across slices and smaller with FSDP across more of them, so the fewest
-    slices hold the most bytes per device); with compileCheck=auto the counts the estimate puts near the limit
-    (where its measured error leaves the verdict open); with off, none."""
-    planned = config.workload.plan
-    every = sorted({planned.min_slices, planned.slices})
-    check = config.workload.compile_check
-    if asked or check == "always":
-        return every
-    if check == "auto":
-        from core.memory import NEAR_LIMIT
-        return [n for n in range(planned.min_slices, planned.slices + 1)
-                if planned.at_slices(n).memory.verdict == NEAR_LIMIT]
-    return []
+    """The slice counts whose step this preview compiles (core/compile_verdicts.py slices_to_compile: with
+    --compile or compileCheck=always every distinct shape the run takes, with auto those near the limit)."""
+    from core.compile_verdicts import slices_to_compile as counts
+    return counts(config.workload.plan, config.workload.compile_check, asked)
 
 
 def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, counts: list[int]) -> list:
@@ -412,6 +401,7 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, c
     of `counts` slices, fewest first, stopping at a refusal (the run's verdict). A step whose verdict is in
     compile-verdicts.json (core/compile_verdicts.py) is not compiled again; a new verdict is added to it."""
     from core import compile_verdicts
+    from aot.runner import decided, verdict_of
     from preview.compile import CompileSetupError, failed_setup, loaded_libtpu, run_compile, stack_target
 
     planned = config.workload.plan
@@ -433,24 +423,14 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, c
                 print(fit(f"compile: {target.plan}"), file=sys.stderr)
                 result = run_compile(target, timeout=timeout, progress=sys.stderr)
                 results.append(result)
-                if result.compiled or result.required_bytes or result.error_code:
+                if decided(result):
                     # XLA's own verdict (not a timeout or a set-up failure): kept for the next preview.
-                    compile_verdicts.record(cache, digest, to_verdict(result, resized))
+                    compile_verdicts.record(cache, digest, verdict_of(result, resized))
             if not results[-1].compiled:
                 break            # a refusal at the fewest slices is the run's verdict
     except CompileSetupError as error:
         results.append(failed_setup(config, str(error)))
     return results
-
-
-def to_verdict(result, resized: Plan):
-    from core.compile_verdicts import Verdict
-    from preview.compile import installed
-    return Verdict(compiled=result.compiled, shape=resized.describe().split(";")[0], slices=result.num_slices,
-                   libtpu=result.libtpu, maxtext=installed("maxtext"), reason=result.reason,
-                   error_code=result.error_code, required_bytes=result.required_bytes,
-                   peak_bytes=result.peak_bytes_per_device, hbm_bytes=result.hbm_bytes,
-                   per_device_batch_size=resized.per_device_batch_size)
 
 
 def from_verdict(verdict, resized: Plan, digest: str):

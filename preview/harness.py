@@ -26,6 +26,7 @@ from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_in_stack
 
 from infra import data_lookups
+from workloads import compile_check
 from infra.config.schema import NAMESPACE
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -403,9 +404,12 @@ def to_pulumi_config(raw: dict[str, Any]) -> dict[str, str]:
 
 
 def run_program(raw_config: dict[str, Any], stack: str = "test",
-                program: Path = PROJECT_ROOT / "__main__.py", monitor: RecordingMonitor | None = None) -> ProgramRun:
+                program: Path = PROJECT_ROOT / "__main__.py", monitor: RecordingMonitor | None = None,
+                compile_step=None) -> ProgramRun:
     """Run the program once under mocks. Raises what the program raises (e.g. pulumi.RunError); pass
-    your own `monitor` to inspect what was registered before a failure."""
+    your own `monitor` to inspect what was registered before a failure. `compile_step`: what the program's config
+    build compiles with (workloads/compile_check.py for_program); None: it reads kept verdicts only, as the offline
+    plan compiles on its own."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
@@ -417,11 +421,13 @@ def run_program(raw_config: dict[str, Any], stack: str = "test",
         settings.ROOT.set(None)  # set_mocks made a throw-away root; run_in_stack makes the real one
         # The data look-ups' objects.list requests go to the played Cloud Storage, never to the network.
         data_lookups.storage_get = play_objects_list
+        compile_check.for_program = compile_step
         loop.run_until_complete(run_in_stack(lambda: runpy.run_path(str(program), run_name="__main__")))
         return ProgramRun(resources=monitor.registrations, outputs=monitor.stack_outputs,
                           secret_outputs=monitor.secret_stack_outputs)
     finally:
         data_lookups.storage_get = real_storage_get
+        compile_check.for_program = compile_check.compile_step
         # A run that failed half-way (an apply raising RunError) leaves output tasks of this loop in Pulumi's
         # process-wide settings; the next run would wait on them after this loop is closed.
         pending = asyncio.all_tasks(loop)

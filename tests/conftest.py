@@ -75,6 +75,15 @@ def _scratch_compile_verdicts(tmp_path, monkeypatch):
     monkeypatch.setenv(PATH_ENV, str(tmp_path / "compile-verdicts.json"))
 
 
+@pytest.fixture(autouse=True)
+def _no_real_compile(request, monkeypatch):
+    """Only the tests marked `compile` run MaxText's train_compile (minutes of both cores): elsewhere a compile that
+    a stand-in does not replace runs a module that does not exist and ends at once without a verdict."""
+    if request.node.get_closest_marker("compile") is None:
+        from aot import runner
+        monkeypatch.setattr(runner, "AOT_MODULE", "tests.no_real_compile_outside_the_compile_marker")
+
+
 # --- `python -m trainer.local` runs of the end-to-end tests (tests/trainer/test_local_*.py) ---------------------
 # Started in the background once the session has collected them (tests/local_runs.py), so that they run while
 # the rest of the suite does.

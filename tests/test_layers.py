@@ -1,4 +1,5 @@
-"""The package layers point one way: core ← infra ← workloads ← __main__; core ← trainer; preview → the rest.
+"""The package layers point one way: core ← infra ← workloads ← __main__; core ← aot ← workloads (the
+ahead-of-time compile); core ← trainer; preview → the rest.
 
 Read from the source with `ast` (every import, also those inside functions), so a lazy import cannot hide a
 wrong-way edge. What is shipped to the cluster (core/, trainer/ without trainer/local/) imports no Pulumi.
@@ -11,14 +12,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("core", "infra", "workloads", "trainer", "preview")
+PACKAGES = ("core", "aot", "infra", "workloads", "trainer", "preview")
 # Which project packages each package may import (itself always).
 ALLOWED = {
     "core": set(),
+    "aot": {"core"},
     "infra": {"core"},
-    "workloads": {"core", "infra"},
+    "workloads": {"core", "aot", "infra"},
     "trainer": {"core"},
-    "preview": {"core", "infra", "workloads"},
+    "preview": {"core", "aot", "infra", "workloads"},
     "__main__": {"infra", "workloads"},
 }
 SHIPPED_FORBIDDEN = ("pulumi", "pulumi_gcp", "pulumi_kubernetes")

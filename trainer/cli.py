@@ -133,6 +133,8 @@ def plan_request(args: argparse.Namespace, default_slices: int) -> PlanRequest:
         remat_offload=tuple(t for t in args.remat_offload.split(",") if t) if args.remat_offload is not None else None,
         weight_dtype=args.weight_dtype, attention=args.attention,
         memory_check=getattr(args, "memory_check", True),
+        # A run with an eval split also runs MaxText's eval step: planned too (core/planner.py eval_memory).
+        evaluates=bool(getattr(args, "eval_dataset_path", "")),
     )
     # --set keys that change memory: context parallelism, vocabulary tiling and mu_dtype are planned and
     # estimated, the rest (quantization ...) named in the plan as not estimated (core/planner.py with_maxtext_keys).

@@ -48,6 +48,9 @@ class TrainingLaunch:
     argv: tuple[str, ...]
     source: str                     # where the argv comes from, for the compile report
     argv_built_on_workers: bool = False
+    # LIBTPU_INIT_ARGS of the backend's TPU pods (core/tpu_env.py), as its manifests set them: the XLA flags change
+    # what the compiler does, and the config build compiles before any manifest exists.
+    libtpu_init_args: str = ""
 
 
 class Backend(Protocol):

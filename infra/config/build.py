@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from core.compile_verdicts import CompileStep
 from infra.config import data_rules, rules
 from infra.config.model import (Capacity, ClusterMode, ClusterSettings, ConfigError, GcpSettings, JobSetSettings,
                                 KubernetesSettings, NetworkSettings, PathwaysSettings, RaySettings, StackConfig,
@@ -17,8 +18,24 @@ from infra.config.parse import parse_values
 from infra.config.preemption import stack_shutdown_budget
 
 
-def build(raw: Mapping[str, Any]) -> StackConfig:
-    """Validate raw config (key without namespace → value as Pulumi stores it) into a StackConfig."""
+def build(raw: Mapping[str, Any], compile_step: CompileStep | None = None) -> StackConfig:
+    """Validate raw config (key without namespace → value as Pulumi stores it) into a StackConfig.
+
+    compile_step: how the calling program compiles a step with XLA (the Pulumi program's, workloads/compile_check.py).
+    With it, the steps compileCheck names that XLA has not judged yet are compiled here and their verdicts kept
+    (infra/config/compile_check.py); the config is then built again on those verdicts, so a step XLA refuses is
+    refused like any other mistake, before anything registers. Without it, only kept verdicts are read."""
+    config = _build(raw)
+    if compile_step is None:
+        return config
+    from infra.config.compile_check import compile_undecided
+
+    outcome = compile_undecided(config, compile_step)
+    return _build(raw, outcome) if outcome.fresh or outcome.not_decided else config
+
+
+def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
+    """build() without compiling; `compiled`: what this build's compiles gave (compile_check.CompileOutcome)."""
     problems: list[str] = []
     v = parse_values(raw, problems)
     rules.check_applies(v, raw, problems)
@@ -39,7 +56,7 @@ def build(raw: Mapping[str, Any]) -> StackConfig:
     rules.check_pathways(v, raw, shape, problems)
     maxtext_settings = data_rules.accepted_maxtext_settings(v, problems)
     workload_plan = rules.plan_workload(v, raw, shape, problems, maxtext_settings)
-    workload_plan = rules.check_xla_verdicts(v, workload_plan, problems)
+    workload_plan = rules.check_xla_verdicts(v, workload_plan, problems, compiled)
     tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
     data_rules.check_data(v, raw, workload_plan, maxtext_settings, problems)
     if problems:

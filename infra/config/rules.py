@@ -460,8 +460,10 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         problems.append(f"{NAMESPACE}:memoryCheck=false keeps the exact step a compile fitted: set "
                         f"{NAMESPACE}:perDeviceBatchSize too (the batch that compile used)")
         return None
+    # A run with an eval split (evalDatasetPath) also runs MaxText's eval step, which is planned too.
     request = PlanRequest(model=model, generation=shape.generation.name, topology=shape.topology, slices=slices,
-                          min_slices=min_slices, per_device_batch_size=batch, memory_check=memory_check)
+                          min_slices=min_slices, per_device_batch_size=batch, memory_check=memory_check,
+                          evaluates=bool(v.get("evalDatasetPath")))
     if maxtext_settings:
         try:
             request = with_maxtext_keys(request, maxtext_settings)[0]
@@ -505,26 +507,34 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         return None
 
 
-def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: list[str]) -> Plan | None:
-    """XLA decides where it has compiled the run's steps (core/compile_verdicts.py, written by `python -m preview`):
-    a step XLA refused at any slice count the run takes is refused here, before anything registers, naming the
-    batch, what failed and the nearest batch XLA compiled. A step near the limit that XLA has not compiled is
-    named in the plan's notes with the command that compiles it (compileCheck off: neither)."""
+def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: list[str],
+                       compiled=None) -> Plan | None:
+    """XLA decides where it has compiled the run's steps (core/compile_verdicts.py, written by this build's compiles
+    (infra/config/compile_check.py) and by `python -m preview`): a step XLA refused at any slice count the run takes
+    is refused here, before anything registers, naming the batch, what failed and the nearest batch XLA compiled.
+    A step near the limit that XLA has not compiled is named in the plan's notes (a warning where the Pulumi program
+    shows it): with the command that compiles it, or with the one line saying why this build's compile gave no
+    verdict, which compileCheck=always refuses (compileCheck off: nothing of this). `compiled`: what this build's
+    compiles gave (infra/config/compile_check.py CompileOutcome), None when it compiled nothing."""
     from core import compile_verdicts
+    from core.advice import next_smaller_batch
     from core.memory import GIB, NEAR_LIMIT
 
     if workload_plan is None or v["compileCheck"] == "off":
         return workload_plan
-    verdicts = compile_verdicts.load(compile_verdicts.verdicts_path(REPO_ROOT))
+    not_decided = compiled.not_decided if compiled is not None else None
+    if not_decided is not None and v["compileCheck"] == "always":
+        problems.append("\n".join(textwrap.wrap(
+            f"{NAMESPACE}:compileCheck=always needs XLA's verdict on every step and got none: {not_decided}; "
+            "or set compileCheck=auto (a warning instead) or off", 98, subsequent_indent=_INDENT)))
+        return None
+    verdicts = {**compile_verdicts.load(compile_verdicts.verdicts_path(REPO_ROOT)),
+                **(compiled.fresh if compiled is not None else {})}
     # The workers' libtpu first (what the run compiles with), then any other that compiled the step.
     libtpus = [load_pins(REPO_ROOT)["libtpu"]] + sorted({kept.libtpu for kept in verdicts.values()})
 
     def kept_for(chosen: Plan, count: int):
-        for libtpu in libtpus:
-            kept = verdicts.get(compile_verdicts.plan_digest(chosen, count, libtpu))
-            if kept is not None:
-                return kept
-        return None
+        return compile_verdicts.kept_verdict(verdicts, chosen, count, libtpus)
 
     uncompiled = []
     for count in range(workload_plan.min_slices, workload_plan.slices + 1):
@@ -534,22 +544,35 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
             batch = f"{workload_plan.per_device_batch_size:g}"
             lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {count} x "
                      f"{workload_plan.shape.pod_type}: {kept.what_failed()}"]
-            lines.append(f"nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g}" if nearest else
-                         f"nearest to try: a smaller {NAMESPACE}:perDeviceBatchSize, then python -m preview --stack "
-                         "NAME")
+            if nearest:
+                lines.append(f"nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g}")
+            else:
+                # None compiled yet: the largest smaller batch the planner lays out, which the next preview compiles.
+                retry = next_smaller_batch(workload_plan)
+                lines.append(f"nearest to try: {NAMESPACE}:perDeviceBatchSize={retry:g} (not compiled yet)" if retry
+                             else f"nearest to try: a smaller {NAMESPACE}:perDeviceBatchSize (none lays out)")
             lines.append(f"(XLA's verdict, libtpu {kept.libtpu}, kept in {compile_verdicts.COMPILE_VERDICTS} on "
                          f"{kept.date})")
-            problems.append("\n".join(textwrap.wrap(lines[0], 100, subsequent_indent=_INDENT + "  ") + [
+            # 98: ConfigError lays each problem out two columns in (within 100 as pulumi up prints it).
+            problems.append("\n".join(textwrap.wrap(lines[0], 98, subsequent_indent=_INDENT + "  ") + [
                 piece for line in lines[1:] for piece in textwrap.wrap(
-                    line, 100, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")]))
+                    line, 98, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")]))
             return None
         if kept is None and workload_plan.at_slices(count).memory.verdict == NEAR_LIMIT:
             uncompiled.append(count)
+    if compiled is not None and compiled.not_kept:
+        workload_plan = dataclasses.replace(workload_plan, notes=workload_plan.notes + (
+            f"memory: XLA's verdict was not kept ({compiled.not_kept}): the next preview compiles it again",))
     if uncompiled:
         worst = workload_plan.at_slices(uncompiled[0]).memory.total / GIB
-        note = (f"memory: near the limit at {', '.join(map(str, uncompiled))} slice(s) ({worst:.1f} GiB estimated) "
-                f"and not compiled yet: python -m preview --stack NAME compiles it and keeps XLA's verdict "
-                f"(compileCheck={v['compileCheck']})")
+        counts = ", ".join(map(str, uncompiled))
+        if not_decided is not None:
+            # One line: XLA did not decide, where, and why (what to install).
+            note = f"memory: XLA did not decide {counts} slice(s) near the limit: {not_decided}"
+        else:
+            note = (f"memory: near the limit at {counts} slice(s) ({worst:.1f} GiB estimated) and not compiled yet: "
+                    f"python -m preview --stack NAME compiles it and keeps XLA's verdict "
+                    f"(compileCheck={v['compileCheck']})")
         return dataclasses.replace(workload_plan, notes=workload_plan.notes + (note,))
     return workload_plan
 

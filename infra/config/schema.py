@@ -195,10 +195,11 @@ KEYS: tuple[Key, ...] = (
         "otherwise), for when a compile of that exact step fits: python -m preview --stack NAME --compile, or the "
         "python -m preview.compile command the refusal prints. Needs perDeviceBatchSize (the step the compile "
         "checked). A step that does not fit ends the run with exit 6 (out of HBM), never retried.", True),
-    Key("compileCheck", "string", "When python -m preview --stack NAME compiles the run's steps with XLA before "
-        "you pay (every slice count of an elastic run; needs MaxText and libtpu, scripts/setup.sh): auto compiles "
-        "the steps the estimate puts near the HBM limit, always every step, off none. Verdicts are kept in "
-        "compile-verdicts.json (keep or commit it); the config build refuses a step XLA refused there.", "auto",
+    Key("compileCheck", "string", "Which of the run's steps XLA compiles before you pay, in pulumi preview, pulumi "
+        "up and python -m preview --stack NAME (every slice count of an elastic run; needs MaxText and libtpu where they "
+        "run, scripts/setup.sh): auto compiles the steps the estimate puts near the HBM limit (a warning when it "
+        "cannot), always every step (a refusal when it cannot), off none. Verdicts are kept in "
+        "compile-verdicts.json (keep or commit it: a step is compiled once); a step XLA refused is refused.", "auto",
         choices=("auto", "always", "off")),
     Key("elasticMinSlices", "integer", "Elastic training: the fewest slices the job keeps running on. Unset: on "
         "spot, the fewest slices the model fits on; otherwise all slices (fixed size).", DERIVED,
@@ -339,7 +340,8 @@ KEYS: tuple[Key, ...] = (
     Key("maxtextSettings", "object", "Further MaxText settings as a map of MaxText key to value (e.g. "
         "learning_rate: 3.0e-5, warmup_steps_fraction: 0.05), passed to every backend. Keys must be MaxText "
         "0.2.5 base.yml keys; keys the stack sets itself are refused with the config key that sets them; keys "
-        "that change memory go through the planner (ici_context_parallelism, num_vocab_tiling, mu_dtype) or are "
+        "that change memory go through the planner (ici_context_parallelism, num_vocab_tiling, mu_dtype, "
+        "eval_per_device_batch_size) or are "
         "named in the plan as not estimated. Not declared in Pulumi.yaml: Pulumi project config cannot declare "
         "a map.", ()),
     Key("runName", "string", "Name of the training run: its folder in the bucket (maxtext/RUN/ holds its "

@@ -3,7 +3,8 @@
 The names callers used from the former single module preview/compile.py are re-exported here.
 """
 from preview.compile.runner import *  # noqa: F401,F403
-from preview.compile.runner import (_SIZE, _clock, _size, _stop_group, _Ticker)  # noqa: F401
+from aot.runner import (_SIZE, _clock, _size, _stop_group, _Ticker)  # noqa: F401
+from preview.compile import runner  # noqa: F401
 from preview.compile.calibration import (ABOUT, CALIBRATION_CASES, DTYPE_SHORT, HELD_OUT, MARGIN_ROWS,  # noqa: F401
                                          CalibrationCase, arguments_source, calibrate, calibration_row,
                                          fill_limits, probe_generation, row_need, row_peak, row_reserved)

@@ -2,10 +2,11 @@
 
     python -m preview.compile --calibrate [--case NAME ...] [--memory-only]
 
-CALIBRATION_CASES names every compiled shape; calibrate() compiles them with preview/compile/runner.py's run_compile and
+CALIBRATION_CASES names every compiled shape; calibrate() compiles them with aot/runner.py's run_compile and
 writes the rows; the readers at the end (row_need, row_peak, arguments_source) are what
 tests/core/test_xla_calibration.py and benchmarks/planner_vs_xla.py hold the estimate to. Split from
-preview/compile/runner.py, which runs one compile (preview.compile re-exports these names).
+aot/runner.py, which runs one compile, and preview/compile/runner.py, the targets (preview.compile re-exports
+these names).
 """
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from typing import Any, Iterable, Mapping, TextIO
 from core.presets import PRESETS
 from core.recipes import PUBLISHED_RUNS, PublishedRun
 from core.tpu_catalog import Generation
-from preview.compile.runner import (COMPILE_ENV, GIB, RUN_PLACEHOLDER, _SIZE, CompileResult,
-                             CompileSetupError, _clock, _size, failure_reason, installed, request_target,
-                             run_compile)
+from aot.runner import (COMPILE_ENV, GIB, _SIZE, CompileResult, CompileSetupError, _clock, _size, failure_reason,
+                        installed, run_compile)
+from preview.compile.runner import RUN_PLACEHOLDER, request_target
 
 # ---------------------------------------------------------------------------------------------------
 # Calibration: the planner's truth (core/xla_calibration.json, checked by tests/core/test_xla_calibration.py)

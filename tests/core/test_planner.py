@@ -424,13 +424,42 @@ def test_advice_answers_from_the_plans_own_batch_scan(monkeypatch):
     assert len(scans) == 1 and kept.largest_batch == kept.plan.per_device_batch_size
 
 
-def test_an_eval_batch_of_its_own_is_named_as_not_estimated():
-    """The eval step (a run with an eval split) runs at per_device_batch_size unless eval_per_device_batch_size is
-    set (MaxText 0.2.5 configs/types.py); at the train batch it holds less than the train step (no gradients, no
-    saved activations), so the train step's verdict covers it. A batch of its own is named as not estimated."""
-    from core.planner import with_maxtext_keys
-    request, rest = with_maxtext_keys(PlanRequest("qwen3-0.6b", "v6e", "2x4", slices=1),
-                                      {"eval_per_device_batch_size": "32"})
+def test_a_run_with_an_eval_split_plans_its_eval_step_at_every_slice_count():
+    """The eval step (MaxText 0.2.5 trainers/pre_train/train.py eval_step: loss_fn with is_train=False, no gradient)
+    runs at eval_per_device_batch_size, per_device_batch_size when unset (configs/types.py). It holds the train
+    state but no gradients and nothing saved for a backward pass; the plan's verdict is the worse of the two steps
+    at every slice count, and the plan says the eval step is estimated, never compiled (train_compile compiles
+    only train.train_step)."""
+    from core.planner import DoesNotFit, with_maxtext_keys
+
+    request = PlanRequest("qwen3-0.6b", "v6e", "2x4", slices=2, min_slices=1, per_device_batch_size=8,
+                          evaluates=True)
     chosen = plan(request)
-    assert ("eval_per_device_batch_size", "32") in chosen.unmodeled and rest == {"eval_per_device_batch_size": "32"}
-    assert any("eval_per_device_batch_size=32" in note and "does not cover" in note for note in chosen.notes)
+    for count in (1, 2):
+        resized = chosen.at_slices(count)
+        evaluated = resized.eval_memory
+        assert evaluated.gradients == 0 and evaluated.activations == 0
+        assert evaluated.params == resized.memory.params and evaluated.optimizer == resized.memory.optimizer
+        assert evaluated.total < resized.memory.total and resized.step_memory is resized.memory
+    assert plan(dataclasses.replace(request, evaluates=False)).eval_memory is None
+    [note] = [note for note in chosen.notes if note.startswith("eval step:")]
+    assert "forward only at per_device_batch_size 8" in note and "never compiled" in note
+    assert "eval step (forward only, per_device_batch_size 8)" in chosen.describe()
+
+    # A larger eval batch of its own is estimated and can decide the run: here on its one-slice minimum.
+    bigger, rest = with_maxtext_keys(request, {"eval_per_device_batch_size": "16"})
+    assert rest == {} and bigger.eval_per_device_batch_size == 16
+    with pytest.raises(DoesNotFit) as refused:
+        plan(bigger)
+    assert "on 1 x v6e-8" in str(refused.value) and "in its eval step" in str(refused.value)
+    # On two slices alone it fits, and the eval step is the larger of the two; MaxText gets the key.
+    fixed = plan(dataclasses.replace(bigger, min_slices=None))
+    assert fixed.step_memory == fixed.eval_memory and fixed.overrides()["eval_per_device_batch_size"] == "16"
+    assert fixed.step_memory.total > fixed.memory.total
+    # A worker that ran out of HBM finds the same plan, eval step included, in its own argv (core/advice.py).
+    from core.advice import plan_of_maxtext_keys
+    again = plan_of_maxtext_keys({**fixed.overrides(), "grain_eval_files": "gs://my-data/eval-*"}, "v6e", "2x4")
+    assert again.evaluates and again.eval_batch == 16 and again.step_memory == fixed.step_memory
+    # Without an eval split the eval batch changes nothing but the key MaxText gets.
+    quiet = plan(dataclasses.replace(bigger, evaluates=False))
+    assert quiet.step_memory == quiet.memory and quiet.overrides()["eval_per_device_batch_size"] == "16"

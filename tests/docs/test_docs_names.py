@@ -18,7 +18,8 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SCRIPTS = sorted((REPO / "scripts").glob("*.sh"))
 TEXTS = DOCS + SCRIPTS
 # Top-level directories of this repository: a path starting with one of them names a file of ours.
-OUR_DIRS = ("core", "infra", "workloads", "trainer", "preview", "scripts", "tests", "docs", "benchmarks", "worker_env")
+OUR_DIRS = ("core", "aot", "infra", "workloads", "trainer", "preview", "scripts", "tests", "docs", "benchmarks",
+            "worker_env")
 # Paths of other repositories that start like ours, as the docs cite them (the repository is named next to them).
 FOREIGN_PATHS = {
     "benchmarks/maxtext_trillium_model_configs.py": "MaxText's benchmark configs (AI-Hypercomputer/maxtext)",

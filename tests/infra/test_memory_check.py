@@ -191,3 +191,32 @@ def test_a_step_xla_refused_is_refused_by_the_config_build(tmp_path, monkeypatch
     assert "nearest that compiled: tpu-multislice:perDeviceBatchSize=8" in problem
     assert all(len(line) <= 100 for line in lines), lines
     assert build({**raw, "compileCheck": "off"}).workload.plan.per_device_batch_size == 10
+
+
+def test_a_run_with_an_eval_split_has_its_eval_step_planned_by_the_stack_and_the_trainer():
+    """evalDatasetPath makes MaxText run its eval step (forward only, at eval_per_device_batch_size: MaxText 0.2.5
+    configs/types.py takes per_device_batch_size when unset). The config build plans it at every slice count (the
+    verdict is the worse step's), the RayJob's trainer plans the same, and an eval batch that does not fit on the
+    run's one-slice minimum is refused before anything registers."""
+    from trainer import cli
+    from trainer.entrypoint import build_parser
+
+    raw = {**load_stack_config("dev", REPO), "datasetType": "grain",
+           "datasetPath": "gs://my-data/c4/train-*.array_record",
+           "evalDatasetPath": "gs://my-data/c4/eval-*.array_record",
+           "perDeviceBatchSize": "8"}
+    chosen = build(raw).workload.plan
+    assert chosen.evaluates and chosen.min_slices == 1
+    assert any(note.startswith("eval step: forward only at per_device_batch_size 8") for note in chosen.notes)
+    config = build(raw)
+    args = build_parser().parse_args(ray_spec.entrypoint(config)[3:])
+    assert plan(cli.plan_request(args, default_slices=1)) == chosen
+    assert not build({k: v for k, v in raw.items() if k != "evalDatasetPath"}).workload.plan.evaluates
+
+    # On Spot the run keeps the fewest slices both steps fit on; with its minimum set to one slice it is refused.
+    bigger = {**raw, "maxtextSettings": {"eval_per_device_batch_size": 16}}
+    kept = build(bigger).workload.plan
+    assert kept.min_slices == 2 and any("keeps at least 2 slices" in note for note in kept.notes)
+    [problem] = _problems({**bigger, "elasticMinSlices": "1"})
+    assert problem.startswith("tpu-multislice:perDeviceBatchSize='8' is over HBM"), problem
+    assert "in its eval step" in " ".join(problem.split())

@@ -76,3 +76,13 @@ def test_the_hbm_assumption_names_what_the_workers_really_run():
     assert "the workers run jax" in prod[0]
     pathways = [line for line in assumptions(build(load_stack_config("pathways", REPO))) if line.startswith("HBM")]
     assert "the workers run jax" not in pathways[0] and "pathways/server" in pathways[0]
+
+
+def test_an_eval_step_is_shown_as_estimated_never_compiled():
+    """MaxText 0.2.5's train_compile lowers and compiles train.train_step only (maxtext/trainers/pre_train/
+    train_compile.py main), so the eval step's HBM is an assumption of the plan, not a compiled fact."""
+    raw = {**load_stack_config("dev", REPO), "datasetType": "grain", "datasetPath": "gs://my-data/train-*.array_record",
+           "evalDatasetPath": "gs://my-data/eval-*.array_record"}
+    [line] = [line for line in assumptions(build(raw)) if line.startswith("eval step:")]
+    assert "never XLA's" in line and "train_compile compiles only the train step" in line
+    assert not [line for line in assumptions(build(load_stack_config("dev", REPO))) if line.startswith("eval step:")]

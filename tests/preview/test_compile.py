@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from aot import runner as aot_runner
 from core.maxtext_args import pre_train_argv
 from core.tpu_catalog import CATALOG
 from infra.config import build
@@ -242,6 +243,9 @@ def test_the_compiled_argv_is_the_backends_own(stack):
     pods = [c for m in plan.manifests for c in _tpu_containers(m.obj)]
     assert pods and {e["value"] for c in pods for e in c["env"] if e["name"] == "LIBTPU_INIT_ARGS"} <= {
         target.libtpu_init_args}
+    # What the config build compiles before any manifest exists (workloads/compile_check.py) is the same step.
+    from workloads.compile_check import stack_target as before_any_manifest
+    assert before_any_manifest(config) == target
 
 
 def _ray_run_settings(config, keys):
@@ -460,8 +464,10 @@ def test_compile_check_auto_compiles_the_steps_near_the_limit_and_says_when_it_c
     assert seen == []
     capsys.readouterr()
 
-    monkeypatch.undo()
-    monkeypatch.setattr(pf.runner, "installed", lambda package: "not installed")
+    # The compile itself again (not undo(): that would also drop the scratch verdicts file and the guard against
+    # a real compile, tests/conftest.py), with MaxText missing.
+    monkeypatch.setattr(pf, "run_compile", aot_runner.run_compile)
+    monkeypatch.setattr(aot_runner, "installed", lambda package: "not installed")
     assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=10"]) == cli.EXIT_COMPILE
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == ("compile: maxtext is not installed here: bash scripts/setup.sh installs it, or set "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.maxtext_args import settings_of
+from core.tpu_env import libtpu_init_args
 from core.slice_wait import (DISTRIBUTED_INIT_TIMEOUT_S, PODS_READY_TIMEOUT_S, READY_TO_JOIN_S, REQUEUE_LIMIT,
                              SLICE_START_S, requeue_horizon_s)
 from infra.config import StackConfig
@@ -43,8 +44,11 @@ class JobSetBackend:
         return settings_of(jobset_spec.training_argv(config))
 
     def training_launch(self, config: StackConfig) -> TrainingLaunch:
+        spec = jobset_spec.jobset_spec(config)
         return TrainingLaunch(argv=tuple(jobset_spec.training_argv(config)),
-                              source="jobset: workloads/jobset/spec.py training_argv")
+                              source="jobset: workloads/jobset/spec.py training_argv",
+                              libtpu_init_args=libtpu_init_args(spec.model, spec.shape.generation, spec.slices,
+                                                                spec.dcn_nics))
 
     def runs_smoke_test(self, config: StackConfig) -> bool:
         return config.workload.smoke_test

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.maxtext_args import settings_of
+from core.tpu_env import dcn_transport_flags
 from infra.config import StackConfig
 from workloads.backend import TrainingLaunch, WorkloadContext, relaunch_export
 from workloads.common import MEMORY_BOUND_ASSUMPTION
@@ -38,8 +39,11 @@ class PathwaysBackend:
 
     def training_launch(self, config: StackConfig) -> TrainingLaunch:
         # trainer.pathways_run runs exactly this argv (workloads/pathways/spec.py trainer_command).
+        # Its TPU workers carry only the megascale transport flags (workloads/pathways/manifests.py).
         return TrainingLaunch(argv=tuple(pathways_spec.maxtext_argv(config)),
-                              source="pathways: workloads/pathways/spec.py maxtext_argv")
+                              source="pathways: workloads/pathways/spec.py maxtext_argv",
+                              libtpu_init_args=" ".join(dcn_transport_flags(config.tpu.slices,
+                                                                            pathways_spec.worker_dcn_nics(config))))
 
     def runs_smoke_test(self, config: StackConfig) -> bool:
         # The head is the only JAX client: there is no multi-process group to test (config refuses smokeTest).

@@ -96,6 +96,12 @@ def code_config_map_name(config: StackConfig, bundle: TrainerBundle) -> str:
     return f"{settings(config).job_name}-code-{bundle.short_digest}"
 
 
+def worker_dcn_nics(config: StackConfig) -> int:
+    """The DCN NICs a Pathways worker pod sees: they run on the host network (the config refuses DRANET here), so
+    the node's."""
+    return pod_dcn_nics(len(config.network.dcn_subnets), dranet_claim=False, host_network=True)
+
+
 def pathways_spec(config: StackConfig, bundle: TrainerBundle) -> PathwaysSpec:
     pathways = settings(config)
     return PathwaysSpec(
@@ -117,8 +123,7 @@ def pathways_spec(config: StackConfig, bundle: TrainerBundle) -> PathwaysSpec:
         code_files=tuple(sorted(bundle.code_files)),
         head_node_selector=dict(common.SYSTEM_POOL_SELECTOR),
         worker_size=common.tpu_pod_size(config),
-        # Pathways workers run on the host network (the config refuses DRANET here): they see the node's NICs.
-        dcn_nics=pod_dcn_nics(len(config.network.dcn_subnets), dranet_claim=False, host_network=True),
+        dcn_nics=worker_dcn_nics(config),
         # The head (CPU pool) reads the data: its cache disk is a Balanced Persistent Disk (fuse_cache.py).
         data_volumes=tuple(common.data_volumes(config, on_tpu=False)),
         data_mounts=tuple(common.data_mounts(config)),

@@ -6,6 +6,7 @@ from typing import Any
 
 from core.maxtext_args import maxtext_overrides, settings_of
 from core.run_bounds import limits_for, preemption_budget
+from core.tpu_env import libtpu_init_args
 from infra.config import StackConfig
 from infra.config.schema import DEFAULT_RAY_PRE_RUNNING_DEADLINE_S
 from workloads import install_cache
@@ -65,9 +66,12 @@ class RayBackend:
         command = ray_spec.entrypoint(config)
         if command[:len(TRAINER_MODULE)] != TRAINER_MODULE:
             raise RuntimeError(f"the RayJob runs {command[:3]}, not {TRAINER_MODULE}")
+        spec = ray_spec.ray_spec(config)
         return TrainingLaunch(argv=tuple(command[len(TRAINER_MODULE):]),
                               source="ray: trainer.entrypoint --print-argv (trainer.worker)",
-                              argv_built_on_workers=True)
+                              argv_built_on_workers=True,
+                              libtpu_init_args=libtpu_init_args(spec.model, spec.shape.generation, spec.slices,
+                                                                spec.dcn_nics))
 
     def runs_smoke_test(self, config: StackConfig) -> bool:
         return config.workload.smoke_test

@@ -1,0 +1,603 @@
+"""Pre-flight: compile the stack's exact MaxText training step for its real TPU target, here, on CPU (running one
+compile; the config build runs it through workloads/compile_check.py, `python -m preview` through
+preview/compile/: the stack's target and the report (runner.py), the calibration (calibration.py), the command line
+(cli.py)).
+
+Why a package of its own: the compile is run by the Pulumi program's config build (compileCheck) as well as by the
+offline plan, and the program may not import preview/. It imports only core/ and is not shipped to the cluster
+(core/ is, and stays free of subprocesses and compilers).
+
+    python -m preview --stack dev --compile        # the offline plan, then this compile (preview/cli.py)
+    python -m preview.compile --calibrate          # recompile every CALIBRATION_CASES row -> core/xla_calibration.json
+    python -m preview.compile --calibrate --case llama3-70b-2xv6e-16-fsdp-b1   # only some rows (others are kept)
+    TPU_LIBRARY_PATH=.../libtpu/libtpu.so python -m preview.compile --calibrate --memory-only --case ...
+        # with the workers' libtpu (its .so does not depend on the Python version), stopping each compile once XLA
+        # has assigned memory (how core/xla_calibration.json was made; see run_compile and calibrate)
+
+What runs: MaxText's own ahead-of-time compiler, `python -m maxtext.trainers.pre_train.train_compile <base.yml>
+<argv> compile_topology=<name> compile_topology_num_slices=<N>` (maxtext 0.2.5,
+maxtext/trainers/pre_train/train_compile.py: "you will see the same OOM error message during this compilation as
+you would on the target hardware"). It builds the mesh from a TPU topology description
+(jax.experimental.topologies.get_topology_desc, through libtpu's PJRT plugin) instead of real chips, and XLA's
+TPU backend compiles the whole training step for it, memory assignment included. JAX itself stays on CPU
+(JAX_PLATFORMS=cpu); no TPU, no Google Cloud (DECOUPLE_GCLOUD=TRUE, TPU_SKIP_MDS_QUERY=1).
+
+The argv is never built here. It comes from the builder of the stack's backend:
+- Ray: the RayJob's `python -m trainer.entrypoint ...` (workloads/ray/spec.py `entrypoint`) run with
+  `--print-argv`, which prints what trainer.worker.worker_plan_and_argv gives every worker of the full group;
+- JobSet: workloads/jobset/spec.py `training_argv`;
+- Pathways: workloads/pathways/spec.py `maxtext_argv` (what `trainer_command` runs).
+Only what cannot mean the same thing on this machine is replaced: `base_output_directory` (a local scratch
+directory; gs:// needs credentials), `run_name`, `jax_cache_dir` (off), and the base config path (the installed
+package's base.yml, maxtext/configs/base.yml). `elastic_enabled` is left out (AOT_DROPPED says why).
+The TPU pods' LIBTPU_INIT_ARGS (core/tpu_env.py, as rendered into the stack's manifests) are passed too: the XLA
+flags change what the compiler does.
+
+The peak is libtpu's own report, which its INFO log (TPU_LOG_DIR) carries at the end of a TPU compile:
+    XLA::TPU program HBM usage: 14.43G / 31.25G
+    Total hbm usage >= 20.29G:
+        reserved        260.00M
+        program          14.43G
+        arguments         5.61G
+The limit after the slash is what XLA may use per device (31.25 GiB on v6e, 15.75 GiB on v5e). MaxText's
+printout, CompiledMemoryStats, is not used: its temp size counts buffers that XLA overlaps and its host figures
+are the offloaded activations (maxtext/utils/max_utils.py print_compiled_memory_stats says the compiler "could
+over-estimate"). A step that does not fit fails with XLA's
+`RESOURCE_EXHAUSTED: ... Ran out of memory in memory space hbm ... Used X of Y hbm`, which is reported as is.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.metadata
+import importlib.resources
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, TextIO
+
+from core.tpu_catalog import Generation
+
+AOT_MODULE = "maxtext.trainers.pre_train.train_compile"
+GIB = 1024**3
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TIMEOUT_S = 3600.0
+EXIT_OK, EXIT_BAD_INPUT, EXIT_DOES_NOT_COMPILE = 0, 2, 4
+
+# MaxText keys left out of the compile only, with the reason shown to the user.
+AOT_DROPPED = {
+    # maxtext/utils/maxtext_utils.py create_device_mesh: with elastic_enabled it ignores the devices it is given
+    # (here: the compile topology's) and lays the mesh out over elastic_utils.live_devices(), i.e. the
+    # process's own jax.devices() — one CPU device in an AOT compile, which fails with "Number of devices per
+    # slice 1 does not match the product of the ICI parallelism". Elastic mode only decides which slices are
+    # live; the step compiled for all slices is the same program.
+    "elastic_enabled": "elastic mode lays the mesh out over the live devices (maxtext_utils.create_device_mesh), "
+                       "which an ahead-of-time compile does not have; the step for all slices is the same program",
+}
+
+# Environment of the compile process.
+COMPILE_ENV = {
+    "JAX_PLATFORMS": "cpu",              # JAX computes on CPU; the TPU plugin is loaded only for the topology
+    "DECOUPLE_GCLOUD": "TRUE",           # MaxText stubs Google Cloud services (GCS, Cloud Logging)
+    "TPU_SKIP_MDS_QUERY": "1",           # libtpu does not wait for a GCE metadata server
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",   # libtpu otherwise allows one process per machine (/tmp/libtpu_lockfile)
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# What to compile
+
+
+@dataclass(frozen=True)
+class CompileTarget:
+    """One backend's launch command for one TPU target."""
+
+    argv: tuple[str, ...]            # as launched: MaxText's module, the base config, key=value ...
+    source: str                      # the builder it came from
+    generation: Generation
+    topology: str                    # slice topology, e.g. "4x4"
+    devices_per_slice: int
+    slices: int
+    plan: str                        # the planner's description of the plan this argv runs
+    model: str = ""                  # core/presets.py name
+    libtpu_init_args: str = ""
+    estimate_bytes: int | None = None   # the planner's estimate per device, for the report
+
+    @property
+    def keys(self) -> dict[str, str]:
+        return dict(item.partition("=")[::2] for item in self.argv[2:])
+
+    def at_slices(self, slices: int, plan: str = "", estimate_bytes: int | None = None) -> "CompileTarget":
+        """The same launch on another number of slices, as an elastic run resizes it: the DCN axis across the
+        slices (data, or fsdp when FSDP spans them; core/planner.py Plan.at_slices) takes the new count, the rest
+        of the argv and the pods' LIBTPU_INIT_ARGS stay (the pods that run the smaller group are the same)."""
+        if slices == self.slices:
+            return self
+        keys = self.keys
+        axis = "dcn_fsdp_parallelism" if int(keys.get("dcn_fsdp_parallelism", "1")) > 1 else "dcn_data_parallelism"
+        argv = [*self.argv[:2]]
+        for item in self.argv[2:]:
+            key = item.partition("=")[0]
+            argv.append(f"{key}={slices}" if key == axis else item)
+        if f"{axis}={slices}" not in argv:
+            argv.append(f"{axis}={slices}")
+        return dataclasses.replace(self, argv=tuple(argv), slices=slices, plan=plan or self.plan,
+                                   estimate_bytes=estimate_bytes)
+
+
+def compile_topology(generation: Generation, topology: str, devices_per_slice: int) -> str:
+    """MaxText's compile_topology name for one slice, looked up in MaxText's own table
+    (maxtext/utils/accelerator_to_spec_map.py UserFacingNameToSystemCharacteristics: name "<generation>-<devices>",
+    topology_name "<platform>:<topology>", e.g. "v6e-8" -> "v6e:2x4", "v5p-16" -> "v5:2x2x2")."""
+    from maxtext.utils.accelerator_to_spec_map import UserFacingNameToSystemCharacteristics as table
+
+    for name, spec in table.items():
+        if (name.startswith(f"{generation.name}-") and spec.topology_name.split(":")[-1] == topology
+                and spec.devices_per_slice == devices_per_slice):
+            return name
+    raise CompileSetupError(f"MaxText {installed('maxtext')} has no compile_topology for {generation.name} "
+                            f"{topology} ({devices_per_slice} devices)")
+
+
+class CompileSetupError(Exception):
+    """The compile cannot be set up (not a MaxText/XLA verdict)."""
+
+
+def missing_compiler() -> str | None:
+    """One line naming the package the compile needs that is not installed here and what installs it, or None."""
+    for package in ("maxtext", "libtpu"):
+        if installed(package) == "not installed":
+            # scripts/setup.sh installs both: libtpu pinned in requirements-trainer.txt, MaxText by
+            # scripts/install_maxtext.sh (the README's setup).
+            return f"no {package} here (bash scripts/setup.sh)"
+    return None
+
+
+def installed(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def loaded_libtpu() -> str:
+    """The libtpu the compile loads: the package next to TPU_LIBRARY_PATH when that is set (jax loads that .so
+    instead of its own libtpu package; the .so does not depend on the Python version, so the workers' libtpu can
+    compile here under the jax this Python can install), else the installed libtpu package."""
+    so = os.environ.get("TPU_LIBRARY_PATH")
+    if not so:
+        return installed("libtpu")
+    infos = sorted(Path(so).resolve().parents[1].glob("libtpu-*.dist-info"))
+    if not infos:
+        raise CompileSetupError(f"TPU_LIBRARY_PATH={so}: no libtpu-*.dist-info next to it to say its version")
+    return infos[-1].name[len("libtpu-"):-len(".dist-info")]
+
+
+def ray_target(entrypoint_args: Iterable[str], libtpu_args: str, root: Path = PROJECT_ROOT) -> CompileTarget:
+    """The argv every Ray worker of the full worker group runs for `python -m trainer.entrypoint ARGS`."""
+    from core.tpu_catalog import CATALOG
+
+    command = [sys.executable, "-m", "trainer.entrypoint", *entrypoint_args, "--print-argv"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        raise CompileSetupError(lines[-1] if lines else f"trainer.entrypoint exited with {proc.returncode}")
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    return CompileTarget(argv=tuple(printed["argv"]), source="ray: trainer.entrypoint --print-argv (trainer.worker)",
+                         generation=CATALOG[printed["generation"]], topology=printed["topology"],
+                         devices_per_slice=printed["devices_per_slice"], slices=printed["slices"],
+                         plan=printed["plan"], model=printed["model"], libtpu_init_args=libtpu_args,
+                         estimate_bytes=printed["estimate_bytes"])
+
+
+def aot_argv(target: CompileTarget, base_config: str, out_dir: Path) -> tuple[list[str], dict[str, str]]:
+    """train_compile's argv for the target and the keys it leaves out ({key: why})."""
+    local = {"base_output_directory": str(out_dir), "run_name": "preflight", "jax_cache_dir": ""}
+    keys, dropped = [], {}
+    for item in target.argv[2:]:
+        key, _, value = item.partition("=")
+        if key in AOT_DROPPED:
+            dropped[key] = AOT_DROPPED[key]
+            continue
+        keys.append(f"{key}={local.get(key, value)}")
+    name = compile_topology(target.generation, target.topology, target.devices_per_slice)
+    keys += [f"compile_topology={name}", f"compile_topology_num_slices={target.slices}"]
+    return [base_config, *keys], dropped
+
+
+# ---------------------------------------------------------------------------------------------------
+# What the compiler said (pure; tests feed canned output)
+
+_SIZE = r"([\d.]+)\s*([KMGT]?)(?:i?B)?"
+_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+
+
+def _size(number: str, unit: str) -> int:
+    # libtpu prints binary sizes with one letter: 31.25G = 31.25 GiB.
+    return int(float(number) * _UNITS[unit])
+
+
+@dataclass(frozen=True)
+class CompilerVerdict:
+    compiled: bool
+    peak_bytes_per_device: int | None
+    hbm_bytes: int | None
+    reason: str | None
+    breakdown: Mapping[str, int] = field(default_factory=dict)
+    # When it does not fit: the bytes XLA says the step needs ("Used X of Y hbm").
+    required_bytes: int | None = None
+    # When XLA had to recompute to fit (its own rematerialization pass, run when the step is over 95 % of the
+    # limit): what the step needed before ("rematerialization hbm reduction: BEFORE => AFTER").
+    before_remat_bytes: int | None = None
+
+
+def parse_compiler_output(output: str, libtpu_log: str, returncode: int | None) -> CompilerVerdict:
+    """The verdict from train_compile's output (stdout+stderr) and libtpu's INFO log.
+
+    compiled: MaxText printed "Jitting and compilation complete!" and exited 0.
+    peak: libtpu's "Total hbm usage >= X" (the largest, if several programs were compiled).
+    required: when the step does not fit, XLA's "Used X of Y hbm" (libtpu's log; the RESOURCE_EXHAUSTED error says
+    "HLO temporaries (X) exceeds available HBM (Y)"; its memory report lists the parameters among them).
+    before_remat: XLA's "rematerialization hbm reduction: X => Y" (the largest X): the step's need before the
+    compiler recomputed tensors to squeeze it under the limit; a step that only fits that way runs slower.
+    hbm: the per-device limit XLA compiled against ("program HBM usage: P / LIMIT", or Y above).
+    reason: the first line that explains a failure, in XLA's or MaxText's own words."""
+    text = libtpu_log + "\n" + output
+    breakdown: dict[str, int] = {}
+    peak = hbm = None
+    totals = list(re.finditer(r"Total hbm usage >= " + _SIZE + r":\s*\n\s*reserved\s+" + _SIZE
+                              + r"\s*\n\s*program\s+" + _SIZE + r"\s*\n\s*arguments\s+" + _SIZE, libtpu_log))
+    if totals:
+        best = max(totals, key=lambda m: _size(m.group(1), m.group(2)))
+        peak = _size(best.group(1), best.group(2))
+        breakdown = {"reserved": _size(best.group(3), best.group(4)), "program": _size(best.group(5), best.group(6)),
+                     "arguments": _size(best.group(7), best.group(8))}
+    limit = re.search(r"program HBM usage: " + _SIZE + r" / " + _SIZE, libtpu_log)
+    if limit:
+        hbm = _size(limit.group(3), limit.group(4))
+    used = (re.search(r"Used " + _SIZE + r" of " + _SIZE + r" hbm", text)
+            or re.search(r"HLO temporaries \(" + _SIZE + r"\) exceeds available HBM \(" + _SIZE + r"\)", text))
+    compiled = returncode == 0 and "Jitting and compilation complete!" in output
+    remats = [_size(m.group(1), m.group(2)) for m in
+              re.finditer(r"rematerialization hbm reduction:\s*" + _SIZE + r"\s*=>\s*" + _SIZE, libtpu_log)]
+    required = None
+    if used and not compiled:
+        required, hbm = _size(used.group(1), used.group(2)), _size(used.group(3), used.group(4))
+        peak, breakdown = None, {}
+    return CompilerVerdict(compiled=compiled, peak_bytes_per_device=peak if compiled else None, hbm_bytes=hbm,
+                           reason=None if compiled else failure_reason(output, returncode), breakdown=breakdown,
+                           required_bytes=required, before_remat_bytes=max(remats) if remats else None)
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Exhausted))(?::\s*(.*))?$")
+
+
+def failure_reason(output: str, returncode: int | None) -> str:
+    """MaxText's or XLA's own line for a failed compile."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in lines:
+        if "RESOURCE_EXHAUSTED" in line:
+            return line[line.index("RESOURCE_EXHAUSTED"):]
+    for line in lines:
+        # libtpu rejects LIBTPU_INIT_ARGS by printing this and exiting the process.
+        if line.startswith("ERROR: ") and "flag" in line:
+            return line
+    for line in reversed(lines):
+        match = _EXCEPTION_LINE.match(line)
+        if match and match.group(1) not in ("KeyboardInterrupt",):
+            return line
+    if returncode is None:
+        return "the compile was stopped before it finished"
+    tail = lines[-1] if lines else "no output"
+    return f"train_compile exited with status {returncode}: {tail}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running it
+
+
+@dataclass
+class CompileResult:
+    compiled: bool
+    peak_bytes_per_device: int | None
+    hbm_bytes: int | None
+    topology: str
+    num_slices: int
+    seconds: float
+    reason: str | None
+    required_bytes: int | None = None
+    before_remat_bytes: int | None = None
+    source: str = ""
+    plan: str = ""
+    estimate_bytes: int | None = None
+    dropped: Mapping[str, str] = field(default_factory=dict)
+    breakdown: Mapping[str, int] = field(default_factory=dict)
+    libtpu_init_args: str = ""
+    command: str = ""
+    argv: tuple[str, ...] = ()         # train_compile's argv (base config, key=value ...)
+    libtpu: str = ""
+    log: str | None = None
+    assigned: Mapping[str, int] | None = None     # memory_assignment(): XLA's figures when its HLO passes ended
+    memory_only: bool = False                     # stopped after memory assignment (no code generation)
+    cached: bool = False                          # read from compile-verdicts.json, not compiled now
+
+    @property
+    def error_code(self) -> str | None:
+        """XLA's error code of a refusal ("E1000 CompileTimeHbmOom", "E1001 CompileTimeScopedVmemOom"), or None."""
+        from core.compile_verdicts import error_code
+        return None if self.compiled else error_code(self.reason)
+
+    @property
+    def fits(self) -> bool:
+        return self.compiled
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "compiled": self.compiled, "peak_bytes_per_device": self.peak_bytes_per_device,
+            "hbm_bytes": self.hbm_bytes, "topology": self.topology, "num_slices": self.num_slices,
+            "seconds": round(self.seconds, 1), "reason": self.reason, "required_bytes": self.required_bytes,
+            "before_remat_bytes": self.before_remat_bytes,
+            "estimate_bytes_per_device": self.estimate_bytes, "breakdown": dict(self.breakdown),
+            "argv_source": self.source, "dropped": dict(self.dropped), "libtpu_init_args": self.libtpu_init_args,
+            "command": self.command, "libtpu": self.libtpu, "maxtext": installed("maxtext"), "log": self.log,
+            "error_code": self.error_code, "cached": self.cached,
+        }
+
+
+def verdict_of(result: CompileResult, resized) -> "Verdict":
+    """XLA's verdict in a compile's result, as compile-verdicts.json keeps it (resized: the core.planner.Plan at the
+    compiled slice count)."""
+    from core.compile_verdicts import Verdict
+    return Verdict(compiled=result.compiled, shape=resized.describe().split(";")[0], slices=result.num_slices,
+                   libtpu=result.libtpu, maxtext=installed("maxtext"), reason=result.reason,
+                   error_code=result.error_code, required_bytes=result.required_bytes,
+                   peak_bytes=result.peak_bytes_per_device, hbm_bytes=result.hbm_bytes,
+                   per_device_batch_size=resized.per_device_batch_size)
+
+
+def decided(result: CompileResult) -> bool:
+    """Whether the result is XLA's own verdict: it compiled, or XLA refused it (its bytes or its error code), not a
+    compile that was stopped, timed out or failed for another reason."""
+    return result.compiled or bool(result.required_bytes) or bool(result.error_code)
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class _Ticker:
+    """Elapsed time to stderr while the compile runs: rewritten in place on a terminal, a line every 30 s else."""
+
+    def __init__(self, label: str, out: TextIO | None, interval: float | None = None):
+        self.label, self.out, self.last = label, out, ""
+        self.start = time.monotonic()
+        self.stop = threading.Event()
+        self.tty = bool(out is not None and hasattr(out, "isatty") and out.isatty())
+        self.interval = interval or (1.0 if self.tty else 30.0)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.interval):
+            line = f"compile: {self.label}: {_clock(time.monotonic() - self.start)} elapsed"
+            if self.last:
+                line += f" ({self.last[:70]})"
+            if self.tty:
+                self.out.write("\r\033[K" + line)
+            else:
+                self.out.write(line + "\n")
+            self.out.flush()
+
+    def __enter__(self) -> "_Ticker":
+        if self.out is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.out is not None:
+            self.thread.join()
+            if self.tty:
+                self.out.write("\r\033[K")
+                self.out.flush()
+
+
+def _progress_line(line: str) -> str | None:
+    """MaxText's own stage messages, for the ticker."""
+    for marker in ("Starting train_compile", "Jitting and compiling", "Jitting and compilation complete"):
+        if marker in line:
+            return line.strip()
+    return None
+
+
+# libtpu's INFO log marks the end of XLA's HLO passes (memory assignment and rematerialization included) with this
+# line; what follows is code generation for every fusion (minutes to tens of minutes), which decides nothing about
+# HBM: a step that does not fit fails before it (RESOURCE_EXHAUSTED, seconds into the compile).
+HLO_PASSES_DONE = "HLO_PASSES stage duration"
+MEMORY_ONLY_GRACE_S = 20.0
+
+
+def memory_assignment(libtpu_log: str) -> dict[str, int] | None:
+    """XLA's memory figures at the end of its HLO passes, from libtpu's INFO log, or None before that point:
+    program: the latency-hiding scheduler's peak of the program's own buffers ("LatencyHidingScheduler current
+    memory usage: N bytes", the last before the passes end); arguments: the step's inputs ("... rematerialization
+    limit ... - (arguments (A) - aliased_output(O))"); need: program + arguments, or XLA's own figure before
+    recomputing when it ran its rematerialization ("rematerialization hbm reduction: X => Y": X; Y is `after`)."""
+    end = libtpu_log.find(HLO_PASSES_DONE)
+    if end < 0:
+        return None
+    text = libtpu_log[:end]
+    scheduled = re.findall(r"LatencyHidingScheduler current memory usage: (\d+) bytes", text)
+    arguments = re.search(r"rematerialization limit .*?arguments \(" + _SIZE + r"\)", text)
+    if not scheduled:
+        return None
+    out = {"program": int(scheduled[-1])}
+    if arguments:         # libtpu prints it only when the step reaches its rematerialization pass
+        out["arguments"] = _size(arguments.group(1), arguments.group(2))
+        out["need"] = out["program"] + out["arguments"]
+    remats = [(_size(m.group(1), m.group(2)), _size(m.group(3), m.group(4))) for m in
+              re.finditer(r"rematerialization hbm reduction:\s*" + _SIZE + r"\s*=>\s*" + _SIZE, text)]
+    if remats:
+        before, after = max(remats)
+        out.update(need=before, after=after)
+    limit = re.search(r"rematerialization limit .*?= 95% hbm \(" + _SIZE + r"\)", text)
+    if limit:             # XLA's per-device limit, from the 95 % it recomputes down to
+        out["limit"] = int(_size(limit.group(1), limit.group(2)) / 0.95)
+    return out
+
+
+def over_the_limit(assigned: Mapping[str, int]) -> bool:
+    """XLA's assignment is still over its limit after recomputing: it is about to refuse the step
+    (RESOURCE_EXHAUSTED follows the HLO passes, how soon depends on the machine's load)."""
+    return "limit" in assigned and assigned.get("after", assigned["need"]) > assigned["limit"]
+
+
+class CompileStopped(BaseException):
+    """SIGTERM arrived while a compile ran (raised in the main thread, like KeyboardInterrupt for Ctrl-C)."""
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm():
+    """While the compile runs, SIGTERM raises CompileStopped in the main thread, so that run_compile stops the
+    compile's process group before this process exits (the default action would end this process alone and
+    leave train_compile compiling for minutes). Elsewhere than the main thread signals cannot be handled."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise CompileStopped(f"stopped by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Kill the compile and everything it started (its process group, see run_compile)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+
+
+def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, progress: TextIO | None = None,
+                keep_dir: Path | None = None, compiler: tuple[str, ...] | None = None,
+                tick_s: float | None = None, memory_only: bool = False) -> CompileResult:
+    """Compile `target` in a subprocess; the scratch directory is removed unless the compile failed (its
+    output and libtpu's log are then kept there) or `keep_dir` is given. `compiler`: the command before the argv
+    (default `python -m maxtext.trainers.pre_train.train_compile`; tests pass a stand-in). `memory_only`: stop
+    once XLA's HLO passes have assigned memory (HLO_PASSES_DONE in libtpu's log) instead of generating code for
+    every fusion; the result then carries XLA's memory figures at that point (`assigned`) and no peak."""
+    missing = missing_compiler()
+    if missing:
+        raise CompileSetupError(missing)
+    base_config = str(importlib.resources.files("maxtext") / "configs" / "base.yml")
+    work = Path(tempfile.mkdtemp(prefix="preflight-")) if keep_dir is None else keep_dir
+    work.mkdir(parents=True, exist_ok=True)
+    log_dir, out_dir = work / "libtpu_logs", work / "out"
+    log_dir.mkdir(exist_ok=True)
+    argv, dropped = aot_argv(target, base_config, out_dir)
+    env = {**os.environ, **COMPILE_ENV, "TPU_LOG_DIR": str(log_dir), "LIBTPU_INIT_ARGS": target.libtpu_init_args}
+    env.pop("PYTHONPATH", None)
+    command = [*(compiler or (sys.executable, "-m", AOT_MODULE)), *argv]
+    name = argv[-2].partition("=")[2]
+    output_path = work / "compile.log"
+    start = time.monotonic()
+    returncode: int | None = None
+    with open(output_path, "w") as output, _Ticker(f"{name} x {target.slices}", progress, tick_s) as ticker:
+        # Its own process group: train_compile may start helpers of its own, and a stop (timeout, Ctrl-C,
+        # SIGTERM) must end them all, not only the direct child.
+        proc = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace", start_new_session=True)
+        timed_out = threading.Event()
+
+        def expire() -> None:
+            timed_out.set()
+            _stop_group(proc)
+
+        timer = threading.Timer(timeout, expire)
+        timer.start()
+        assigned_event = threading.Event()
+
+        def watch() -> None:
+            """memory_only: stop the compile once memory is assigned, after a grace period in which a step that
+            does not fit fails with RESOURCE_EXHAUSTED (buffer assignment follows the HLO passes)."""
+            seen = None
+            while proc.poll() is None:
+                if seen is None:
+                    text = "".join(path.read_text(errors="replace") for path in sorted(log_dir.glob("*.INFO.*")))
+                    assigned_now = memory_assignment(text)
+                    if assigned_now is not None and over_the_limit(assigned_now):
+                        return        # XLA refuses it: let it end with its own RESOURCE_EXHAUSTED
+                    if assigned_now is not None:
+                        seen = time.monotonic()
+                elif time.monotonic() - seen > MEMORY_ONLY_GRACE_S:
+                    assigned_event.set()
+                    _stop_group(proc)
+                    return
+                time.sleep(1.0)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        if memory_only:
+            watcher.start()
+        try:
+            with _stop_on_sigterm():
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    output.write(line)
+                    stage = _progress_line(line)
+                    if stage:
+                        ticker.last = stage
+                proc.wait()
+        except BaseException:
+            # Ctrl-C no longer reaches the compile by itself (its own process group), nor does SIGTERM.
+            _stop_group(proc)
+            proc.wait()
+            raise
+        finally:
+            timer.cancel()
+        killed = timed_out.is_set()
+        returncode = None if killed else proc.returncode
+    seconds = time.monotonic() - start
+    text = output_path.read_text(errors="replace")
+    libtpu_log = "".join(path.read_text(errors="replace") for path in sorted(log_dir.glob("*.INFO.*")))
+    verdict = parse_compiler_output(text, libtpu_log, returncode)
+    reason = verdict.reason
+    assigned = memory_assignment(libtpu_log)
+    if killed:
+        reason = f"the compile did not finish within {timeout:.0f} s"
+    elif memory_only and assigned_event.is_set() and assigned is not None and not over_the_limit(assigned):
+        # Memory assigned without RESOURCE_EXHAUSTED: XLA fits the step; code generation was not run.
+        verdict = dataclasses.replace(verdict, compiled=True,
+                                      before_remat_bytes=assigned["need"] if "after" in assigned else None)
+        reason = None
+    result = CompileResult(
+        compiled=verdict.compiled, peak_bytes_per_device=verdict.peak_bytes_per_device, hbm_bytes=verdict.hbm_bytes,
+        topology=name, num_slices=target.slices, seconds=seconds, reason=reason,
+        required_bytes=verdict.required_bytes, before_remat_bytes=verdict.before_remat_bytes, source=target.source,
+        plan=target.plan, estimate_bytes=target.estimate_bytes, dropped=dropped, breakdown=verdict.breakdown,
+        libtpu_init_args=target.libtpu_init_args,
+        command=" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(COMPILE_ENV.items()) if k != "PYTHONUNBUFFERED")
+        + (f" LIBTPU_INIT_ARGS={shlex.quote(target.libtpu_init_args)}" if target.libtpu_init_args else "")
+        + " python -m " + shlex.join([AOT_MODULE, *argv]),
+        argv=tuple(argv), libtpu=loaded_libtpu(), assigned=assigned, memory_only=memory_only)
+    if verdict.compiled and keep_dir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        result.log = str(output_path)
+    return result
