@@ -35,6 +35,7 @@ SPEC = CloudBuildSpec(project="my-proj", region="us-east5",
                       image_ref="us-east5-docker.pkg.dev/my-proj/imgs/worker:0123456789abcdef",
                       staging_bucket="my-proj-tpu-builds", account_id="tpu-builds")
 ACCOUNT = "tpu-builds@my-proj.iam.gserviceaccount.com"
+RAYJOB, JOBSET = "kubernetes:ray.io/v1:RayJob", "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
 
 
 def _recipe() -> dict:
@@ -196,3 +197,27 @@ def test_without_gcloud_the_command_says_what_to_install(tmp_path):
     assert done.returncode == 127
     assert done.stderr.strip().splitlines() == [
         "the worker image is built with gcloud (imageBuilder=cloud-build): install the Google Cloud CLI"]
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"workloadBackend": "jobset"},
+    # A reservation's pools are warm (they bill from creation), and tpu7x shapes its slices by a resource policy.
+    {"capacity": "reservation", "reservationName": "tpu-res"},
+    {"zone": "us-central1-c", "tpuGeneration": "tpu7x", "tpuTopology": "2x2x4"},
+])
+def test_no_tpu_resource_is_created_before_the_build_has_pushed(extra):
+    """A failed build fails its command resource, and Pulumi creates nothing that depends on a failed resource:
+    with every slice pool (and tpu7x's slice policy) and the training job waiting for the build, a failed build
+    leaves no TPU behind."""
+    run = run_program({**IMAGE_CONFIG, **extra}, stack="img")
+    build = run.one("command:local:Command", "worker-build")
+    reader = run.one("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember", "node-reader")
+    tpu = [p for p in run.of_type("gcp:container/nodePool:NodePool") if p.name.startswith("slice-")]
+    tpu += run.of_type("gcp:compute/resourcePolicy:ResourcePolicy")
+    assert len(tpu) >= 2
+    tpu += [r for r in run.resources if r.type in (RAYJOB, JOBSET)]
+    assert len(tpu) >= 3
+    for resource in tpu:
+        assert depends_on(run, resource, build), f"{resource.type} {resource.name} does not wait for the build"
+        assert depends_on(run, resource, reader), f"{resource.type} {resource.name} may pull before it can read"
