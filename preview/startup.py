@@ -18,6 +18,7 @@ from typing import Any
 
 from core.slice_wait import SLICE_START_S
 from infra.config import StackConfig
+from workloads.backends import backend_for
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "startup" / "results.json"
 LINK_RATES = (("1 Gb/s", 125e6), ("10 Gb/s", 1250e6), ("100 Gb/s", 12500e6))
@@ -86,7 +87,7 @@ def _first_steps(results: dict[str, Any]) -> dict[str, float]:
 def environment_s(config: StackConfig, results: dict[str, Any]) -> float | None:
     """One host's environment at the planned link rate, for the stack's workerEnvironment; None where the stack
     does not install the lock (Pathways runs its own images) or a figure is missing."""
-    if config.workload.backend == "pathways":
+    if not backend_for(config).runs_worker_environment:
         return None
     host = image_host(results) if config.workload.worker_environment == "image" else runtime_host(results)
     return None if host is None else seconds_at(*host, PLANNED_LINK[1])
@@ -100,8 +101,10 @@ def budget_lines(config: StackConfig, results: dict[str, Any] | None = None) -> 
     link = f"{PLANNED_LINK[0]} per host assumed"
     lines = [f"per host from a cold node: the slice's VMs ~{SLICE_START_S / 60:.0f} min (a guess, "
              "core/slice_wait.py), then the environment, then the first compile"]
-    if config.workload.backend == "pathways":
-        lines.append("environment: the Pathways images (pathwaysTrainerImage and the servers'); no lock installed")
+    if not backend_for(config).runs_worker_environment:
+        backend = backend_for(config)
+        images = ", ".join(image.split("@")[0] for image in backend.images(config))
+        lines.append(f"environment: the {backend.name} images ({images}); no lock installed")
     else:
         image, runtime = image_host(results), runtime_host(results)
         if config.workload.worker_environment == "image" and image:
@@ -134,8 +137,8 @@ def budget_table(stacks: list[tuple[str, StackConfig]], results: dict[str, Any] 
         hosts = config.tpu.total_hosts
         env_s = environment_s(config, results)
         if env_s is None:
-            lines.append(f"| `{stack}` | {hosts} | - (Pathways images) | - | - | VMs ~{SLICE_START_S / 60:.0f} min + "
-                         "image pulls |")
+            lines.append(f"| `{stack}` | {hosts} | - (the backend's own images) | - | - | VMs "
+                         f"~{SLICE_START_S / 60:.0f} min + image pulls |")
             continue
         host = image_host(results) if config.workload.worker_environment == "image" else runtime_host(results)
         assert host is not None
