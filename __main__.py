@@ -63,10 +63,6 @@ node_account = NodeServiceAccount("node-identity", config.gcp.project, config.na
 bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready,
                           adopt=preflight.adopt_bucket, protect=config.cluster.deletion_protection)
 cluster = GkeCluster("gke", config, network, node_account.email_to_run_as, depends_on=services.ready)
-pools = None if config.cluster.autopilot else TpuSlicePools(
-    "tpu-slices", config, cluster, network, node_account.email_to_run_as, depends_on=services.ready)
-
-bundle = load_bundle()
 worker_image = None if config.worker_image is None else WorkerImage(
     "worker-image", WorkerImageSpec(project=config.gcp.project, region=config.gcp.region,
                                     repository_id=config.worker_image.repository_id,
@@ -74,6 +70,13 @@ worker_image = None if config.worker_image is None else WorkerImage(
                                     staging_bucket=config.worker_image.staging_bucket,
                                     build_account_id=config.worker_image.build_account_id),
     node_account.email, depends_on=services.ready, deployer=preflight.deployer)
+# With the workers' image, no TPU pool exists before its build has pushed: a failed build stops `up` before any
+# slice (a warm one bills at once) is created for an image that is not there.
+pools = None if config.cluster.autopilot else TpuSlicePools(
+    "tpu-slices", config, cluster, network, node_account.email_to_run_as, depends_on=services.ready,
+    image_ready=worker_image.ready if worker_image else [])
+
+bundle = load_bundle()
 
 k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True,
                             opts=pulumi.ResourceOptions(deleted_with=cluster.cluster))

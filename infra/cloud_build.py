@@ -68,15 +68,27 @@ def submit_argv(spec: CloudBuildSpec, service_account_email: str) -> list[str]:
             f"--gcs-source-staging-dir=gs://{spec.staging_bucket}/source"]
 
 
+# gcloud prints where the build's log is as soon as the build exists: "Logs are available at [ URL ]." (older
+# releases without the spaces; googlecloudsdk command_lib/builds/submit_util.py `log.status.Print`).
+LOG_URL_PATTERN = r"https://console\.cloud\.google\.com/cloud-build/builds[^] ]*"
+
+
 def submit_script(spec: CloudBuildSpec, service_account_email: str) -> str:
-    """The shell text the command resource runs: gcloud's own output (its log URL included) goes to
-    `pulumi up`'s log, and a failure ends in one line naming what failed and where the log is."""
+    """The shell text the command resource runs: gcloud's own output goes to `pulumi up`'s log as it comes, and a
+    failure ends in one line naming what failed and where the log is: the failed build's own log when gcloud
+    printed it (the build was created), else the region's build history (the upload or the submit failed)."""
     missing = "the worker image is built with gcloud (imageBuilder=cloud-build): install the Google Cloud CLI"
-    failed = (f"worker image build failed (Cloud Build, {spec.region}): its log is at "
-              f"{builds_console_url(spec.project, spec.region)}")
+    failed = f"worker image build failed (Cloud Build, {spec.region}): its log is at "
+    history = builds_console_url(spec.project, spec.region)
     return (f"command -v gcloud >/dev/null || {{ echo {shlex.quote(missing)} >&2; exit 127; }}\n"
-            f"{shlex.join(submit_argv(spec, service_account_email))} "
-            f"|| {{ echo {shlex.quote(failed)} >&2; exit 1; }}")
+            'out=$(mktemp) || exit 1\n'
+            'trap \'rm -f "$out" "$out.rc"\' EXIT\n'
+            # The pipe keeps gcloud's output flowing; its exit status travels in a file (POSIX sh has no pipefail).
+            f'{{ {shlex.join(submit_argv(spec, service_account_email))} 2>&1; echo $? > "$out.rc"; }} | tee "$out"\n'
+            '[ "$(cat "$out.rc")" = 0 ] && exit 0\n'
+            f"url=$(grep -o {shlex.quote(LOG_URL_PATTERN)} \"$out\" | tail -n 1)\n"
+            f'echo {shlex.quote(failed)}"${{url:-{history}}}" >&2\n'
+            "exit 1")
 
 
 class CloudBuildImage:

@@ -89,7 +89,9 @@ class TpuSlicePools(pulumi.ComponentResource):
 
     def __init__(self, name: str, config: StackConfig, cluster: GkeCluster, network: ClusterNetwork,
                  node_service_account: pulumi.Input[str], depends_on: list[pulumi.Resource] | None = None,
-                 opts: pulumi.ResourceOptions | None = None):
+                 image_ready: list[pulumi.Resource] | None = None, opts: pulumi.ResourceOptions | None = None):
+        """image_ready: the workers' image's build and the nodes' read grant on it (workerEnvironment=image);
+        every TPU resource here waits for them, so a failed build leaves no slice behind."""
         super().__init__(component_type("infra", "TpuSlicePools"), name, None, opts)
         shape, names = config.tpu.shape, config.names
         node_kwargs = capacity_settings(config)
@@ -102,7 +104,7 @@ class TpuSlicePools(pulumi.ComponentResource):
                 workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(
                     type="HIGH_THROUGHPUT", accelerator_topology=shape.topology),
                 # Needs compute.googleapis.com: after the stack's API resources, like everything that calls an API.
-                opts=child_options(self, depends_on=list(depends_on or [])))
+                opts=child_options(self, depends_on=[*(depends_on or []), *(image_ready or [])]))
             placement = gcp.container.NodePoolPlacementPolicyArgs(
                 type="COMPACT", policy_name=self.workload_policy.name)
         else:
@@ -151,7 +153,7 @@ class TpuSlicePools(pulumi.ComponentResource):
                     # it from recreating a slice (infra/cluster.py); without a channel it is simply off.
                     auto_upgrade=config.cluster.release_channel != NO_CHANNEL),
                 **size_settings(config, index),
-                opts=child_options(self),
+                opts=child_options(self, depends_on=list(image_ready or [])),
             ))
         self.names = [pool.name for pool in self.pools]
         self.register_outputs({"nodePools": self.names})

@@ -70,6 +70,14 @@ class WorkerImageSpec:
         return f"{self.registry}/{self.project}/{self.repository_id}/{IMAGE_NAME}:{self.tag}"
 
 
+def base_image(root: Path | None = None) -> str:
+    """The image worker_env/Dockerfile builds on (its FROM line)."""
+    for line in ((root or PROJECT_ROOT) / DOCKERFILE).read_text().splitlines():
+        if line.upper().startswith("FROM "):
+            return line.split()[1]
+    raise ValueError(f"{DOCKERFILE} has no FROM line")
+
+
 def image_tag(root: Path | None = None) -> str:
     """16 hex characters of the build context the provider hashes: any change it would rebuild for gives a new,
     immutable tag (a rebuild pushed under an existing tag is refused by the repository)."""

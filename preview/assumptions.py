@@ -10,6 +10,7 @@ from infra.config import StackConfig
 from infra.gke_versions import NO_CHANNEL
 from infra.identity import read_buckets
 from infra.storage import EXPIRING_PREFIXES
+from infra.worker_image import base_image
 from preview.harness import OFFERED_GKE_VERSIONS
 from workloads import install_cache
 from workloads.backends import backend_for
@@ -93,6 +94,9 @@ def assumptions(config: StackConfig) -> list[str]:
     for image in backend.images(config):
         lines.append(f"image {image}: its tag or digest cannot be checked offline; check it exists "
                      "(gcloud artifacts docker images describe / docker manifest inspect)")
+    if config.worker_image is not None:
+        lines.append(f"worker image base: {base_image()} (worker_env/Dockerfile FROM): its tag cannot be checked "
+                     "offline and it is pinned by tag, not digest; check it exists (docker manifest inspect)")
     if config.worker_image is not None and config.worker_image.builder == "docker":
         lines.append("worker image: built from worker_env/Dockerfile during `pulumi up` (needs Docker with BuildKit "
                      "where it runs); never built offline")

@@ -218,6 +218,11 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
         for warning in plan.preemption["warnings"]:
             out.write(f"  WARN  {warning}\n")
 
+    if plan.startup:
+        out.write("\nStart-up (every start of a slice is a cold node):\n")
+        for line in plan.startup:
+            out.write("\n".join(fit_line(f"  {line}")) + "\n")
+
     out.write("\nAssumptions to check (the offline plan cannot verify them):\n")
     for line in plan.assumptions:
         out.write(f"  - {line}\n")

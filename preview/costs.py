@@ -133,9 +133,34 @@ def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
     notes += backend_for(config).capacity_wait_notes(config)
     cache, cache_note = data_cache_cost(config)
     notes += [cache_note] if cache_note else []
+    notes += worker_image_cost_notes(config)
     return CostSummary(capacity=capacity.value, tpu_training_usd_per_hour=tpu_training, tpu_idle_usd_per_hour=tpu_idle,
                        system_usd_per_hour=system, gke_fee_usd_per_hour=GKE_FEE_USD_PER_HOUR, warm_chips=warm_chips,
                        released=_released(config, warm_slices), notes=notes, data_cache_usd_per_hour=cache)
+
+
+def worker_image_cost_notes(config: StackConfig) -> list[str]:
+    """The built image bills while it is stored, idle included, and each build bills its minutes."""
+    if config.worker_image is None:
+        return []
+    from preview.startup import image_host, load_results
+    from preview.timings import BY_TYPE
+
+    layer = image_host(load_results())
+    stored = "the Ray base image" if layer is None else (
+        f"the lock's layer (at most {layer[0] / 1e9:.2f} GB, measured: "
+        f"{max(0.0, layer[0] / 1e9 - tpu_prices.ARTIFACT_REGISTRY_FREE_GB) * tpu_prices.ARTIFACT_REGISTRY_USD_PER_GB_MONTH:.2f}"
+        " USD per month above the free 0.5 GB) + the Ray base image (size not known offline)")
+    notes = [f"worker images bill while stored, idle included: {tpu_prices.ARTIFACT_REGISTRY_USD_PER_GB_MONTH:.2f} "
+             f"USD per GB-month ({tpu_prices.ARTIFACT_REGISTRY_SOURCE}) for {stored}; the newest 5 are kept, "
+             "sharing unchanged layers; same-region pulls are free"]
+    if config.worker_image.builder == "cloud-build":
+        minutes = BY_TYPE["command:local:Command"].create_s / 60
+        notes.append(f"each build of the worker image (a change of the lock or the code): ~{minutes:.0f} min on "
+                     f"E2_HIGHCPU_8 (a guess) at {tpu_prices.CLOUD_BUILD_E2_HIGHCPU_8_USD_PER_MINUTE} USD per "
+                     f"build-minute = ~{minutes * tpu_prices.CLOUD_BUILD_E2_HIGHCPU_8_USD_PER_MINUTE:.2f} USD "
+                     f"({tpu_prices.CLOUD_BUILD_SOURCE})")
+    return notes
 
 
 def data_cache_cost(config: StackConfig) -> tuple[float | None, str]:

@@ -65,10 +65,10 @@ ROLES: tuple[DeployerRole, ...] = (
                  "https://cloud.google.com/monitoring/access-control"),
     DeployerRole("roles/artifactregistry.admin", "the worker image repository, its reader grant, the image push",
                  "https://cloud.google.com/artifact-registry/docs/access-control",
-                 when="workerEnvironment=image"),
+                 when="workerEnvironment=image, the default"),
     DeployerRole("roles/cloudbuild.builds.editor", "submit the worker image's build (gcloud builds submit) and "
                  "wait for it", "https://cloud.google.com/build/docs/iam-roles-permissions",
-                 when="workerEnvironment=image, imageBuilder=cloud-build"),
+                 when="the default image build: imageBuilder=cloud-build"),
 )
 _BY_ROLE = {role.role: role for role in ROLES}
 

@@ -137,6 +137,21 @@ def deployer_roles(repo: Path = REPO) -> str:
     return markdown_table()
 
 
+def startup_per_host(repo: Path = REPO) -> str:
+    """Per TPU host: what each workerEnvironment fetches and how long it takes, and the first step with the
+    compilation cache missed and hit (benchmarks/startup_bench.py's figures, benchmarks/startup/results.json)."""
+    from preview.startup import host_table, load_results
+    return host_table(load_results())
+
+
+def startup_budget(repo: Path = REPO) -> str:
+    """Per committed stack: the environment per host, what a start fetches, cold node to first compile."""
+    from infra.config import build
+    from preview.startup import budget_table
+    from preview.stack_files import load_stack_config
+    return budget_table([(stack, build(load_stack_config(stack, repo))) for stack in committed_stacks(repo)])
+
+
 TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "costs-at-a-glance": ("README.md", costs_at_a_glance),
     "costs-per-stack": ("docs/costs.md", costs_per_stack),
@@ -146,6 +161,8 @@ TABLES: dict[str, tuple[str, Callable[[Path], str]]] = {
     "deployer-roles": ("docs/deploying.md", deployer_roles),
     "tpu-quotas": ("docs/deploying.md", tpu_quotas),
     "interruption-costs": ("docs/costs.md", interruption_table.table),
+    "startup-per-host": ("README.md", startup_per_host),
+    "startup-budget": ("README.md", startup_budget),
 }
 
 

@@ -17,6 +17,7 @@ from preview.costs import CPU_MACHINE_USD_PER_HOUR, CostSummary, PoolCost, cost_
 from preview.k8s import manifests as k8s_manifests
 from infra.config import StackConfig
 from preview.graph import CriticalPath, DependencyGraph, provider_urn
+from preview.startup import budget_lines
 from preview.k8s.validation import TpuPool, ValidationReport, validate_objects
 from preview.harness import ProgramRun, Registration
 from core.tpu_catalog import CATALOG, Generation, MachineType
@@ -354,6 +355,8 @@ class Plan:
     planner: list[str] = field(default_factory=list)
     planner_fields: dict[str, Any] = field(default_factory=dict)   # the same as numbers (planner_fields below)
     compile: dict[str, Any] | None = None   # `--compile`: preview/compile/ CompileResult.as_dict()
+    # From a cold node to the first step, per host, from benchmarks/startup_bench.py's figures (preview/startup.py).
+    startup: list[str] = field(default_factory=list)
 
     def as_dict(self, summary: bool = False) -> dict[str, Any]:
         """The plan as JSON; `summary` leaves out what --out writes (the Kubernetes objects, resource inputs)."""
@@ -374,6 +377,7 @@ class Plan:
             "recipe": self.recipe,
             "preemption": self.preemption,
             "planner": {"notes": self.planner, **self.planner_fields},
+            "startup": self.startup,
         }
         if self.compile is not None:
             document["compile"] = self.compile
@@ -431,7 +435,7 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
         dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config),
         recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology),
         preemption=_preemption(config), planner=list(config.workload.plan.notes),
-        planner_fields=planner_fields(config.workload.plan))
+        planner_fields=planner_fields(config.workload.plan), startup=budget_lines(config))
 
 
 def planner_fields(chosen: CorePlan) -> dict[str, Any]:

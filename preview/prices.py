@@ -81,3 +81,18 @@ def disk_usd_per_hour(kind: str, gib: int, disks: int) -> float | None:
     """What `disks` disks of `gib` GiB of a type cost per hour while they exist; None for an unpriced type."""
     price = DISK_USD_PER_GIB_MONTH.get(kind)
     return None if price is None else round(price * gib * disks / HOURS_PER_MONTH, 2)
+
+
+# The workers' image (workerEnvironment=image): list prices as published in 2025, read from the pricing pages'
+# offline copies and not re-checked live (the same conventions as the figures above).
+# Artifact Registry storage: 0.10 USD per GB-month above 0.5 GB free per billing account, the same for regional
+# and multi-regional repositories; pulls inside the repository's region are free
+# (https://cloud.google.com/artifact-registry/pricing).
+ARTIFACT_REGISTRY_USD_PER_GB_MONTH = 0.10
+ARTIFACT_REGISTRY_FREE_GB = 0.5
+ARTIFACT_REGISTRY_SOURCE = "https://cloud.google.com/artifact-registry/pricing (2025 list price)"
+# Cloud Build's default pool, E2_HIGHCPU_8 (worker_env/cloudbuild.yaml machineType): 0.016 USD per build-minute,
+# partial minutes by the second, queued time free; the 2,500 free minutes are for e2-standard-2 only
+# (https://cloud.google.com/build/pricing).
+CLOUD_BUILD_E2_HIGHCPU_8_USD_PER_MINUTE = 0.016
+CLOUD_BUILD_SOURCE = "https://cloud.google.com/build/pricing (2025 list price)"

@@ -376,7 +376,9 @@ def check_worker_environment(v: dict[str, Any], problems: list[str]) -> None:
                                 f"environment ({LOCK_PATH}; change it there with scripts/lock_worker_env.sh)"))
     images = {"rayjob": "rayImage", "jobset": "jobsetImage"}
     key = images.get(backend)
-    image = v[key] if key else None
+    # With the built image (workerEnvironment=image) the runtime images are not used: a user's is refused as
+    # doing nothing (check_applies), once.
+    image = v[key] if key and v["workerEnvironment"] == "runtime" else None
     if image is None:
         return
     python = _image_python(key, image)

@@ -64,6 +64,8 @@ _ON_JOBSET = AppliesTo("workloadBackend", ("jobset",), "only the JobSet + Kueue 
 _ON_PATHWAYS = AppliesTo("workloadBackend", ("pathways",), "only the Pathways backend reads it")
 _ON_RAY_OR_JOBSET = AppliesTo("workloadBackend", ("rayjob", "jobset"),
                               "the Pathways head runs MaxText from pathwaysTrainerImage")
+_ON_RUNTIME_INSTALL = AppliesTo("workerEnvironment", ("runtime",),
+                                "the image the stack builds from worker_env/Dockerfile runs instead")
 _ON_STANDARD = AppliesTo("clusterMode", ("standard",), "Autopilot creates and configures nodes itself")
 _WITH_DCN = AppliesTo("dcn", (True,), "no DCN VPCs exist without dcn=true")
 _WITH_GRAIN = AppliesTo("datasetType", ("grain",), "datasetType=synthetic reads no files")
@@ -222,11 +224,13 @@ KEYS: tuple[Key, ...] = (
         # The field is an int32 of at least 1 (rayjob_types.go `+kubebuilder:validation:Minimum=1`); 0 leaves it out.
         check=check.within(0, 2**31 - 1, "0 (no limit) or 1 to 2147483647 seconds"), applies_to=(_ON_RAY,)),
     Key("workerEnvironment", "string", "How the workers get their locked Python environment "
-        "(worker_env/requirements.lock): image (the stack builds worker_env/Dockerfile, pushes it to an Artifact "
-        "Registry repository it creates and runs every pod on it: a slice that scales from zero, grows or "
-        "replaces a Spot host installs nothing at start) or runtime (Ray workers and JobSet pods install the "
-        "lock, about 740 MB of wheels, from the package index on every host at every start). Not used by "
-        "workloadBackend=pathways, which runs pathwaysTrainerImage.", "runtime", ("image", "runtime"),
+        "(worker_env/requirements.lock): image (the stack builds worker_env/Dockerfile with imageBuilder, pushes "
+        "it to an Artifact Registry repository it creates and runs every pod on it: a slice that scales from "
+        "zero, grows or replaces a Spot host installs nothing at start) or runtime (every pod installs the lock, "
+        "about 740 MB of wheels, from the package index at every start: no repository, build or gcloud, but the "
+        "index is on every start's path). The default is image on every stack, warm pools included: their nodes "
+        "too are replaced on repair and upgrade, and a runtime job reinstalls on every start. Not used by "
+        "workloadBackend=pathways, which runs pathwaysTrainerImage.", "image", ("image", "runtime"),
         applies_to=(_ON_RAY_OR_JOBSET,)),
     Key("imageBuilder", "string", "What builds the workers' image: cloud-build (Cloud Build, submitted by pulumi "
         "up with gcloud; no Docker needed where it runs) or docker (a local Docker/BuildKit daemon).",
@@ -236,9 +240,11 @@ KEYS: tuple[Key, ...] = (
     Key("maxtextVersion", "string", "MaxText release the workers install (>= 0.2.2; older ones train the wrong "
         "model).", "0.2.5",
         check=check.maxtext_release, applies_to=(_ON_RAY_OR_JOBSET,)),
-    Key("rayImage", "string", "Container image of the Ray head and TPU workers (pinned release; Python 3.12 for "
-        "MaxText).", "rayproject/ray:2.60.0-py312",
-        check=check.pinned_image("rayproject/ray:2.60.0-py312"), applies_to=(_ON_RAY,)),
+    Key("rayImage", "string", "Container image of the Ray head and TPU workers with workerEnvironment=runtime "
+        "(pinned release; Python 3.12 for MaxText). The built worker image starts from the same release "
+        "(worker_env/Dockerfile).", "rayproject/ray:2.60.0-py312",
+        check=check.pinned_image("rayproject/ray:2.60.0-py312"),
+        applies_to=(_ON_RAY, _ON_RUNTIME_INSTALL)),
     Key("rayClusterName", "string", "Name of the job's Ray cluster as the stack labels it: its pods carry "
         "tpu-multislice/ray-cluster=NAME, which the head's Service NAME-head-svc and the dashboard load balancer "
         "select (KubeRay names the RayCluster itself after the RayJob; at most 53 characters).",
@@ -258,10 +264,10 @@ KEYS: tuple[Key, ...] = (
         "all-reduce) first, in the training job's own pods, and start training only if it passed (Ray and JobSet "
         "backends).", True,
         applies_to=(AppliesTo("workloadBackend", ("rayjob", "jobset"), "the Pathways backend has no smoke job"),)),
-    Key("jobsetImage", "string", "Container image of the JobSet training pods (pinned tag or digest, Python "
-        "3.12); the workers' locked environment is installed at start (workerEnvironment=runtime).",
+    Key("jobsetImage", "string", "Container image of the JobSet training pods with workerEnvironment=runtime "
+        "(pinned tag or digest, Python 3.12), into which they install the workers' locked environment at start.",
         "python:3.12.11-slim-bookworm",
-        check=check.pinned_image("python:3.12.11-slim-bookworm"), applies_to=(_ON_JOBSET,)),
+        check=check.pinned_image("python:3.12.11-slim-bookworm"), applies_to=(_ON_JOBSET, _ON_RUNTIME_INSTALL)),
     Key("jobsetName", "string", "Prefix of the training JobSet's name (DNS-1035, at most 24 characters); a hash "
         "of its inputs is appended.", "maxtext",
         check=check.dns1035(naming.JOBSET_PREFIX_MAX), applies_to=(_ON_JOBSET,)),

@@ -36,10 +36,11 @@ def _raw(stack: str = "prod") -> dict:
 
 
 def _read_buckets(run) -> dict[str, set[str]]:
-    """bucket -> members granted objectViewer."""
+    """bucket -> members granted objectViewer on the run's data and weights (the workers' image build reads its
+    own staging bucket, a grant of the stack's build: tests/infra/test_cloud_build.py)."""
     granted: dict[str, set[str]] = {}
     for r in run.of_type(IAM_MEMBER):
-        if r.inputs["role"] == "roles/storage.objectViewer":
+        if r.inputs["role"] == "roles/storage.objectViewer" and r.name != "builder-staging":
             granted.setdefault(r.inputs["bucket"], set()).add(r.inputs["member"])
     return granted
 
@@ -99,7 +100,7 @@ def test_host_network_pods_name_the_node_account_in_the_owners_grants_too(monkey
     node = f"serviceAccount:{config.names.node_service_account}@{config.gcp.project}.iam.gserviceaccount.com"
     assert f"--member={_principal(raw)} \\" in text and f"--member={node} \\" in text
     # The node account the command names is the one the stack creates.
-    [account] = run.of_type("gcp:serviceaccount/account:Account")
+    account = run.one("gcp:serviceaccount/account:Account", "nodes")
     assert node == f"serviceAccount:{account.inputs['accountId']}@{account.inputs['project']}.iam.gserviceaccount.com"
 
 

@@ -22,8 +22,7 @@ PROD_BUCKET = "my-tpu-project-tpu-multislice-prod-ckpt"
 
 
 def _bucket(run):
-    [bucket] = run.of_type(BUCKET)
-    return bucket
+    return run.one(BUCKET, "checkpoints")
 
 
 def kept_bucket(inputs: dict, **changes) -> dict:

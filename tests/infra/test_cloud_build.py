@@ -35,6 +35,7 @@ SPEC = CloudBuildSpec(project="my-proj", region="us-east5",
                       image_ref="us-east5-docker.pkg.dev/my-proj/imgs/worker:0123456789abcdef",
                       staging_bucket="my-proj-tpu-builds", account_id="tpu-builds")
 ACCOUNT = "tpu-builds@my-proj.iam.gserviceaccount.com"
+RAYJOB, JOBSET = "kubernetes:ray.io/v1:RayJob", "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"
 
 
 def _recipe() -> dict:
@@ -151,10 +152,14 @@ def test_slices_stream_the_image_only_when_they_run_one():
     assert streaming({**MINIMAL, "workerEnvironment": "runtime"}) == {False}
 
 
-def _stand_in(bin_dir: Path, exit_code: int) -> Path:
+# What gcloud prints once the build exists (googlecloudsdk command_lib/builds/submit_util.py), as a build log shows.
+BUILD_LOG = "https://console.cloud.google.com/cloud-build/builds;region=us-east5/3938235f-904e?project=5539254765"
+
+
+def _stand_in(bin_dir: Path, exit_code: int, printed: str = f"Logs are available at [ {BUILD_LOG} ].") -> Path:
     log = bin_dir / "argv"
     script = bin_dir / "gcloud"
-    script.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {log}\necho 'Logs are available at [x].'\n"
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {log}\necho {printed!r} >&2\n"
                       f"exit {exit_code}\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return log
@@ -177,15 +182,24 @@ def test_the_command_runs_gcloud_builds_submit_and_waits(tmp_path):
     assert f"--service-account=projects/my-proj/serviceAccounts/{ACCOUNT}" in argv
 
 
-def test_a_failed_build_ends_in_one_line_naming_what_failed_and_where_the_log_is(tmp_path):
+@pytest.mark.parametrize("printed, where", [
+    # The build was created and failed: its own log.
+    (f"Logs are available at [ {BUILD_LOG} ].", BUILD_LOG),
+    (f"Logs are available at [{BUILD_LOG}].", BUILD_LOG),      # older gcloud releases, no spaces
+    # gcloud failed before a build existed (the upload, a permission): the region's build history.
+    ("ERROR: (gcloud.builds.submit) PERMISSION_DENIED", "https://console.cloud.google.com/cloud-build/builds;"
+                                                         "region=us-east5?project=my-proj"),
+])
+def test_a_failed_build_ends_in_one_line_naming_what_failed_and_where_the_log_is(tmp_path, printed, where):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    _stand_in(bin_dir, 1)
+    _stand_in(bin_dir, 1, printed)
     done = _run(submit_script(SPEC, ACCOUNT), f"{bin_dir}:/usr/bin:/bin", tmp_path)
     assert done.returncode == 1
+    # gcloud's own output still reaches pulumi's log.
+    assert printed in done.stdout
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("worker image build failed (Cloud Build, us-east5)")
-    assert "https://console.cloud.google.com/cloud-build/builds;region=us-east5?project=my-proj" in last
+    assert last == f"worker image build failed (Cloud Build, us-east5): its log is at {where}"
 
 
 def test_without_gcloud_the_command_says_what_to_install(tmp_path):
@@ -196,3 +210,27 @@ def test_without_gcloud_the_command_says_what_to_install(tmp_path):
     assert done.returncode == 127
     assert done.stderr.strip().splitlines() == [
         "the worker image is built with gcloud (imageBuilder=cloud-build): install the Google Cloud CLI"]
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"workloadBackend": "jobset"},
+    # A reservation's pools are warm (they bill from creation), and tpu7x shapes its slices by a resource policy.
+    {"capacity": "reservation", "reservationName": "tpu-res"},
+    {"zone": "us-central1-c", "tpuGeneration": "tpu7x", "tpuTopology": "2x2x4"},
+])
+def test_no_tpu_resource_is_created_before_the_build_has_pushed(extra):
+    """A failed build fails its command resource, and Pulumi creates nothing that depends on a failed resource:
+    with every slice pool (and tpu7x's slice policy) and the training job waiting for the build, a failed build
+    leaves no TPU behind."""
+    run = run_program({**IMAGE_CONFIG, **extra}, stack="img")
+    build = run.one("command:local:Command", "worker-build")
+    reader = run.one("gcp:artifactregistry/repositoryIamMember:RepositoryIamMember", "node-reader")
+    tpu = [p for p in run.of_type("gcp:container/nodePool:NodePool") if p.name.startswith("slice-")]
+    tpu += run.of_type("gcp:compute/resourcePolicy:ResourcePolicy")
+    assert len(tpu) >= 2
+    tpu += [r for r in run.resources if r.type in (RAYJOB, JOBSET)]
+    assert len(tpu) >= 3
+    for resource in tpu:
+        assert depends_on(run, resource, build), f"{resource.type} {resource.name} does not wait for the build"
+        assert depends_on(run, resource, reader), f"{resource.type} {resource.name} may pull before it can read"

@@ -235,6 +235,11 @@ DOES_NOTHING = (
          "workerEnvironment='image'", ["pathwaysTrainerImage"]),
         ("workerEnvironment runtime on pathways", PATHWAYS, {"workerEnvironment": "runtime"},
          "workerEnvironment='runtime'", ["workloadBackend='pathways'"]),
+        # The default built image runs instead of the runtime install's images.
+        ("rayImage with the built image", MINIMAL, {"rayImage": "rayproject/ray:2.60.0-py311"},
+         "rayImage='rayproject/ray:2.60.0-py311'", ["workerEnvironment='image'", "workerEnvironment=runtime"]),
+        ("jobsetImage with the built image", JOBSET, {"jobsetImage": "python:3.12.11-slim-bookworm"},
+         "jobsetImage='python:3.12.11-slim-bookworm'", ["workerEnvironment=runtime"]),
         ("imageBuilder on the runtime path", MINIMAL, {"workerEnvironment": "runtime", "imageBuilder": "docker"},
          "imageBuilder='docker'", ["workerEnvironment=runtime builds none"]),
         ("imageBuilder on pathways", PATHWAYS, {"imageBuilder": "cloud-build"},
@@ -357,7 +362,8 @@ CROSS_KEY = [
     ("Pathways proxy of another release", PATHWAYS,
      {"pathwaysProxyImage": "us-docker.pkg.dev/cloud-tpu-v2-images/pathways/proxy_server:jax-0.9.2"},
      "pathwaysProxyImage", ["JAX 0.9.2", "JAX 0.10.2, the default"]),
-    ("Ray image of another Python", MINIMAL, {"rayImage": "rayproject/ray:2.60.0-py311"},
+    ("Ray image of another Python", {**MINIMAL, "workerEnvironment": "runtime"},
+     {"rayImage": "rayproject/ray:2.60.0-py311"},
      "rayImage='rayproject/ray:2.60.0-py311'", ["Python 3.12"]),
     ("maxtext other than the lock's", MINIMAL, {"maxtextVersion": "0.2.4"}, "maxtextVersion='0.2.4'", ["0.2.5"]),
     # GKE flex-start: capacity is obtained per request (at most 7 days) and cannot be held idle

@@ -35,7 +35,7 @@ def test_one_dashboard_inside_its_component_in_the_stacks_project(stack):
     run = committed_stack_run(stack)
     dashboard = run.one(DASHBOARD)
     assert run.by_urn(dashboard.parent).type == COMPONENT
-    assert dashboard.inputs["project"] == run.one(ACCOUNT).inputs["project"]
+    assert dashboard.inputs["project"] == run.one(ACCOUNT, "nodes").inputs["project"]
     # Created only once the Monitoring API is on.
     monitoring_api = next(s for s in run.of_type(SERVICE) if s.inputs["service"] == "monitoring.googleapis.com")
     assert monitoring_api.urn in dashboard.dependencies
@@ -92,7 +92,7 @@ def test_goodput_roles_go_to_the_identity_the_training_pods_use(stack):
     run = committed_stack_run(stack)
     host_network = any('"hostNetwork": true' in json.dumps(r.inputs)
                        for r in run.resources if is_kubernetes_type(r.type))
-    node_account = run.one(ACCOUNT).inputs
+    node_account = run.one(ACCOUNT, "nodes").inputs
     node_member = f"serviceAccount:{node_account['accountId']}@{node_account['project']}.iam.gserviceaccount.com"
     principal = (f"principal://iam.googleapis.com/projects/{FAKE_PROJECT_NUMBER}/locations/global/"
                  f"workloadIdentityPools/{node_account['project']}.svc.id.goog/subject/ns/tpu-training/sa/tpu-trainer")

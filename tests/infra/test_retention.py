@@ -36,7 +36,7 @@ def test_the_bucket_expires_caches_and_old_run_state_but_never_checkpoints(stack
     """Cloud Storage lifecycle rules (https://cloud.google.com/storage/docs/lifecycle): Delete at `age` days after
     creation for names matching `matchesPrefix`. Each expiring prefix is one the workloads write a cache or run
     state to, and none covers the checkpoints."""
-    rules = committed_stack_run(stack).one(BUCKET).inputs["lifecycleRules"]
+    rules = committed_stack_run(stack).one(BUCKET, "checkpoints").inputs["lifecycleRules"]
     expiring = {}
     for rule in rules:
         assert rule["action"] == {"type": "Delete"}

@@ -19,8 +19,10 @@ def test_the_image_path_enables_artifact_registry_before_creating_its_repository
 
 
 def test_the_runtime_path_enables_no_registry_it_does_not_use():
-    run = run_program(MINIMAL, stack="runtime")
-    assert "artifactregistry.googleapis.com" not in {s.inputs["service"] for s in run.of_type(SERVICE)}
+    run = run_program({**MINIMAL, "workerEnvironment": "runtime"}, stack="runtime")
+    enabled = {s.inputs["service"] for s in run.of_type(SERVICE)}
+    assert not enabled & {"artifactregistry.googleapis.com", "cloudbuild.googleapis.com",
+                          "containerfilesystem.googleapis.com"}
 
 
 def test_every_google_cloud_resource_waits_for_the_stacks_apis():

@@ -72,7 +72,7 @@ def test_prod_cluster_matches_the_tutorial(prod):
 def test_prod_has_one_tpu_pool_per_slice_with_the_tutorial_flags(prod):
     pools = slice_pools(prod)
     assert [p.name for p in pools] == ["slice-0", "slice-1"]
-    node_account = prod.one(ACCOUNT).inputs["accountId"]
+    node_account = prod.one(ACCOUNT, "nodes").inputs["accountId"]
     for index, pool in enumerate(pools):
         inputs = pool.inputs
         assert inputs["autoscaling"]["maxNodeCount"] == 4  # 16 chips / 4 chips per VM
@@ -116,7 +116,7 @@ def test_prod_networks_primary_and_dcn(prod):
 
 
 def test_prod_bucket_is_private_atomic_and_survives_destroy(prod):
-    bucket = prod.one(BUCKET)
+    bucket = prod.one(BUCKET, "checkpoints")
     inputs = bucket.inputs
     assert inputs["uniformBucketLevelAccess"] is True
     assert inputs["publicAccessPrevention"] == "enforced"
@@ -132,7 +132,7 @@ def test_prod_workload_identity_binding_uses_the_looked_up_project_number(prod):
     assert binding["member"] == (
         f"principal://iam.googleapis.com/projects/{FAKE_PROJECT_NUMBER}/locations/global/workloadIdentityPools/"
         "my-tpu-project.svc.id.goog/subject/ns/tpu-training/sa/tpu-trainer")
-    assert binding["bucket"] == prod.one(BUCKET).inputs["name"]
+    assert binding["bucket"] == prod.one(BUCKET, "checkpoints").inputs["name"]
     ksa = prod.one("kubernetes:core/v1:ServiceAccount").inputs["metadata"]
     assert (ksa["namespace"], ksa["name"]) == ("tpu-training", "tpu-trainer")
 
@@ -142,14 +142,15 @@ def test_required_apis_are_enabled_and_never_disabled_on_destroy(prod):
     assert {s.inputs["service"] for s in services} >= {"container.googleapis.com", "compute.googleapis.com",
                                                        "storage.googleapis.com", "iam.googleapis.com"}
     assert all(s.inputs["disableOnDestroy"] is False for s in services)
-    for token in (CLUSTER, BUCKET, ACCOUNT):
-        assert depends_on(prod, prod.one(token), prod.one(SERVICE, "container")), token
+    # Every one of them: the checkpoint bucket and the image build's staging bucket, the node and build accounts.
+    for resource in prod.of_type(CLUSTER) + prod.of_type(BUCKET) + prod.of_type(ACCOUNT):
+        assert depends_on(prod, resource, prod.one(SERVICE, "container")), (resource.type, resource.name)
 
 
 # ---- graph ----------------------------------------------------------------------------------------------
 
 def test_independent_things_do_not_wait_for_each_other(prod):
-    cluster, bucket = prod.one(CLUSTER), prod.one(BUCKET)
+    cluster, bucket = prod.one(CLUSTER), prod.one(BUCKET, "checkpoints")
     assert not depends_on(prod, bucket, cluster), "the bucket must not wait for the cluster"
     assert not depends_on(prod, cluster, bucket)
     first, second = slice_pools(prod)
@@ -212,7 +213,7 @@ def test_dev_is_small_spot_and_throw_away(dev):
         assert pool.inputs["placementPolicy"]["tpuTopology"] == "2x4"
         assert "networkConfig" not in pool.inputs
     assert dev.one(CLUSTER).inputs["deletionProtection"] is False
-    bucket = dev.one(BUCKET)
+    bucket = dev.one(BUCKET, "checkpoints")
     assert bucket.inputs["forceDestroy"] is True and bucket.retain_on_delete is False
     assert [n.name for n in dev.of_type(NETWORK)] == ["primary"]
     assert not dev.of_type(FIREWALL)
@@ -260,7 +261,7 @@ def test_host_network_pods_reach_the_bucket_as_the_node_account(stack):
     run = committed_stack_run(stack)
     host_network = any('"hostNetwork": true' in json.dumps(r.inputs)
                        for r in run.resources if is_kubernetes_type(r.type))
-    node_account = run.one(ACCOUNT).inputs["accountId"]
+    node_account = run.one(ACCOUNT, "nodes").inputs["accountId"]
     bindings = [b.inputs["member"] for b in run.of_type(BUCKET_IAM)]
     node_bound = any(member.startswith(f"serviceAccount:{node_account}@") for member in bindings)
     assert node_bound == host_network, (stack, host_network, bindings)

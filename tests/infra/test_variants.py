@@ -1,6 +1,6 @@
 """The first-run rules hold on every variant the stack renders, not only the committed stacks: flex-start,
-Autopilot, tpu7x, the built worker image and a reservation (sources in the tests each rule has:
-test_iam.py, test_control_plane.py, test_services.py)."""
+Autopilot, tpu7x, the runtime install (the built worker image is the default) and a reservation (sources in the
+tests each rule has: test_iam.py, test_control_plane.py, test_services.py)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,7 @@ VARIANTS = {
     "flex-start": {"capacity": "flex-start"},
     "autopilot": {"clusterMode": "autopilot"},
     "tpu7x": {"zone": "us-central1-c", "tpuGeneration": "tpu7x", "tpuTopology": "2x2x4"},
-    "image": {"workerEnvironment": "image"},
+    "runtime": {"workerEnvironment": "runtime"},
     "reservation": {"capacity": "reservation", "reservationName": "tpu-res"},
 }
 
@@ -43,6 +43,6 @@ def test_every_variant_keeps_the_first_run_rules(variant):
     assert trainer_grants
     for grant in trainer_grants + [g for g in project_grants if g.name.startswith("goodput-")]:
         assert depends_on(run, account, grant), grant.name
-    # The image path enables the registry it pushes to.
+    # The image path (every variant but the runtime install) enables the registry it pushes to.
     services = {s.inputs["service"] for s in run.of_type("gcp:projects/service:Service")}
-    assert ("artifactregistry.googleapis.com" in services) == (variant == "image")
+    assert ("artifactregistry.googleapis.com" in services) == (variant != "runtime")

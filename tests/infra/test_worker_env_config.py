@@ -14,6 +14,7 @@ from infra.config import KEYS_BY_NAME, ConfigError, build
 from tests.conftest import MINIMAL, REPO
 
 PINS = load_pins(REPO)
+RUNTIME = {"workerEnvironment": "runtime"}     # rayImage and jobsetImage are the runtime install's
 
 
 def test_the_defaults_and_the_trainer_name_the_locked_versions():
@@ -29,10 +30,29 @@ def test_the_defaults_and_the_trainer_name_the_locked_versions():
 ])
 def test_an_image_or_version_the_lock_does_not_hold_is_refused(overrides, key, words):
     with pytest.raises(ConfigError) as error:
-        build({**MINIMAL, **overrides})
+        build({**MINIMAL, **RUNTIME, **overrides})
     [line] = error.value.problems
     assert line.startswith(f"tpu-multislice:{key}={overrides[key]!r}") and words in line
 
 
 def test_an_image_pinned_by_digest_is_accepted():
-    build({**MINIMAL, "rayImage": "us-docker.pkg.dev/p/r/worker@sha256:" + "a" * 64})
+    build({**MINIMAL, **RUNTIME, "rayImage": "us-docker.pkg.dev/p/r/worker@sha256:" + "a" * 64})
+
+
+@pytest.mark.parametrize("overrides, key", [
+    ({"rayImage": "rayproject/ray:2.60.0-py312"}, "rayImage"),
+    ({"workloadBackend": "jobset", "jobsetImage": "python:3.12.11-slim-bookworm"}, "jobsetImage"),
+])
+def test_the_runtime_images_are_refused_with_the_built_image_in_one_line(overrides, key):
+    """With the default workerEnvironment=image every pod runs the image built from worker_env/Dockerfile: a
+    runtime image set anyway would be silently ignored."""
+    with pytest.raises(ConfigError) as error:
+        build({**MINIMAL, **overrides})
+    [line] = error.value.problems
+    assert line.startswith(f"tpu-multislice:{key}={overrides[key]!r}: unset it") and "workerEnvironment" in line
+
+
+def test_the_built_image_starts_from_the_runtime_installs_ray_image():
+    """Both paths run the lock's Ray on the same base: the Dockerfile's FROM is rayImage's default."""
+    from infra.worker_image import base_image
+    assert base_image(REPO) == KEYS_BY_NAME["rayImage"].default

@@ -10,18 +10,33 @@ from preview.stack_files import load_stack_config
 from tests.conftest import REPO
 
 
+RUNTIME = {"workerEnvironment": "runtime"}
+
+
 @pytest.mark.parametrize("stack, expected", [
-    ("prod", ["REGULAR channel's default", "image rayproject/ray:2.60.0-py312", "KubeRay >= 1.5.1", "MegaScale",
-              "RayJob-owned cluster"]),
-    ("dev", ["REGULAR channel's default", "image rayproject/ray:2.60.0-py312", "KubeRay", "RayJob-owned cluster",
-             "RayJob submitter"]),
-    ("jobset", ["image python:3.12.11-slim-bookworm", "MegaScale", "slice pools from zero", "install cache"]),
+    ("prod", ["REGULAR channel's default", "worker image base: rayproject/ray:2.60.0-py312", "KubeRay >= 1.5.1",
+              "MegaScale", "RayJob-owned cluster", "built by Cloud Build"]),
+    ("dev", ["REGULAR channel's default", "worker image base: rayproject/ray:2.60.0-py312", "KubeRay",
+             "RayJob-owned cluster", "RayJob submitter"]),
+    ("jobset", ["worker image base: rayproject/ray:2.60.0-py312", "MegaScale", "slice pools from zero",
+                "image streaming"]),
     ("pathways", ["pathways/server", "pathways/proxy_server", "tpu_pre_training"]),
 ])
 def test_each_stack_lists_what_it_cannot_verify(stack, expected):
     lines = assumptions(build(load_stack_config(stack, REPO)))
     for word in expected:
         assert any(word in line for line in lines), (word, lines)
+
+
+@pytest.mark.parametrize("stack, expected", [
+    ("prod", ["image rayproject/ray:2.60.0-py312"]),
+    ("jobset", ["image python:3.12.11-slim-bookworm", "install cache"]),
+])
+def test_the_runtime_install_lists_the_images_it_installs_into(stack, expected):
+    lines = assumptions(build({**load_stack_config(stack, REPO), **RUNTIME}))
+    for word in expected:
+        assert any(word in line for line in lines), (word, lines)
+    assert not any(line.startswith(("worker image", "image streaming")) for line in lines), lines
 
 
 def test_a_version_the_user_pins_is_an_assumption_too_and_the_image_path_is_built_at_deploy():
@@ -62,9 +77,9 @@ def test_the_image_user_the_install_cache_is_handed_to_is_the_ray_backends_assum
     init container hands the node's cache directory to it; JobSet pods install as root with no such step."""
     from workloads.backends import backend_for
 
-    dev = build(load_stack_config("dev", REPO))
+    dev = build({**load_stack_config("dev", REPO), **RUNTIME})
     assert any("uid 1000" in line for line in backend_for(dev).assumptions(dev))
-    jobset = assumptions(build(load_stack_config("jobset", REPO)))
+    jobset = assumptions(build({**load_stack_config("jobset", REPO), **RUNTIME}))
     assert any(line.startswith("install cache:") for line in jobset)
     assert not any("Ray image" in line or "uid 1000" in line for line in jobset), jobset
 

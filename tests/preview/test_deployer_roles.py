@@ -26,12 +26,19 @@ def test_every_type_a_committed_stack_registers_has_a_role(stack):
     assert ALWAYS <= roles
 
 
+# The default worker image, built by Cloud Build (workerEnvironment=image, imageBuilder=cloud-build).
+IMAGE_ROLES = {"roles/artifactregistry.admin", "roles/cloudbuild.builds.editor"}
+RUNTIME = {"workerEnvironment": "runtime"}
+
+
 @pytest.mark.parametrize("overrides, extra_role", [
-    ({}, None),
-    ({"dcn": "true"}, "roles/compute.securityAdmin"),
-    ({"zone": "us-central1-c", "tpuGeneration": "tpu7x", "tpuTopology": "2x2x4"}, "roles/compute.instanceAdmin.v1"),
-    ({"workerEnvironment": "image", "imageBuilder": "docker"}, "roles/artifactregistry.admin"),
-    ({"workerEnvironment": "image"}, ("roles/artifactregistry.admin", "roles/cloudbuild.builds.editor")),
+    (RUNTIME, None),
+    ({**RUNTIME, "dcn": "true"}, "roles/compute.securityAdmin"),
+    ({**RUNTIME, "zone": "us-central1-c", "tpuGeneration": "tpu7x", "tpuTopology": "2x2x4"},
+     "roles/compute.instanceAdmin.v1"),
+    ({"imageBuilder": "docker"}, "roles/artifactregistry.admin"),
+    ({}, IMAGE_ROLES),
+    ({"workerEnvironment": "image"}, IMAGE_ROLES),
 ])
 def test_roles_follow_what_the_config_creates(overrides, extra_role):
     roles = {role.role for role in roles_for(_types(run_program({**MINIMAL, **overrides})))}
@@ -65,11 +72,11 @@ def _granted(out: str) -> list[tuple[str, str, str]]:
 
 def test_grants_for_a_dcn_stack_include_the_firewall_role_and_are_ready_to_paste(capsys):
     """prod has dcn: its allow-internal firewall rules need roles/compute.securityAdmin, which the grants for
-    'every stack' leave out."""
+    'every stack' leave out; it builds the default worker image, which needs the registry and build roles."""
     code, out, _ = _grants(capsys, "--grants", "--stack", "prod", "--member", "me@example.com")
     assert code == 0
     granted = _granted(out)
-    assert {role for _, _, role in granted} == ALWAYS_ON_PROJECT | {"roles/compute.securityAdmin"}
+    assert {role for _, _, role in granted} == ALWAYS_ON_PROJECT | {"roles/compute.securityAdmin"} | IMAGE_ROLES
     assert {(project, member) for project, member, _ in granted} == {("my-tpu-project", "user:me@example.com")}
     assert "PROJECT" not in out and "YOU@" not in out
     assert max(len(line) for line in out.splitlines()) <= 100
@@ -172,25 +179,32 @@ def test_a_grant_the_condition_does_not_name_is_caught(capsys):
     assert isinstance(after, GrantedRoles)
 
 
-def test_act_as_is_granted_by_the_stack_on_the_node_account_only_before_the_cluster_and_pools(capsys):
-    """roles/iam.serviceAccountUser on the project acts as every service account. The node account exists only
-    once the stack creates it, so the stack grants the deployer (who runs `pulumi up`, from the provider's
-    OpenID user info) actAs on that account alone, and the cluster and node pools wait for that grant: the
-    printed project grants, in order, then `pulumi up`, need nothing else
-    (https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts)."""
+def test_act_as_is_granted_by_the_stack_on_its_own_accounts_alone_before_what_runs_as_them(capsys):
+    """roles/iam.serviceAccountUser on the project acts as every service account. The node account and the
+    workers' image build account exist only once the stack creates them, so the stack grants the deployer (who
+    runs `pulumi up`, from the provider's OpenID user info) actAs on each of those accounts alone, and what runs
+    as them waits for that grant (the cluster and node pools; the build it submits): the printed project grants,
+    in order, then `pulumi up`, need nothing else
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts,
+    https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts)."""
     from preview import harness
     code, out, _ = _grants(capsys, "--grants", "--stack", "prod", "--member", "me@example.com")
     assert "roles/iam.serviceAccountUser" not in {role for _, _, role in _granted(out)}
     run = committed_stack_run("prod")
-    [act_as] = run.of_type("gcp:serviceaccount/iAMMember:IAMMember")
-    [account] = run.of_type("gcp:serviceaccount/account:Account")
-    assert act_as.inputs["role"] == "roles/iam.serviceAccountUser"
-    assert act_as.inputs["member"] == f"user:{harness.FAKE_DEPLOYER}"
-    assert act_as.inputs["serviceAccountId"] == (
-        f"projects/{account.inputs['project']}/serviceAccounts/{account.inputs['accountId']}@"
-        f"{account.inputs['project']}.iam.gserviceaccount.com")
+    grants = {g.name: g for g in run.of_type("gcp:serviceaccount/iAMMember:IAMMember")}
+    accounts = {"nodes-deployer-act-as": "nodes", "builder-deployer-act-as": "worker-builder"}
+    assert set(grants) == set(accounts)
+    for grant, account_name in accounts.items():
+        act_as, account = grants[grant], run.one("gcp:serviceaccount/account:Account", account_name)
+        assert act_as.inputs["role"] == "roles/iam.serviceAccountUser"
+        assert act_as.inputs["member"] == f"user:{harness.FAKE_DEPLOYER}"
+        assert act_as.inputs["serviceAccountId"] == (
+            f"projects/{account.inputs['project']}/serviceAccounts/{account.inputs['accountId']}@"
+            f"{account.inputs['project']}.iam.gserviceaccount.com")
     runs_as_nodes = run.of_type("gcp:container/cluster:Cluster") + run.of_type("gcp:container/nodePool:NodePool")
-    assert runs_as_nodes and all(act_as.urn in r.dependencies for r in runs_as_nodes)
+    assert runs_as_nodes and all(grants["nodes-deployer-act-as"].urn in r.dependencies for r in runs_as_nodes)
+    build = run.one("command:local:Command", "worker-build")
+    assert grants["builder-deployer-act-as"].urn in build.dependencies
 
 
 def test_without_the_deployers_e_mail_the_stack_goes_on_and_says_which_grant_is_missing(caplog):

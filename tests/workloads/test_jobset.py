@@ -234,6 +234,25 @@ def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, confi
     assert container["command"][:2] == ["bash", "-c"]
     # MaxText's own argv, through the trainer's wrapper that exits with core/exit_codes.py (failure policy).
     assert 'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"' in script
+    # The stack's image holds the lock: nothing is installed (tests/workloads/test_cold_start.py).
+    assert "pip install" not in script
+    args = dict(a.split("=", 1) for a in container["args"])
+    assert args["base_output_directory"] == "gs://my-tpu-project-tpu-multislice-jobset-ckpt/maxtext"
+    assert args["checkpoint_period"] == str(config.workload.checkpoint_period) == "50"
+    assert args["steps"] == "200" and args["dcn_data_parallelism"] == "2"
+    # maxRestarts from the config; the rules are tests/workloads/test_failure_policy.py's.
+    assert jobset["spec"]["failurePolicy"]["maxRestarts"] == 3
+    assert re.fullmatch(r"[\w./-]+:[\w.-]+", container["image"]) and "latest" not in container["image"]
+
+
+def test_the_runtime_install_is_exactly_the_shipped_lock_with_a_pinned_uv():
+    """workerEnvironment=runtime: the plain Python image installs the lock at the start of every pod."""
+    from workloads.bundle import load_bundle
+    objects = jobset_inputs.jobset_objects(build({**load_stack_config("jobset", REPO), "workerEnvironment": "runtime"}),
+                                           load_bundle())
+    pod = objects["jobset"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    script = container["command"][2]
     # Exactly the workers' lock, shipped with the code: hashes checked, nothing resolved again; uv (itself pinned
     # and hash-checked) installs it into the image's Python.
     assert ("python -m uv pip install --system --cache-dir /var/cache/install/uv --no-deps --require-hashes -r "
@@ -244,13 +263,15 @@ def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, confi
     # on any error (its ExitStatus::Error), which would read as CONFIG_ERROR.
     install_lines = [line for line in script.splitlines() if "pip install" in line]
     assert len(install_lines) == 2 and all(line.endswith("|| exit 1") for line in install_lines)
-    args = dict(a.split("=", 1) for a in container["args"])
-    assert args["base_output_directory"] == "gs://my-tpu-project-tpu-multislice-jobset-ckpt/maxtext"
-    assert args["checkpoint_period"] == str(config.workload.checkpoint_period) == "50"
-    assert args["steps"] == "200" and args["dcn_data_parallelism"] == "2"
-    # maxRestarts from the config; the rules are tests/workloads/test_failure_policy.py's.
-    assert jobset["spec"]["failurePolicy"]["maxRestarts"] == 3
-    assert re.fullmatch(r"[\w./-]+:[\w.-]+", container["image"]) and "latest" not in container["image"]
+    # The code and, in a ConfigMap of its own, the lock the pods install, mounted together (tests/workloads/
+    # test_code_size.py says why two).
+    code, lock = objects["trainer-code"], objects["worker-lock"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "trainer-code")
+    assert [s["configMap"]["name"] for s in volume["projected"]["sources"]] == [
+        code["metadata"]["name"], lock["metadata"]["name"]]
+    assert {"key": "worker_env__requirements.lock", "path": "worker_env/requirements.lock"} in \
+        volume["projected"]["sources"][1]["configMap"]["items"]
+    assert container["image"] == "python:3.12.11-slim-bookworm"
 
 
 def test_training_pods_run_the_shipped_smoke_program_first_and_train_only_if_it_passed(run, config):
@@ -271,14 +292,11 @@ def test_training_pods_run_the_shipped_smoke_program_first_and_train_only_if_it_
     # Run as a step SIGTERM reaches (workloads/jobset/manifests.py as_step; tests/workloads/test_term_before_start.py).
     assert script[smoke_line] == ("{ set +m; (cd /opt/tpu-multislice && python -m trainer.smoke --distributed "
                                   f"--expect-devices 32 --expect-slices 2 --init-timeout {DISTRIBUTED_INIT_TIMEOUT_S})")
-    # The code and, in a ConfigMap of its own, the lock the pods install, mounted together (tests/workloads/
-    # test_code_size.py says why two).
-    code, lock = sorted(by_kind(objects, "ConfigMap"), key=lambda o: "worker_env__requirements.lock" in o["data"])
+    # The code, mounted where the script runs it; the image holds the lock, so no lock travels with it.
+    [code] = by_kind(objects, "ConfigMap")
     volume = next(v for v in pod["volumes"] if v["name"] == "trainer-code")
-    assert [s["configMap"]["name"] for s in volume["projected"]["sources"]] == [
-        code["metadata"]["name"], lock["metadata"]["name"]]
-    assert {"key": "worker_env__requirements.lock", "path": "worker_env/requirements.lock"} in \
-        volume["projected"]["sources"][1]["configMap"]["items"]
+    assert volume["configMap"]["name"] == code["metadata"]["name"]
+    assert "worker_env__requirements.lock" not in code["data"]
     assert {"name": "trainer-code", "mountPath": "/opt/tpu-multislice", "readOnly": True} in container["volumeMounts"]
     assert "trainer__smoke.py" in code["data"]
     assert [o["metadata"]["name"] for o in by_kind(objects, "WorkloadPriorityClass")] == ["tpu-training"]
@@ -415,7 +433,8 @@ def test_quota_smaller_than_one_workload_is_also_caught_on_the_manifest(config):
 
 def test_manifests_match_golden(config):
     """Regenerate with UPDATE_GOLDENS=1 .venv/bin/python -m pytest tests/workloads/test_jobset.py"""
-    objects = jobset_inputs.jobset_objects(config, FIXED_BUNDLE)
+    from tests.workloads.test_ray import built_image
+    objects = jobset_inputs.jobset_objects(config, FIXED_BUNDLE, worker_image=built_image(config))
     assert_matches_golden("jobset-jobset", objects)
 
 
@@ -471,7 +490,7 @@ def test_a_restarted_pod_installs_from_the_nodes_cache():
     from workloads.jobset.spec import jobset_objects
     for raw, kind in ((load_stack_config("jobset", REPO), "hostPath"),
                       ({**MINIMAL, "workloadBackend": "jobset", "clusterMode": "autopilot"}, "emptyDir")):
-        jobset = jobset_objects(build(raw), load_bundle())["jobset"]
+        jobset = jobset_objects(build({**raw, "workerEnvironment": "runtime"}), load_bundle())["jobset"]
         pod = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
         volume = {v["name"]: v for v in pod["volumes"]}["install-cache"]
         assert kind in volume

@@ -32,6 +32,19 @@ def stack_config(stack: str):
     return build(load_stack_config(stack, REPO))
 
 
+def runtime_config(stack: str):
+    """The committed stack with the runtime install, the choice a user makes with workerEnvironment: runtime."""
+    return build({**load_stack_config(stack, REPO), "workerEnvironment": "runtime"})
+
+
+def built_image(config) -> str:
+    """The image reference the stack pushes (infra/worker_image.py), with a fixed tag: goldens then change only
+    when the manifests' shape does."""
+    from infra.worker_image import WorkerImageSpec
+    return WorkerImageSpec(project=config.gcp.project, region=config.gcp.region,
+                           repository_id=config.worker_image.repository_id, tag="0123456789abcdef").ref
+
+
 # Stacks whose workload runs on Ray (the jobset/pathways stacks have no RayCluster/RayJob).
 RAY_STACKS = [s for s in COMMITTED_STACKS if load_stack_config(s, REPO).get("workloadBackend", "rayjob") == "rayjob"]
 
@@ -152,7 +165,9 @@ def test_tpu_env_and_image_are_pinned_and_unprivileged(prod):
     worker = cluster["spec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
     head = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     for container in (worker, head):
-        assert re.fullmatch(r"rayproject/ray:\d+\.\d+\.\d+-py312", container["image"])
+        # The stack's own image, tagged with its build context's digest (immutable tags in its repository).
+        assert re.fullmatch(r"us-east5-docker\.pkg\.dev/my-tpu-project/tpu-multislice-prod-images/worker:"
+                            r"[0-9a-f]{16}", container["image"])
         assert container["imagePullPolicy"] == "IfNotPresent"
         assert "securityContext" not in container
     env = {e["name"]: e.get("value") for e in worker["env"]}
@@ -192,13 +207,9 @@ def test_head_mounts_the_bucket_and_shm_on_the_system_pool(prod):
 
 # ---- the job ------------------------------------------------------------------------------------------
 
-def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
-    objects = registered_objects(prod)
-    [job] = training_jobs(objects)
-    [code] = by_kind(objects, "ConfigMap")
-    spec = job["spec"]
-    assert "clusterSelector" not in spec and spec["rayClusterSpec"]["workerGroupSpecs"]
-    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
+def test_the_runtime_install_is_exactly_the_lock_but_ray():
+    job = ray_objects(runtime_config("prod"), load_bundle())["ray-job"]
+    runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
     # Exactly the lock: every locked package at its version, nothing resolved again.
     assert runtime_env["uv"]["uv_pip_install_options"] == ["--no-deps"]
     # Every locked package but Ray, which the image provides (Ray refuses another version in the environment).
@@ -206,6 +217,17 @@ def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
         {name: version for name, version in load_pins(REPO).items() if name != "ray"})
     assert "maxtext==0.2.5" in runtime_env["uv"]["packages"]
     assert not any(p.startswith("ray==") for p in runtime_env["uv"]["packages"])
+
+
+def test_job_runs_the_shipped_trainer_with_the_stacks_plan(prod):
+    objects = registered_objects(prod)
+    [job] = training_jobs(objects)
+    [code] = by_kind(objects, "ConfigMap")
+    spec = job["spec"]
+    assert "clusterSelector" not in spec and spec["rayClusterSpec"]["workerGroupSpecs"]
+    runtime_env = yaml.safe_load(spec["runtimeEnvYAML"])
+    # The image holds the lock: nothing to install (tests/workloads/test_cold_start.py).
+    assert "uv" not in runtime_env and "pip" not in runtime_env
     volume = spec["submitterPodTemplate"]["spec"]["volumes"][0]["configMap"]
     assert volume["name"] == code["metadata"]["name"] and code["immutable"] is True
     mount = spec["submitterPodTemplate"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"]
@@ -313,7 +335,8 @@ def test_bad_workload_config_is_refused_before_registration(overrides, fragment)
 @pytest.mark.parametrize("stack", ["prod", "dev"])
 def test_manifests_match_goldens(stack):
     """Regenerate with UPDATE_GOLDENS=1 .venv/bin/python -m pytest tests/workloads/test_ray.py"""
-    objects = ray_objects(stack_config(stack), FIXED_BUNDLE)
+    config = stack_config(stack)
+    objects = ray_objects(config, FIXED_BUNDLE, worker_image=built_image(config))
     assert_matches_golden(f"ray-{stack}", objects)
 
 
@@ -395,7 +418,7 @@ def test_the_runtime_install_gets_the_time_it_takes_and_keeps_uvs_cache_on_the_n
     (ray/_private/runtime_env/uv.py): ours are, so uv uses UV_CACHE_DIR, a hostPath that outlives the pods."""
     from workloads import install_cache
     from workloads.ray.spec import RUNTIME_ENV_SETUP_TIMEOUT_S
-    job = ray_objects(stack_config("prod"), FIXED_BUNDLE)["ray-job"]
+    job = ray_objects(runtime_config("prod"), FIXED_BUNDLE)["ray-job"]
     runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
     assert runtime_env["config"]["setup_timeout_seconds"] == RUNTIME_ENV_SETUP_TIMEOUT_S > 600
     assert "--no-cache" not in runtime_env["uv"]["uv_pip_install_options"]
@@ -415,7 +438,8 @@ def test_the_runtime_install_gets_the_time_it_takes_and_keeps_uvs_cache_on_the_n
 
 def test_autopilot_keeps_the_cache_in_the_pod_and_the_image_path_installs_nothing():
     """Autopilot refuses writable hostPath volumes (GKE "Autopilot security capabilities"): an emptyDir there."""
-    autopilot = ray_objects(build({**MINIMAL, "clusterMode": "autopilot"}), FIXED_BUNDLE)["ray-job"]
+    autopilot = ray_objects(build({**MINIMAL, "clusterMode": "autopilot", "workerEnvironment": "runtime"}),
+                            FIXED_BUNDLE)["ray-job"]
     pod = autopilot["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
     assert {v["name"]: v for v in pod["volumes"]}["install-cache"] == {"name": "install-cache", "emptyDir": {}}
     assert "initContainers" not in pod

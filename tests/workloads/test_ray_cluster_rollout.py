@@ -41,12 +41,17 @@ def test_a_changed_cluster_relaunches_the_job_and_an_unchanged_one_does_not():
     initRayJobStatusIfNeed names it, then it is only created if missing): an edited rayClusterSpec never reaches
     a running job. So the job's name hashes its cluster spec: a new image makes a new job (and cluster), while
     the same config gives the same name and `pulumi up` changes nothing."""
-    raw = load_stack_config("prod", REPO)
+    raw = {**load_stack_config("prod", REPO), "workerEnvironment": "runtime"}
     assert cluster_of(raw) == cluster_of(copy.deepcopy(raw))
     assert job_name_of(raw) == job_name_of(copy.deepcopy(raw))
     changed = {**raw, "rayImage": "rayproject/ray:2.60.0-py312-cu128"}
     assert cluster_of(changed)["spec"] != cluster_of(raw)["spec"]
     assert job_name_of(changed) != job_name_of(raw)
+    # The built image (the default): a new build context is a new tag, and so a new job.
+    config = build(load_stack_config("prod", REPO))
+    first, rebuilt = (ray_objects(config, BUNDLE, worker_image=f"r/worker:{tag}")["ray-job"]["metadata"]["name"]
+                      for tag in ("0123456789abcdef", "fedcba9876543210"))
+    assert first != rebuilt
     # A job's cluster is never upgraded in place, so it carries no upgrade strategy.
     assert "upgradeStrategy" not in cluster_of(raw)["spec"]
 

@@ -87,7 +87,8 @@ def _executable(path: Path, text: str) -> None:
 
 
 def test_a_jobset_pod_terminated_during_its_install_exits_at_once(tmp_path):
-    config = build(load_stack_config("jobset", REPO))
+    # The runtime install (workerEnvironment=runtime): the pods install the lock at start.
+    config = build({**load_stack_config("jobset", REPO), "workerEnvironment": "runtime"})
     jobset = jobset_inputs.jobset_objects(config, load_bundle())["jobset"]
     container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
     assert container["command"][:2] == ["bash", "-c"]
