@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from core.memory import ESTIMATE_ERROR, GIB  # noqa: E402
+from core.memory import ESTIMATE_ERROR, GIB, TIED_HEAD_MULTISLICE_ERROR  # noqa: E402
 from core.planner import PlanRequest, plan  # noqa: E402
 from preview.compile.calibration import (HELD_OUT, MARGIN_ROWS, arguments_source, fill_limits, row_need,  # noqa: E402
                                  row_peak)
@@ -151,7 +151,8 @@ def table(results: list[dict], terms: bool = False) -> str:
             f"({r['xla']}, planner {r['planner']})" for r in held_all))
         lines.append(f"held out, worst error where XLA compiled: "
                      f"{max(abs(r['est_need'] - 1) for r in held) if held else 0:.1%} (the stated margin: "
-                     f"{ESTIMATE_ERROR:.0%})")
+                     f"{ESTIMATE_ERROR:.0%}; a tied head on more than one slice: "
+                     f"{TIED_HEAD_MULTISLICE_ERROR:.0%}, set from the held-out rows of that kind)")
     wrong = [r["row"]["case"] for r in results if r["xla"] == "refused" and r["planner"] != "does not fit"]
     lines.append(f"accepted by the planner but refused by XLA: {', '.join(wrong) or 'none'}")
     refused_fits = [r["row"]["case"] for r in results if r["xla"] != "refused" and r["planner"] == "does not fit"]

@@ -117,6 +117,14 @@ REMAT_THRESHOLD = 0.95
 # 95 % recompute point; above that, up to XLA's limit, "near the limit" (a warning naming the compile). It never
 # widens what is accepted: an estimate over XLA's limit is refused whatever the error (MemoryEstimate.verdict).
 ESTIMATE_ERROR = 0.19
+# The error measured where the held-out compiles found the estimate furthest off: a tied output head (qwen3) on
+# more than one slice, where libtpu reshards the logits between slices and no term models it
+# (qwen3-0.6b-2xv6e-8-b1-s32k: XLA needs 24.75 GiB where the estimate says 13.44, -45.7 %; the two-slice b20 margin
+# row is the same direction, -18.2 %), rounded up. Such a step is called "fits" only when even estimate / (1 - this)
+# is within XLA's recompute point; above, it is near the limit and compileCheck=auto lets XLA decide. It only moves
+# steps from "fits" to "near the limit" (what is accepted is unchanged), and it is set from those two rows, so they
+# no longer measure it (docs/planner.md).
+TIED_HEAD_MULTISLICE_ERROR = 0.46
 
 FITS, NEAR_LIMIT, DOES_NOT_FIT = "fits", "near the limit", "does not fit"
 
@@ -207,6 +215,7 @@ class MemoryEstimate:
     layer: int          # the layer phase: one layer's gathered weights, their gradient, its intermediates
     hbm: int            # XLA's per-device limit
     generation: str = ""
+    error: float = ESTIMATE_ERROR    # the estimate's measured error for this kind of step
 
     @property
     def peak_phase(self) -> str:
@@ -225,7 +234,7 @@ class MemoryEstimate:
     @property
     def need_range(self) -> tuple[int, int]:
         """The bytes XLA may need for this step, given the estimate's measured error."""
-        return int(self.total / (1 + ESTIMATE_ERROR)), int(self.total / (1 - ESTIMATE_ERROR))
+        return int(self.total / (1 + self.error)), int(self.total / (1 - self.error))
 
     @property
     def verdict(self) -> str:
@@ -266,7 +275,7 @@ class MemoryEstimate:
             return None
         low, high = self.need_range
         return (f"near the limit: the step may need {low / GIB:.1f}-{high / GIB:.1f} GiB per device (estimate "
-                f"{self.total / GIB:.1f} +- {ESTIMATE_ERROR:.0%}), past the {self.recompute_point / GIB:.2f} GiB where "
+                f"{self.total / GIB:.1f} +- {self.error:.0%}), past the {self.recompute_point / GIB:.2f} GiB where "
                 f"XLA starts recomputing tensors (95 % of {self.hbm / GIB:.2f}): XLA may fit it only by recomputing "
                 "(slower steps) or refuse it; compile it before you pay: --compile in the offline plan "
                 "(python -m preview --stack NAME --compile) or python -m preview.compile")
@@ -276,11 +285,11 @@ class MemoryEstimate:
         low, high = self.need_range
         where = f"on {self.generation}" if self.generation else "on this TPU"
         if self.verdict == FITS:
-            tail = (f"fits: even {high / GIB:.1f} GiB (+{ESTIMATE_ERROR:.0%} error) is within the "
+            tail = (f"fits: even {high / GIB:.1f} GiB (+{self.error:.0%} error) is within the "
                     f"{self.recompute_point / GIB:.2f} GiB where XLA starts recomputing (95 % of the "
                     f"{self.hbm / GIB:.2f} GiB XLA compiles against {where})")
         elif self.verdict == NEAR_LIMIT:
-            tail = (f"near the limit: {low / GIB:.1f}-{high / GIB:.1f} GiB ({ESTIMATE_ERROR:.0%} error) crosses "
+            tail = (f"near the limit: {low / GIB:.1f}-{high / GIB:.1f} GiB ({self.error:.0%} error) crosses "
                     f"the {self.recompute_point / GIB:.2f} GiB where XLA starts recomputing (95 % of the "
                     f"{self.hbm / GIB:.2f} GiB XLA compiles against {where}); compile it before you pay")
         else:
@@ -334,4 +343,5 @@ def estimate(model: ModelPreset, *, fsdp: int, tensor: int, per_device_batch_siz
         layer=int(layer),
         hbm=int(xla_hbm_limit_gib(generation, hbm_gib_per_device) * GIB),
         generation=generation,
+        error=TIED_HEAD_MULTISLICE_ERROR if model.tied_embeddings and slices > 1 else ESTIMATE_ERROR,
     )
