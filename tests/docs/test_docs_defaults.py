@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import re
 
 import pytest
@@ -91,8 +92,18 @@ def test_the_compile_times_in_preview_help_are_the_measured_ones():
 
 
 def test_the_readme_states_the_test_time_development_md_measured():
-    measured = _one(r"the tests took (\d+ min \d+ s)", _doc("docs/development.md"), "docs/development.md").group(1)
-    assert f"the tests took {measured} on 2 cores" in _doc("README.md")
+    """The README's figure for its test command is the range of the runs docs/development.md measured (whole
+    `.ci/run`, minutes), and the run with a busy process beside it."""
+    table = (REPO / "docs/development.md").read_text(encoding="utf-8")
+    runs = re.findall(r"^\| \d \| (.+?) \| .+? \| (\d+) min (\d+) s \|$", table, re.M)
+    assert len(runs) >= 3, runs
+    minutes = [(beside, int(m) + int(sec) / 60) for beside, m, sec in runs]
+    loaded = [value for beside, value in minutes if beside != "nothing"]
+    every = [value for _, value in minutes]
+    stated = f"the whole command took {math.floor(min(every))}-{math.ceil(max(every))} minutes on 2 cores"
+    if loaded:
+        stated += f", {round(max(loaded))} with another busy process beside it"
+    assert stated in _doc("README.md"), stated
 
 
 def test_the_readme_deploy_block_has_the_steps_deploying_md_has():
