@@ -94,6 +94,8 @@ from tests.local_runs import LocalRunResult, run_trainer_local, run_with_deadlin
 
 def pytest_collection_finish(session):
     """Start the local runs of the modules this session runs (one at a time, in the background)."""
+    if session.config.option.collectonly:
+        return                                  # nothing runs: --collect-only starts no Ray cluster either
     selected = {item.module.__name__ for item in session.items if getattr(item, "module", None) is not None}
     # pytest's own factory of temporary directories (what the tmp_path_factory fixture returns), for runs that
     # start before any fixture does.
