@@ -165,6 +165,10 @@ def _show(steps: tuple[int, ...] | None) -> str:
 
 
 def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
+    if args.grace_period <= 0:
+        raise PlanError(f"--grace-period {args.grace_period}: must be > 0 seconds")
+    if args.slow_eval < 0:
+        raise PlanError(f"--slow-eval {args.slow_eval}: must be >= 0 seconds")
     if args.inject:
         validate_event_list(args, plan_)
         return
@@ -186,8 +190,6 @@ def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
         (flag_a, step_a), (flag_b, step_b) = injected[:2]
         where = "at the same step" if step_a == step_b else "in one run"
         raise PlanError(f"{flag_a} {step_a} and {flag_b} {step_b}: one injected event per run, not two {where}")
-    if args.grace_period <= 0:
-        raise PlanError(f"--grace-period {args.grace_period}: must be > 0 seconds")
     if args.start_slices is not None and add is None:
         raise PlanError("--start-slices and --add-slice-at go together (start small, then grow)")
     if add is not None and args.start_slices is None and preempt is None:
@@ -213,8 +215,6 @@ def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
         raise PlanError(f"--kill-slice-at needs at least 2 slices, got {plan_.slices}")
     if args.recovery == "cold" and args.fail_at is None:
         raise PlanError("--recovery cold applies to --fail-at")
-    if args.slow_eval < 0:
-        raise PlanError(f"--slow-eval {args.slow_eval}: must be >= 0 seconds")
 
 
 def validate_event_list(args: argparse.Namespace, plan_: Plan) -> None:
@@ -225,8 +225,6 @@ def validate_event_list(args: argparse.Namespace, plan_: Plan) -> None:
              is not None]
     if given:
         raise PlanError(f"--inject and {', '.join(given)}: give the events one way (--inject lists them all)")
-    if args.grace_period <= 0:
-        raise PlanError(f"--grace-period {args.grace_period}: must be > 0 seconds")
     if args.recovery == "cold":
         raise PlanError("--recovery cold applies to --fail-at, not --inject")
     present = plan_.slices
@@ -252,8 +250,6 @@ def validate_event_list(args: argparse.Namespace, plan_: Plan) -> None:
                 raise PlanError(f"--inject {kind}@{step}: every slice is in the group then; a return follows "
                                 "a notice or a lost slice")
             present = plan_.slices
-    if args.slow_eval < 0:
-        raise PlanError(f"--slow-eval {args.slow_eval}: must be >= 0 seconds")
 
 
 def injection_schedule(args: argparse.Namespace) -> list[tuple[int, str]]:
