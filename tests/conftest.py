@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,9 +98,11 @@ def pytest_collection_finish(session):
     if session.config.option.collectonly:
         return                                  # nothing runs: --collect-only starts no Ray cluster either
     selected = {item.module.__name__ for item in session.items if getattr(item, "module", None) is not None}
-    # pytest's own factory of temporary directories (what the tmp_path_factory fixture returns), for runs that
-    # start before any fixture does.
-    local_runs.start(selected, session.config._tmp_path_factory.mktemp)
+    # Under pytest's temporary directory of this session (what tmp_path_factory uses), taken here in the main
+    # thread; the runs' own directories are made by tempfile in their thread, never by pytest's factory, which the
+    # tests' tmp_path fixtures use at the same time from this thread.
+    base = session.config._tmp_path_factory.getbasetemp()
+    local_runs.start(selected, lambda name: Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base)))
 
 
 def pytest_sessionfinish(session):
