@@ -68,7 +68,8 @@ worker_image = None if config.worker_image is None else WorkerImage(
                                     repository_id=config.worker_image.repository_id,
                                     tag=image_tag(), builder=config.worker_image.builder,
                                     staging_bucket=config.worker_image.staging_bucket,
-                                    build_account_id=config.worker_image.build_account_id),
+                                    build_account_id=config.worker_image.build_account_id,
+                                    build_region=config.worker_image.build_region),
     node_account.email, depends_on=services.ready, deployer=preflight.deployer)
 # With the workers' image, no TPU pool exists before its build has pushed: a failed build stops `up` before any
 # slice (a warm one bills at once) is created for an image that is not there.

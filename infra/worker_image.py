@@ -60,6 +60,7 @@ class WorkerImageSpec:
     builder: str = "cloud-build"           # imageBuilder: cloud-build | docker
     staging_bucket: str | None = None      # cloud-build: where the build context is uploaded
     build_account_id: str | None = None    # cloud-build: the account the build runs as
+    build_region: str | None = None        # cloud-build: where the build runs (default: the repository's region)
 
     @property
     def registry(self) -> str:
@@ -101,7 +102,8 @@ class WorkerImage(pulumi.ComponentResource):
             opts=child_options(self))
         if spec.builder == "cloud-build":
             cloud_build = CloudBuildImage(
-                self, CloudBuildSpec(project=spec.project, region=spec.region, image_ref=spec.ref,
+                self, CloudBuildSpec(project=spec.project, region=spec.build_region or spec.region,
+                                     repository_region=spec.region, image_ref=spec.ref,
                                      staging_bucket=spec.staging_bucket or "",
                                      account_id=spec.build_account_id or ""),
                 self.repository, depends_on, deployer)

@@ -206,6 +206,7 @@ class WorkerImageSettings:
     builder: str = "cloud-build"           # imageBuilder: cloud-build | docker
     staging_bucket: str | None = None      # cloud-build: the bucket its build contexts are uploaded to
     build_account_id: str | None = None    # cloud-build: the service account the build runs as
+    build_region: str | None = None        # cloud-build: where the build runs (imageBuildRegion resolved)
 
 
 @dataclass(frozen=True)

@@ -237,6 +237,14 @@ KEYS: tuple[Key, ...] = (
         "cloud-build", ("cloud-build", "docker"),
         applies_to=(_ON_RAY_OR_JOBSET, AppliesTo("workerEnvironment", ("image",),
                                                  "only an image is built (workerEnvironment=runtime builds none)"))),
+    Key("imageBuildRegion", "string", "Where Cloud Build runs the image build. auto: the cluster's region when it "
+        "is one of the six regions Cloud Build allows every project (us-central1, us-west2, europe-west1, asia-east1, "
+        "australia-southeast1, southamerica-east1; some projects may build nowhere else: "
+        "https://cloud.google.com/build/docs/locations), else the nearest of them. The image repository stays in "
+        "the cluster's region; the push crosses regions once per lock change.", "auto",
+        check=check.matches(naming.BUILD_REGION, "auto, or a Cloud Build region such as us-central1"),
+        applies_to=(_ON_RAY_OR_JOBSET, AppliesTo("workerEnvironment", ("image",), "only an image is built"),
+                    AppliesTo("imageBuilder", ("cloud-build",), "only Cloud Build has a build region"))),
     Key("maxtextVersion", "string", "MaxText release the workers install (>= 0.2.2; older ones train the wrong "
         "model).", "0.2.5",
         check=check.maxtext_release, applies_to=(_ON_RAY_OR_JOBSET,)),
