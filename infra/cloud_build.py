@@ -3,9 +3,11 @@
 Why Cloud Build, submitted by the program with `gcloud builds submit`: the machine that runs `pulumi up` already
 needs gcloud and the deploying identity (the README's deploy block), and nothing else is added: no daemon, no
 privileged container, no cluster to exist first (an in-cluster builder would put the build behind the cluster
-on the critical path, and its pushes behind Workload Identity). The build runs next to Artifact Registry, so
-the multi-GB push stays inside Google's network; only the allow-listed context (the lock and the code, about
-1 MB) is uploaded.
+on the critical path, and its pushes behind Workload Identity). The build runs in Google's network, so the
+multi-GB push never leaves it; only the allow-listed context (the lock, about 0.4 MB) is uploaded. It runs in
+imageBuildRegion (infra/config/build_region.py: by default one of the six regions every project may build in),
+while the repository stays in the cluster's region: the push crosses regions once per lock change, and every
+node pulls from its own region.
 
 What it is made of, each least privilege:
 - a staging bucket of the stack's for the uploaded context (objects deleted after a week: a context is
@@ -15,8 +17,10 @@ What it is made of, each least privilege:
   account, whose grants differ by project age and organisation policy:
   https://cloud.google.com/build/docs/cloud-build-service-account-updates);
 - the recipe worker_env/cloudbuild.yaml (a Build resource, checked against the service's discovery document);
-- a `command` resource whose create runs the build and waits for it; its trigger is the image tag, the build
-  context's digest, so an unchanged tree never builds again and a changed one always does.
+- a `command` resource whose create runs the build and waits for it (submit_script: a tag already pushed is not
+  built again, a submit refused while new grants propagate is tried again); its trigger is the image tag, the
+  build context's digest (the Dockerfile and the lock: the code is not in the image), so an unchanged lock never
+  builds again and a changed one always does.
 
 A failed build fails that resource with one line saying what failed and where the build's log is, and every pod
 that runs the image depends on it, so nothing that runs the image is created after a failed build.

@@ -1,9 +1,12 @@
 """The workers' image, built from worker_env/Dockerfile and pushed to an Artifact Registry repository the stack
 owns (config workerEnvironment=image).
 
-The tag is the content hash of exactly the build context (the Dockerfile and every file its .dockerignore admits:
-infra/build_context.py), and the repository keeps tags immutable: a tag names exactly one image, so pods can use it as a plain string (the manifests stay
-pure and their names hash it) while an unchanged tree never rebuilds. Pods wait for the push through
+The image holds what changes rarely: the base and the locked environment. The code reaches the pods through the
+stack's ConfigMap (Ray's working_dir, JobSet's PYTHONPATH), so a code edit neither rebuilds nor re-pulls it.
+The tag is the content hash of exactly the build context (the Dockerfile and every file its .dockerignore admits,
+the lock: infra/build_context.py), and the repository keeps tags immutable: a tag names exactly one image, so
+pods can use it as a plain string (the manifests stay pure and their names hash it) while an unchanged lock
+never rebuilds. Pods wait for the push through
 dependencies. The node account may only read this repository (roles/artifactregistry.reader on it).
 Two builders (imageBuilder): cloud-build, the default, needs no Docker where `pulumi up` runs (infra/cloud_build.py
 says why and how); docker builds with a local daemon: pulumi-docker-build `Image` (BuildKit;

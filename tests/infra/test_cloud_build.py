@@ -94,7 +94,7 @@ def test_gcloud_uploads_exactly_the_build_context_and_the_files_the_build_reads(
     (tmp_path / f"{DOCKERFILE}.dockerignore").write_text((REPO / f"{DOCKERFILE}.dockerignore").read_text())
     (tmp_path / UPLOAD_IGNORE_FILE).write_text((REPO / UPLOAD_IGNORE_FILE).read_text())
     assert _uploaded(tmp_path) == set(context_files(tmp_path, DOCKERFILE)) | expected_extra
-    assert _uploaded(tmp_path) == {"core/x.py", "worker_env/requirements.lock"} | expected_extra
+    assert _uploaded(tmp_path) == {"worker_env/requirements.lock"} | expected_extra
 
 
 def test_the_stack_builds_with_its_own_account_and_every_pod_waits_for_the_build():
