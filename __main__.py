@@ -58,7 +58,7 @@ services = ProjectServices("apis", config.gcp.project,
                            required_apis(config.worker_image.builder if config.worker_image else None))
 network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)
 node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready,
-                                  deployer=preflight.deployer)
+                                  deployer=preflight.deployer, streams_images=config.worker_image is not None)
 # Prod data survives destroy: deletionProtection (on by default) also protects the bucket; a kept bucket is adopted.
 bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready,
                           adopt=preflight.adopt_bucket, protect=config.cluster.deletion_protection)

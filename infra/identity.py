@@ -16,6 +16,11 @@ from infra.config.key_checks import split_gs_path
 # GKE's documented minimum for a custom node service account (logging, monitoring, metadata);
 # https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts#default-gke-service-agent
 NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
+# With the workers' image, the pools stream it (GKE Image streaming, infra/cluster.py image_streaming), and "if you
+# use a custom service account for your nodes, it needs roles/serviceusage.serviceUsageConsumer on the project
+# that hosts the image" (https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming, Requirements);
+# without it nodes may fall back to pulling the whole image. Granted only when the stack builds the image.
+STREAMING_ROLES = ("roles/serviceusage.serviceUsageConsumer",)
 
 # What the account that runs `pulumi up` needs on the node service account to create clusters and node pools that
 # run as it (actAs), granted by the stack on that account only (NodeServiceAccount).
@@ -117,7 +122,8 @@ class NodeServiceAccount(pulumi.ComponentResource):
     (which holds Editor on the project in many organisations)."""
 
     def __init__(self, name: str, project: str, names: naming.Names, depends_on: list[pulumi.Resource],
-                 deployer: str | None = None, opts: pulumi.ResourceOptions | None = None):
+                 deployer: str | None = None, streams_images: bool = False,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "NodeServiceAccount"), name, None, opts)
         self.account = gcp.serviceaccount.Account(
             "nodes", account_id=names.node_service_account, project=project,
@@ -128,7 +134,7 @@ class NodeServiceAccount(pulumi.ComponentResource):
                 f"nodes-{role.split('/')[-1]}", project=project, role=role,
                 member=pulumi.Output.concat("serviceAccount:", self.account.email),
                 opts=child_options(self))
-            for role in NODE_ROLES
+            for role in NODE_ROLES + (STREAMING_ROLES if streams_images else ())
         ]
         self.email = self.account.email
         # Creating a cluster or node pool that runs as this account needs iam.serviceAccounts.actAs on it

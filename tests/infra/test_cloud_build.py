@@ -168,14 +168,29 @@ def test_two_clusters_in_one_project_get_their_own_build_account_and_bucket():
     assert len(names) == 2
 
 
-def test_slices_stream_the_image_only_when_they_run_one():
-    """GKE Image streaming (gcfsConfig) on the TPU pools with the image; nothing to stream on the runtime path."""
+def test_every_pool_streams_the_image_only_when_it_runs_one():
+    """GKE Image streaming (gcfsConfig) on the TPU pools and the system pool (the Ray head, the JobSet submitter)
+    with the image; nothing to stream on the runtime path."""
     def streaming(config):
-        pools = [p for p in run_program(config, stack="s").of_type("gcp:container/nodePool:NodePool")
-                 if p.name.startswith("slice-")]
+        pools = run_program(config, stack="s").of_type("gcp:container/nodePool:NodePool")
+        assert any(p.name == "system" for p in pools) and any(p.name.startswith("slice-") for p in pools)
         return {bool((p.inputs["nodeConfig"].get("gcfsConfig") or {}).get("enabled")) for p in pools}
     assert streaming(IMAGE_CONFIG) == {True}
     assert streaming({**MINIMAL, "workerEnvironment": "runtime"}) == {False}
+
+
+@pytest.mark.parametrize("config, granted", [(IMAGE_CONFIG, True), ({**IMAGE_CONFIG, "imageBuilder": "docker"}, True),
+                                             ({**MINIMAL, "workerEnvironment": "runtime"}, False)])
+def test_the_node_account_may_stream_only_when_there_is_an_image(config, granted):
+    """GKE Image streaming, Requirements: a custom node service account needs
+    roles/serviceusage.serviceUsageConsumer on the project that hosts the image
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming)."""
+    run = run_program(config, stack="s")
+    node = run.one("gcp:serviceaccount/account:Account", "nodes").inputs["accountId"]
+    roles = {g.inputs["role"] for g in run.of_type("gcp:projects/iAMMember:IAMMember")
+             if g.inputs["member"] == f"serviceAccount:{node}@my-tpu-project.iam.gserviceaccount.com"}
+    assert ("roles/serviceusage.serviceUsageConsumer" in roles) is granted
+    assert "roles/container.defaultNodeServiceAccount" in roles
 
 
 # What gcloud prints once the build exists (googlecloudsdk command_lib/builds/submit_util.py), as a build log shows.
