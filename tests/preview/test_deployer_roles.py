@@ -220,6 +220,7 @@ def test_without_the_deployers_e_mail_the_stack_goes_on_and_says_which_grant_is_
                                       "credential, unauthorized")]
             return super().call(args)
 
+    from infra.config import build
     from preview.harness import run_program
     from tests.conftest import MINIMAL
     caplog.clear()
@@ -227,5 +228,12 @@ def test_without_the_deployers_e_mail_the_stack_goes_on_and_says_which_grant_is_
     assert run.of_type("gcp:serviceaccount/iAMMember:IAMMember") == []
     assert run.of_type("gcp:container/cluster:Cluster")
     text = "\n".join(r.getMessage() for r in caplog.records)
-    assert "who runs pulumi up is not known (googleapi: Error 401" in text
+    assert "who runs pulumi up is not known:\n  (googleapi: Error 401" in text
     assert "gcloud iam service-accounts add-iam-policy-binding" in text and "--role=roles/iam.serviceAccountUser" in text
+    # Both accounts the deployer acts as: the node account and the image build's (the default build).
+    names = build(MINIMAL).names
+    for account in (names.node_service_account, names.build_service_account):
+        assert f"    {account}@my-tpu-project.iam.gserviceaccount.com \\" in text.splitlines()
+    assert text.count("--role=roles/iam.serviceAccountUser") == 2
+    warning = next(r.getMessage() for r in caplog.records if "is not known" in r.getMessage())
+    assert max(len(line) for line in warning.splitlines()) <= 100
