@@ -43,6 +43,7 @@ STAGING_READER_ROLE = "roles/storage.objectViewer"
 LOG_WRITER_ROLE = "roles/logging.logWriter"
 ACT_AS_ROLE = "roles/iam.serviceAccountUser"
 STAGING_OBJECT_DAYS = 7
+BUILD_ACCOUNT_DISPLAY_NAME = "tpu-multislice worker image builds"
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ class CloudBuildImage:
     """The Cloud Build resources of a WorkerImage (created as its children, so their URNs sit under it)."""
 
     def __init__(self, parent: pulumi.Resource, spec: CloudBuildSpec, repository: gcp.artifactregistry.Repository,
-                 depends_on: list[pulumi.Resource], deployer: str | None = None):
+                 depends_on: list[pulumi.Resource], deployer: str | None = None, admin_managed: bool = False):
         self.staging = gcp.storage.Bucket(
             "build-staging", name=spec.staging_bucket, project=spec.project, location=spec.storage_region,
             uniform_bucket_level_access=True, public_access_prevention="enforced",
@@ -160,11 +161,18 @@ class CloudBuildImage:
                 action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
                 condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=STAGING_OBJECT_DAYS))],
             opts=child_options(parent, depends_on=depends_on))
-        self.account = gcp.serviceaccount.Account(
-            "worker-builder", project=spec.project, account_id=spec.account_id,
-            display_name="tpu-multislice worker image builds",
-            opts=child_options(parent, depends_on=depends_on))
-        member = self.account.email.apply(lambda email: f"serviceAccount:{email}")
+        if admin_managed:
+            # adminBootstrap: the admin's step created this account and granted the deployer actAs on it.
+            self.account = None
+            email: pulumi.Output[str] = pulumi.Output.from_input(
+                f"{spec.account_id}@{spec.project}.iam.gserviceaccount.com")
+        else:
+            self.account = gcp.serviceaccount.Account(
+                "worker-builder", project=spec.project, account_id=spec.account_id,
+                display_name=BUILD_ACCOUNT_DISPLAY_NAME,
+                opts=child_options(parent, depends_on=depends_on))
+            email = self.account.email
+        member = email.apply(lambda address: f"serviceAccount:{address}")
         self.grants = [
             gcp.artifactregistry.RepositoryIamMember(
                 "builder-push", project=spec.project, location=spec.storage_region,
@@ -178,13 +186,13 @@ class CloudBuildImage:
         # Submitting a build that runs as this account needs actAs on it
         # (https://cloud.google.com/build/docs/securing-builds/configure-user-specified-service-accounts): granted
         # to whoever runs `pulumi up` on this account alone, as the node account's is (infra/identity.py).
-        if deployer is not None:
+        if deployer is not None and self.account is not None:
             self.grants.append(gcp.serviceaccount.IAMMember(
                 "builder-deployer-act-as", service_account_id=self.account.name, role=ACT_AS_ROLE, member=deployer,
                 opts=child_options(parent)))
         self.build = command.local.Command(
             "worker-build",
-            create=self.account.email.apply(lambda email: submit_script(spec, email)),
+            create=email.apply(lambda address: submit_script(spec, address)),
             # The project directory, where Pulumi runs the program: the state holds no machine's paths.
             dir=".",
             triggers=[spec.image_ref],

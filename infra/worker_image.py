@@ -90,7 +90,7 @@ def image_tag(root: Path | None = None) -> str:
 
 class WorkerImage(pulumi.ComponentResource):
     def __init__(self, name: str, spec: WorkerImageSpec, node_service_account: pulumi.Input[str],
-                 depends_on: list[pulumi.Resource], deployer: str | None = None,
+                 depends_on: list[pulumi.Resource], deployer: str | None = None, admin_managed: bool = False,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "WorkerImage"), name, None, opts)
         self.repository = gcp.artifactregistry.Repository(
@@ -109,7 +109,7 @@ class WorkerImage(pulumi.ComponentResource):
                                      repository_region=spec.region, image_ref=spec.ref,
                                      staging_bucket=spec.staging_bucket or "",
                                      account_id=spec.build_account_id or ""),
-                self.repository, depends_on, deployer)
+                self.repository, depends_on, deployer, admin_managed)
             self.built: pulumi.Resource = cloud_build.build
             digest: pulumi.Input[str] | None = None      # the build's own record has it (gcloud builds list)
         else:

@@ -65,7 +65,7 @@ def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
     assert shape is not None and region is not None and workload_plan is not None and tpu_pod is not None
     shutdown = stack_shutdown_budget(v, workload_plan, rules.checkpoint_period(v), floors)
     return StackConfig(
-        gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"]),
+        gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"], admin_bootstrap=v["adminBootstrap"]),
         cluster=ClusterSettings(
             name=v["clusterName"], mode=ClusterMode(v["clusterMode"]), gke_version=v["gkeVersion"],
             release_channel=v["releaseChannel"], version_floors=tuple(floors.items()),

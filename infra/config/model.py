@@ -75,6 +75,8 @@ class GcpSettings:
     project: str
     region: str
     zone: str
+    # adminBootstrap: the service accounts and the goodput reader role exist (the admin's step); the stack uses them.
+    admin_bootstrap: bool = False
 
 
 @dataclass(frozen=True)

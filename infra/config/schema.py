@@ -92,6 +92,12 @@ KEYS: tuple[Key, ...] = (
         check=check.matches(naming.ZONE, "a zone looks like us-east5-b")),
     Key("region", "string", "Region of the VPC subnets; derived from zone when unset, and must contain zone.", DERIVED,
         check=check.matches(naming.REGION, "a region looks like us-east5")),
+    Key("adminBootstrap", "boolean", "true: the project's admin ran the once-per-project step (`python -m "
+        "preview.deployer_roles --admin-script`: the APIs, the node and image-build service accounts, the goodput log "
+        "reader role, the deployer's grants), and the stack uses those accounts and that role instead of creating "
+        "them, so the deployer needs neither roles/iam.serviceAccountAdmin nor roles/iam.roleAdmin and cannot grant "
+        "itself more than the stack grants. false: the stack creates them, which needs those two roles (a project "
+        "whose deployer is its Owner).", False),
     Key("tpuZoneCheck", "boolean", "Check zone and region against the tables in infra/config/tpu_zones.py (GCP "
         "regions; the zones the Cloud TPU \"TPU regions and zones\" page lists for each TPU generation). Set false "
         "only for a zone or region newer than those tables; a zone the tables already list is refused with false.",
