@@ -9,6 +9,7 @@ delay), so the idle TPU cost is what the warm pools (config warmSlices) keep.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +189,27 @@ def change_cost_notes(config: StackConfig, layer: tuple[int, float] | None) -> l
     notes.append(f"a lock change: {builds}; {push}; then each of the {hosts} TPU host(s) pulls the new layer "
                  f"(<= {hosts * gb:.2f} GB in all, free in-region) at its next start")
     return notes
+
+
+# Regional Compute Engine disk quotas the FUSE cache disks count against (Compute Engine "Disk quotas",
+# https://cloud.google.com/compute/resource-usage#disk_quota): Balanced and SSD Persistent Disk share
+# "Persistent Disk SSD (GB)", metric SSD_TOTAL_GB (a Compute API Quota.metric value); Hyperdisk Balanced has a
+# capacity quota of its own, whose id was not read here (assumed name).
+DISK_QUOTAS = {"pd-balanced": "SSD_TOTAL_GB (Persistent Disk SSD, GB)",
+               "hyperdisk-balanced": "Hyperdisk Balanced capacity (GB; quota id not read here, assumed)"}
+
+
+def data_cache_quota(config: StackConfig) -> str | None:
+    """The regional disk quota the run's cache disks need at their most (one per data-reading pod), or None when
+    the run mounts no data."""
+    if not data_buckets(config):
+        return None
+    on_tpu = backend_for(config).data_on_tpu_hosts
+    disks = config.tpu.slices * config.tpu.shape.hosts if on_tpu else 1
+    kind, gib = fuse_cache.disk_type(config, on_tpu), config.workload.run.data_cache_gib
+    total_gb = math.ceil(disks * gib * 2**30 / 1e9)
+    return (f"disk quota to have: {total_gb} GB of {kind} in {config.gcp.region} ({disks} data cache "
+            f"disk(s) of {gib} GiB)\n    quota: {DISK_QUOTAS.get(kind, kind)}")
 
 
 def data_cache_cost(config: StackConfig) -> tuple[float | None, str]:

@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     print(gcloud_grants(deployment, roles, granted))
     if args.stack and str(raw.get("adminBootstrap", "false")).lower() != "true":
         print(f"# Then set adminBootstrap in Pulumi.{args.stack}.yaml:\n"
-              f"#   pulumi config set tpu-multislice:adminBootstrap true --stack {args.stack}")
+              f"#   pulumi config set adminBootstrap true --stack {args.stack}")
     if roles is None:
         print("# Not included; a stack whose config asks for one needs it too (--stack NAME picks them):")
         for role in ROLES:

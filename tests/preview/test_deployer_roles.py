@@ -222,7 +222,7 @@ def test_the_admin_step_and_the_deployers_grants_are_printed_apart(capsys):
                "--member=user:me@example.com \\\n  --role=roles/iam.serviceAccountUser" in grants
     assert "gcloud iam roles create tpuGoodput_tpu_multislice_prod_admin --project=acme-train-1" in admin
     assert "add-iam-policy-binding" not in admin
-    assert "pulumi config set tpu-multislice:adminBootstrap true --stack prod" in grants
+    assert "pulumi config set adminBootstrap true --stack prod" in grants
     assert max(len(line) for line in out.splitlines()) <= 100
 
 

@@ -208,3 +208,25 @@ def test_the_cpu_pools_cache_disk_follows_its_machine_series(machine, kind):
     config = build({"project": "my-tpu-project", "zone": "us-east5-b", "workloadBackend": "pathways",
                     "systemPoolMachineType": machine})
     assert fuse_cache.disk_type(config, on_tpu=False) == kind
+
+
+def test_the_plans_quota_section_lists_the_cache_disks_regional_quota(rendered):
+    """Every data-reading pod's cache disk is a zonal disk of the stack's region: at the most slices they need
+    disks x dataCacheGiB of the region's disk quota (Compute Engine "Disk quotas": Balanced PD counts against
+    SSD_TOTAL_GB), which the plan lists beside the TPU quota."""
+    stack, config, objects = rendered
+    raw = _with_data(stack, dataCacheGiB="60")
+    plan = build_plan(run_program(raw, stack=stack), config, stack, default_schemas_dir())
+    on_tpu = stack != "pathways"
+    disks = config.tpu.slices * config.tpu.shape.hosts if on_tpu else 1
+    kind = fuse_cache.disk_type(config, on_tpu)
+    gb = -(-disks * 60 * 2**30 // 10**9)
+    first, second = plan.tpu.disk_quota.splitlines()
+    assert first == (f"disk quota to have: {gb} GB of {kind} in {config.gcp.region} ({disks} data cache "
+                     f"disk(s) of 60 GiB)")
+    assert ("SSD_TOTAL_GB" in second) == (kind == "pd-balanced")
+    assert max(len("  " + line) for line in plan.tpu.disk_quota.splitlines()) <= 100
+    # No data, no disks: nothing to list.
+    plain = load_stack_config(stack, REPO)
+    assert build_plan(run_program(plain, stack=stack), build(plain), stack,
+                      default_schemas_dir()).tpu.disk_quota is None
