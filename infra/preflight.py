@@ -267,7 +267,8 @@ def run(config: StackConfig, location: str) -> Preflight:
     deployer, warning = deployer_member(project, config.names.node_service_account,
                                         lambda: gcp.organizations.get_client_open_id_user_info().email,
                                         build_account_id=build_account)
-    warnings += (warning,) if warning else ()
+    # With adminBootstrap the admin's step granted the deployer actAs on both accounts: nothing is missing.
+    warnings += (warning,) if warning and not config.gcp.admin_bootstrap else ()
     return Preflight(project_number=str(project_number), deployer=deployer, adopt_bucket=adopt,
                      warnings=warnings)
 

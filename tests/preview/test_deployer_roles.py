@@ -304,3 +304,20 @@ def test_without_the_deployers_e_mail_the_stack_goes_on_and_says_which_grant_is_
     assert text.count("--role=roles/iam.serviceAccountUser") == 2
     warning = next(r.getMessage() for r in caplog.records if "is not known" in r.getMessage())
     assert max(len(line) for line in warning.splitlines()) <= 100
+
+
+def test_after_the_admin_step_an_unknown_deployer_is_no_warning(caplog):
+    """adminBootstrap: true: actAs on both accounts came with the admin's step, so credentials without an e-mail
+    leave nothing to grant and nothing to warn about."""
+    from preview import harness
+    from preview.harness import GcpMocks, RecordingMonitor, run_program
+
+    class NoUserInfo(GcpMocks):
+        def call(self, args):
+            if args.token == harness.CLIENT_USER_INFO_TOKEN:
+                return {}, [("email", "googleapi: Error 401: unauthorized")]
+            return super().call(args)
+
+    caplog.clear()
+    run_program({**MINIMAL, **ADMIN}, stack="adm", monitor=RecordingMonitor(NoUserInfo()))
+    assert not any("is not known" in r.getMessage() for r in caplog.records)
