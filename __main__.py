@@ -58,7 +58,8 @@ services = ProjectServices("apis", config.gcp.project,
                            required_apis(config.worker_image.builder if config.worker_image else None))
 network = ClusterNetwork("network", config.gcp, config.network, config.names, depends_on=services.ready)
 node_account = NodeServiceAccount("node-identity", config.gcp.project, config.names, depends_on=services.ready,
-                                  deployer=preflight.deployer)
+                                  deployer=preflight.deployer, streams_images=config.worker_image is not None,
+                                  admin_managed=config.gcp.admin_bootstrap)
 # Prod data survives destroy: deletionProtection (on by default) also protects the bucket; a kept bucket is adopted.
 bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready,
                           adopt=preflight.adopt_bucket, protect=config.cluster.deletion_protection)
@@ -68,8 +69,10 @@ worker_image = None if config.worker_image is None else WorkerImage(
                                     repository_id=config.worker_image.repository_id,
                                     tag=image_tag(), builder=config.worker_image.builder,
                                     staging_bucket=config.worker_image.staging_bucket,
-                                    build_account_id=config.worker_image.build_account_id),
-    node_account.email, depends_on=services.ready, deployer=preflight.deployer)
+                                    build_account_id=config.worker_image.build_account_id,
+                                    build_region=config.worker_image.build_region),
+    node_account.email, depends_on=services.ready, deployer=preflight.deployer,
+    admin_managed=config.gcp.admin_bootstrap)
 # With the workers' image, no TPU pool exists before its build has pushed: a failed build stops `up` before any
 # slice (a warm one bills at once) is created for an image that is not there.
 pools = None if config.cluster.autopilot else TpuSlicePools(

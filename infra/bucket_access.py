@@ -25,6 +25,9 @@ from infra.config import NAMESPACE, StackConfig
 from infra.identity import READ_ROLE, read_buckets, workload_identity_member
 
 _INVOKE_FAILED = re.compile(r"^invoke of \S+ failed: |\s*\(\w+\)$")
+# The Storage API's answer for a bucket that does not exist: 404, "notFound" (JSON API error codes,
+# https://cloud.google.com/storage/docs/json_api/v1/status-codes#404-not-found). No owner can grant on it.
+_NOT_FOUND = re.compile(r"Error 404|notFound|bucket does not exist", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,10 @@ def decide(config: StackConfig, project_number: str,
             number, why = None, _INVOKE_FAILED.sub("", text.splitlines()[0]) if text else type(error).__name__
         if number == str(project_number):
             granted.append(bucket)
+            continue
+        if why is not None and _NOT_FOUND.search(why):
+            lines.append(f"{NAMESPACE}: bucket {bucket} does not exist ({why}): check the bucket name in "
+                         "datasetPath, evalDatasetPath and loadParametersPath")
             continue
         where = (f"is in another project (number {number})" if why is None
                  else f"could not be read ({why})")

@@ -93,6 +93,20 @@ def node_security(service_account: pulumi.Input[str]) -> dict:
     )
 
 
+def image_streaming(config: StackConfig) -> gcp.container.NodePoolNodeConfigGcfsConfigArgs | None:
+    """With the workers' image, GKE Image streaming: a cold node starts the container while the multi-GB image
+    streams, instead of after the whole pull. Needs the Container File System API (infra/services.py), the
+    Container-Optimized OS containerd image (GKE's default), an Artifact Registry image and, on private nodes,
+    Private Google Access on the node subnet (infra/network.py sets it), and a custom node service account needs
+    roles/serviceusage.serviceUsageConsumer on the project (infra/identity.py grants it with the image): "Use
+    Image streaming to pull container images", https://cloud.google.com/kubernetes-engine/docs/how-to/
+    image-streaming. On every pool that runs the image: the TPU slices and the system pool (the Ray head and the
+    JobSet submitter run it too)."""
+    if config.worker_image is None:
+        return None
+    return gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True)
+
+
 class GkeCluster(pulumi.ComponentResource):
     def __init__(self, name: str, config: StackConfig, network: ClusterNetwork, node_service_account: pulumi.Input[str],
                  depends_on: list[pulumi.Resource], opts: pulumi.ResourceOptions | None = None):
@@ -170,6 +184,7 @@ class GkeCluster(pulumi.ComponentResource):
                 node_config=gcp.container.NodePoolNodeConfigArgs(
                     machine_type=settings.system_pool_machine_type,
                     labels={"tpu-multislice/pool": "system"},
+                    gcfs_config=image_streaming(config),
                     **node_security(node_service_account),
                 ),
                 management=gcp.container.NodePoolManagementArgs(auto_repair=True, auto_upgrade=True),

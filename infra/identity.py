@@ -16,6 +16,11 @@ from infra.config.key_checks import split_gs_path
 # GKE's documented minimum for a custom node service account (logging, monitoring, metadata);
 # https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts#default-gke-service-agent
 NODE_ROLES = ("roles/container.defaultNodeServiceAccount",)
+# With the workers' image, the pools stream it (GKE Image streaming, infra/cluster.py image_streaming), and "if you
+# use a custom service account for your nodes, it needs roles/serviceusage.serviceUsageConsumer on the project
+# that hosts the image" (https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming, Requirements);
+# without it nodes may fall back to pulling the whole image. Granted only when the stack builds the image.
+STREAMING_ROLES = ("roles/serviceusage.serviceUsageConsumer",)
 
 # What the account that runs `pulumi up` needs on the node service account to create clusters and node pools that
 # run as it (actAs), granted by the stack on that account only (NodeServiceAccount).
@@ -89,6 +94,30 @@ def goodput_role_id(cluster_name: str, account_unique_id: str) -> str:
     return goodput_role_stem(cluster_name) + suffix
 
 
+def admin_goodput_role_id(cluster_name: str) -> str:
+    """The goodput role's id with adminBootstrap: fixed, because the admin's step creates it once and the stack
+    never deletes it (so IAM's soft-deleted ids never collide), and because the deployer's condition must name it
+    as a constant (https://cloud.google.com/iam/docs/setting-limits-on-granting-roles)."""
+    return goodput_role_stem(cluster_name) + "admin"
+
+
+def admin_account_email(account_id: str, project: str) -> str:
+    """A user-managed service account's e-mail: ACCOUNT_ID@PROJECT_ID.iam.gserviceaccount.com
+    (https://cloud.google.com/iam/docs/service-account-overview)."""
+    return f"{account_id}@{project}.iam.gserviceaccount.com"
+
+
+def display_name(cluster: str) -> str:
+    return f"GKE nodes of {cluster}"
+
+
+GOODPUT_ROLE_TITLE = "tpu-multislice goodput log reader"
+
+
+def goodput_role_description(cluster: str) -> str:
+    return f"Reads the goodput log entries of the training runs on {cluster}"
+
+
 def custom_role_stem(role: str) -> str | None:
     """A custom role name (projects/P/roles/ID) the stack grants, less the per-creation suffix its id ends with
     (goodput_role_id); None for a predefined role (roles/...)."""
@@ -117,34 +146,44 @@ class NodeServiceAccount(pulumi.ComponentResource):
     (which holds Editor on the project in many organisations)."""
 
     def __init__(self, name: str, project: str, names: naming.Names, depends_on: list[pulumi.Resource],
-                 deployer: str | None = None, opts: pulumi.ResourceOptions | None = None):
+                 deployer: str | None = None, streams_images: bool = False, admin_managed: bool = False,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "NodeServiceAccount"), name, None, opts)
-        self.account = gcp.serviceaccount.Account(
-            "nodes", account_id=names.node_service_account, project=project,
-            display_name=f"GKE nodes of {names.cluster}",
-            opts=child_options(self, depends_on=depends_on))
+        if admin_managed:
+            # adminBootstrap: the admin's step created the account and granted the deployer actAs on it
+            # (preview/deployer_roles.py admin_script); its e-mail follows from its id.
+            self.account = None
+            email: pulumi.Input[str] = admin_account_email(names.node_service_account, project)
+        else:
+            self.account = gcp.serviceaccount.Account(
+                "nodes", account_id=names.node_service_account, project=project,
+                display_name=display_name(names.cluster),
+                opts=child_options(self, depends_on=depends_on))
+            email = self.account.email
         self.bindings = [
             gcp.projects.IAMMember(
                 f"nodes-{role.split('/')[-1]}", project=project, role=role,
-                member=pulumi.Output.concat("serviceAccount:", self.account.email),
-                opts=child_options(self))
-            for role in NODE_ROLES
+                member=pulumi.Output.concat("serviceAccount:", email),
+                opts=child_options(self, depends_on=depends_on if admin_managed else None))
+            for role in NODE_ROLES + (STREAMING_ROLES if streams_images else ())
         ]
-        self.email = self.account.email
+        self.email = pulumi.Output.from_input(email)
         # Creating a cluster or node pool that runs as this account needs iam.serviceAccounts.actAs on it
         # (https://cloud.google.com/kubernetes-engine/docs/how-to/service-accounts). The account exists only
         # once this stack creates it, so no grant printed before the first `pulumi up` can name it; the stack
         # grants whoever runs `pulumi up` (deployer, read by infra/preflight.py) roles/iam.serviceAccountUser on
         # this account alone, which the deployer's roles/iam.serviceAccountAdmin may do (it holds
-        # iam.serviceAccounts.setIamPolicy), instead of project-wide actAs on every service account.
-        self.act_as = None if deployer is None else gcp.serviceaccount.IAMMember(
+        # iam.serviceAccounts.setIamPolicy), instead of project-wide actAs on every service account. With
+        # adminBootstrap the admin's step made that grant, and the stack makes none.
+        self.act_as = None if deployer is None or self.account is None else gcp.serviceaccount.IAMMember(
             "nodes-deployer-act-as", service_account_id=self.account.name, role=ACT_AS_ROLE, member=deployer,
             opts=child_options(self))
         # The email as the cluster and node pools take it: once the deployer may act as the account.
         self.email_to_run_as = self.email if self.act_as is None else pulumi.Output.all(
-            self.account.email, self.act_as.id).apply(lambda values: values[0])
-        # Assigned by IAM at each creation: the goodput role's id is derived from it (goodput_role_id).
-        self.unique_id = self.account.unique_id
+            self.email, self.act_as.id).apply(lambda values: values[0])
+        # Assigned by IAM at each creation: the goodput role's id is derived from it (goodput_role_id); None with
+        # adminBootstrap, whose role id is fixed (admin_goodput_role_id).
+        self.unique_id = None if self.account is None else self.account.unique_id
         self.register_outputs({"email": self.email})
 
 
@@ -176,16 +215,22 @@ class WorkloadIdentity(pulumi.ComponentResource):
                                         opts=child_options(self, depends_on=[cluster]))
             for logical_name, role in BUCKET_ROLES
         ]
-        role_id = pulumi.Output.from_input(node_account_unique_id).apply(
-            lambda unique_id: goodput_role_id(config.cluster.name, unique_id))
-        # The role and the project grants need iam.googleapis.com / cloudresourcemanager: after the stack's APIs.
-        self.goodput_reader_role = gcp.projects.IAMCustomRole(
-            "goodput-log-reader", project=project, role_id=role_id, title="tpu-multislice goodput log reader",
-            description=f"Reads the goodput log entries of the training runs on {config.cluster.name}",
-            permissions=list(GOODPUT_LOG_PERMISSIONS), opts=child_options(self, depends_on=list(services or [])))
+        if config.gcp.admin_bootstrap:
+            # The admin's step created the role under a fixed id (preview/deployer_roles.py admin_script).
+            role_id: pulumi.Input[str] = admin_goodput_role_id(config.cluster.name)
+            self.goodput_reader_role = None
+        else:
+            role_id = pulumi.Output.from_input(node_account_unique_id).apply(
+                lambda unique_id: goodput_role_id(config.cluster.name, unique_id))
+            # The role and the project grants need iam.googleapis.com / cloudresourcemanager: after the APIs.
+            self.goodput_reader_role = gcp.projects.IAMCustomRole(
+                "goodput-log-reader", project=project, role_id=role_id, title=GOODPUT_ROLE_TITLE,
+                description=goodput_role_description(config.cluster.name),
+                permissions=list(GOODPUT_LOG_PERMISSIONS), opts=child_options(self, depends_on=list(services or [])))
         reader = pulumi.Output.concat("projects/", project, "/roles/", role_id)
         telemetry = [(f"goodput-{role.split('/')[-1]}", role, []) for role in TELEMETRY_ROLES]
-        telemetry.append(("goodput-log-reader", reader, [self.goodput_reader_role]))
+        telemetry.append(("goodput-log-reader", reader,
+                          [self.goodput_reader_role] if self.goodput_reader_role else list(services or [])))
         self.telemetry_bindings = [
             gcp.projects.IAMMember(logical_name, project=project, role=role, member=self.principal,
                                    opts=child_options(self, depends_on=[cluster, *needs]))

@@ -17,6 +17,8 @@ PROJECT_ID = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 # zones", https://cloud.google.com/compute/docs/regions-zones/ai-zones).
 ZONE = re.compile(r"^[a-z]+-[a-z]+[0-9]+-(?:[a-z]|ai[0-9]+[a-z])$")
 REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+# imageBuildRegion: auto (infra/config/build_region.py picks one) or a region.
+BUILD_REGION = re.compile(r"^(auto|[a-z]+-[a-z]+[0-9]+)$")
 # Compute Engine resource names (reservations, reservation blocks): RFC 1035, 1-63 characters
 # (https://cloud.google.com/compute/docs/naming-resources).
 RFC1035_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"

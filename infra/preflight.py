@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
@@ -262,15 +263,18 @@ def run(config: StackConfig, location: str) -> Preflight:
             if not holds_bucket(config, str(project_number), lambda: gcp.storage.get_bucket_iam_policy(
                     bucket=config.storage.bucket_name).policy_data):
                 warnings += tuple(adoption_changes(config, kept))
+    build_account = config.worker_image.build_account_id if config.worker_image else None
     deployer, warning = deployer_member(project, config.names.node_service_account,
-                                        lambda: gcp.organizations.get_client_open_id_user_info().email)
-    warnings += (warning,) if warning else ()
+                                        lambda: gcp.organizations.get_client_open_id_user_info().email,
+                                        build_account_id=build_account)
+    # With adminBootstrap the admin's step granted the deployer actAs on both accounts: nothing is missing.
+    warnings += (warning,) if warning and not config.gcp.admin_bootstrap else ()
     return Preflight(project_number=str(project_number), deployer=deployer, adopt_bucket=adopt,
                      warnings=warnings)
 
 
-def deployer_member(project: str, node_account_id: str, email: Callable[[], str]
-                    ) -> tuple[str | None, str | None]:
+def deployer_member(project: str, node_account_id: str, email: Callable[[], str],
+                    build_account_id: str | None = None) -> tuple[str | None, str | None]:
     """Who runs `pulumi up` as an IAM member (the provider's OpenID user info of its credentials: their e-mail),
     or None and the warning that says which grant the deployer then needs to make itself."""
     from infra.identity import ACT_AS_ROLE, member_of_email
@@ -285,10 +289,16 @@ def deployer_member(project: str, node_account_id: str, email: Callable[[], str]
         why = "no e-mail in the credentials' user info"
     if found:
         return member_of_email(found), None
-    account = f"{node_account_id}@{project}.iam.gserviceaccount.com"
+    accounts = [node_account_id] + ([build_account_id] if build_account_id else [])
     # terraform-provider-google data_source_google_client_openid_userinfo.go reads the OpenID userinfo endpoint,
-    # which answers only for credentials with the userinfo.email scope.
-    return None, (f"{NAMESPACE}: who runs pulumi up is not known ({why});\n  the cluster and node pools need it "
-                  "to act as the node account: grant it once the account exists, then pulumi up again:\n"
-                  f"  gcloud iam service-accounts add-iam-policy-binding "
-                  f"{account} \\\n    --member=user:YOU@EXAMPLE.COM --role={ACT_AS_ROLE}")
+    # which answers only for credentials with the userinfo.email scope. Every line within 100 columns.
+    lines = [f"{NAMESPACE}: who runs pulumi up is not known:"]
+    lines += textwrap.wrap(f"({why});", 98, initial_indent="  ", subsequent_indent="  ")
+    lines += ["  the cluster and node pools act as the node account"
+              + (", the image build as the build account" if build_account_id else "") + ";",
+              "  grant it actAs once they exist, then pulumi up again:"]
+    for account_id in accounts:
+        lines += ["  gcloud iam service-accounts add-iam-policy-binding \\",
+                  f"    {account_id}@{project}.iam.gserviceaccount.com \\",
+                  f"    --member=user:YOU@EXAMPLE.COM --role={ACT_AS_ROLE}"]
+    return None, "\n".join(lines)

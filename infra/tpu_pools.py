@@ -5,7 +5,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from core.node_sizing import threads_per_core
-from infra.cluster import GkeCluster, node_security
+from infra.cluster import GkeCluster, image_streaming, node_security
 from infra.component import child_options, component_type
 from infra.config import Capacity, StackConfig
 from infra.gke_versions import NO_CHANNEL
@@ -43,17 +43,6 @@ def shutdown_settings(config: StackConfig) -> dict:
     return {"kubelet_config": gcp.container.NodePoolNodeConfigKubeletConfigArgs(
         shutdown_grace_period_seconds=budget.node_shutdown_s,
         shutdown_grace_period_critical_pods_seconds=budget.node_critical_s)}
-
-
-def image_streaming(config: StackConfig) -> gcp.container.NodePoolNodeConfigGcfsConfigArgs | None:
-    """With the workers' image, GKE Image streaming: a cold node starts the container while the multi-GB image
-    streams, instead of after the whole pull. Needs the Container File System API (infra/services.py), the
-    Container-Optimized OS containerd image (GKE's default), an Artifact Registry image and, on private nodes,
-    Private Google Access on the node subnet (infra/network.py sets it): "Use Image streaming to pull container
-    images", https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming."""
-    if config.worker_image is None:
-        return None
-    return gcp.container.NodePoolNodeConfigGcfsConfigArgs(enabled=True)
 
 
 def size_settings(config: StackConfig, index: int) -> dict:

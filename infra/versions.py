@@ -19,6 +19,14 @@ DRANET_AUTOPILOT = "1.35.2-gke.1842000"         # managed DRANET, Autopilot (doc
 # Flex-start for TPUs: "use GKE version 1.33.0-gke.1712000 or later" (GKE "About flex-start provisioning mode",
 # https://cloud.google.com/kubernetes-engine/docs/concepts/provisioning-model).
 FLEX_START_TPU = "1.33.0-gke.1712000"
+# The data mounts' Cloud Storage FUSE features (workloads/common.py data_volumes), from GKE's "Optimize Cloud Storage
+# FUSE CSI driver for GKE performance" (https://cloud.google.com/kubernetes-engine/docs/how-to/
+# cloud-storage-fuse-csi-driver-perf): the gcsfuseMetadataPrefetchOnMount volume attribute, 1.32.1-gke.1357001
+# or later (the newest of the features every data mount uses: file cache, parallel downloads, custom cache
+# volume); and hostNetworkPodKSA, for pods on the host network, 1.33.3-gke.1226000 or later (GKE "Cloud Storage
+# FUSE for host network Pods").
+GCSFUSE_METADATA_PREFETCH = "1.32.1-gke.1357001"
+GCSFUSE_HOST_NETWORK_KSA = "1.33.3-gke.1226000"
 # A Spot node pool's kubelet shutdown budget raised to 120 s: "the cluster's control plane must run GKE version
 # 1.35.0-gke.1171000 or later" (GKE "About Spot VMs", https://cloud.google.com/kubernetes-engine/docs/concepts/spot-vms).
 SPOT_SHUTDOWN_BUDGET = "1.35.0-gke.1171000"

@@ -1,9 +1,12 @@
 """The workers' image, built from worker_env/Dockerfile and pushed to an Artifact Registry repository the stack
 owns (config workerEnvironment=image).
 
-The tag is the content hash of exactly the build context (the Dockerfile and every file its .dockerignore admits:
-infra/build_context.py), and the repository keeps tags immutable: a tag names exactly one image, so pods can use it as a plain string (the manifests stay
-pure and their names hash it) while an unchanged tree never rebuilds. Pods wait for the push through
+The image holds what changes rarely: the base and the locked environment. The code reaches the pods through the
+stack's ConfigMap (Ray's working_dir, JobSet's PYTHONPATH), so a code edit neither rebuilds nor re-pulls it.
+The tag is the content hash of exactly the build context (the Dockerfile and every file its .dockerignore admits,
+the lock: infra/build_context.py), and the repository keeps tags immutable: a tag names exactly one image, so
+pods can use it as a plain string (the manifests stay pure and their names hash it) while an unchanged lock
+never rebuilds. Pods wait for the push through
 dependencies. The node account may only read this repository (roles/artifactregistry.reader on it).
 Two builders (imageBuilder): cloud-build, the default, needs no Docker where `pulumi up` runs (infra/cloud_build.py
 says why and how); docker builds with a local daemon: pulumi-docker-build `Image` (BuildKit;
@@ -60,6 +63,7 @@ class WorkerImageSpec:
     builder: str = "cloud-build"           # imageBuilder: cloud-build | docker
     staging_bucket: str | None = None      # cloud-build: where the build context is uploaded
     build_account_id: str | None = None    # cloud-build: the account the build runs as
+    build_region: str | None = None        # cloud-build: where the build runs (default: the repository's region)
 
     @property
     def registry(self) -> str:
@@ -86,7 +90,7 @@ def image_tag(root: Path | None = None) -> str:
 
 class WorkerImage(pulumi.ComponentResource):
     def __init__(self, name: str, spec: WorkerImageSpec, node_service_account: pulumi.Input[str],
-                 depends_on: list[pulumi.Resource], deployer: str | None = None,
+                 depends_on: list[pulumi.Resource], deployer: str | None = None, admin_managed: bool = False,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__(component_type("infra", "WorkerImage"), name, None, opts)
         self.repository = gcp.artifactregistry.Repository(
@@ -101,10 +105,11 @@ class WorkerImage(pulumi.ComponentResource):
             opts=child_options(self))
         if spec.builder == "cloud-build":
             cloud_build = CloudBuildImage(
-                self, CloudBuildSpec(project=spec.project, region=spec.region, image_ref=spec.ref,
+                self, CloudBuildSpec(project=spec.project, region=spec.build_region or spec.region,
+                                     repository_region=spec.region, image_ref=spec.ref,
                                      staging_bucket=spec.staging_bucket or "",
                                      account_id=spec.build_account_id or ""),
-                self.repository, depends_on, deployer)
+                self.repository, depends_on, deployer, admin_managed)
             self.built: pulumi.Resource = cloud_build.build
             digest: pulumi.Input[str] | None = None      # the build's own record has it (gcloud builds list)
         else:

@@ -103,9 +103,11 @@ def assumptions(config: StackConfig) -> list[str]:
     elif config.worker_image is not None:
         lines.append("worker image: built by Cloud Build from worker_env/cloudbuild.yaml during `pulumi up` (needs "
                      "gcloud where it runs; the recipe is checked against the API's schema, never built offline); "
-                     "the build's E2_HIGHCPU_8 minutes bill once per change of the lock or the code")
+                     "the build's E2_HIGHCPU_8 minutes bill once per change of the lock (the code is not in the "
+                     "image); it runs in imageBuildRegion, assumed allowed for the project")
     if config.worker_image is not None and not config.cluster.autopilot:
-        lines.append("image streaming: the TPU pools stream the image (gcfsConfig); GKE's page lists no TPU "
+        lines.append("image streaming: the TPU and system pools stream the image (gcfsConfig; the node account "
+                     "holds roles/serviceusage.serviceUsageConsumer, GKE's requirement); GKE's page lists no TPU "
                      "limitation and no price of its own for it, so both are assumed; a pool without it pulls "
                      "the whole image first")
     lines.extend(backend.assumptions(config))

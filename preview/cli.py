@@ -179,6 +179,8 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
             out.write("    (quota ids assumed; docs/deploying.md#tpu-quota lists them with gcloud)\n")
         else:
             out.write(f"    {need.request()}\n")
+    if tpu.disk_quota:
+        out.write(f"  {tpu.disk_quota}\n")
     render_cost(plan.cost, out)
     if plan.planner:
         out.write("\nPlanner (the run's plan is the plan export):\n")

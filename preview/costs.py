@@ -9,6 +9,7 @@ delay), so the idle TPU cost is what the warm pools (config warmSlices) keep.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,11 +157,59 @@ def worker_image_cost_notes(config: StackConfig) -> list[str]:
              "sharing unchanged layers; same-region pulls are free"]
     if config.worker_image.builder == "cloud-build":
         minutes = BY_TYPE["command:local:Command"].create_s / 60
-        notes.append(f"each build of the worker image (a change of the lock or the code): ~{minutes:.0f} min on "
-                     f"E2_HIGHCPU_8 (a guess) at {tpu_prices.CLOUD_BUILD_E2_HIGHCPU_8_USD_PER_MINUTE} USD per "
+        notes.append(f"each build of the worker image (a change of the lock or the Dockerfile): ~{minutes:.0f} min "
+                     f"on E2_HIGHCPU_8 (a guess) at {tpu_prices.CLOUD_BUILD_E2_HIGHCPU_8_USD_PER_MINUTE} USD per "
                      f"build-minute = ~{minutes * tpu_prices.CLOUD_BUILD_E2_HIGHCPU_8_USD_PER_MINUTE:.2f} USD "
                      f"({tpu_prices.CLOUD_BUILD_SOURCE})")
+    notes += change_cost_notes(config, layer)
     return notes
+
+
+def change_cost_notes(config: StackConfig, layer: tuple[int, float] | None) -> list[str]:
+    """What a code edit and a lock change each cost with the built image: the code is not in the image (it
+    travels in the job's ConfigMap), so only the lock (or the Dockerfile) builds, pushes and is pulled again."""
+    from workloads.bundle import load_bundle
+
+    code_kb = sum(len(text.encode()) for text in load_bundle().files.values()) / 1e3
+    hosts = config.tpu.total_hosts
+    notes = [f"a code edit (core/, trainer/): no build, push or pull; the job's ConfigMap (~{code_kb:.0f} kB) is "
+             "replaced and the job restarts with it: 0 USD beyond the restart"]
+    if layer is None:
+        return notes
+    gb = layer[0] / 1e9
+    image = config.worker_image
+    build_region = image.build_region if image and image.build_region else config.gcp.region
+    if build_region == config.gcp.region:
+        push = f"its push of <= {gb:.2f} GB stays in {config.gcp.region} (free)"
+    else:
+        push = (f"its push of <= {gb:.2f} GB crosses from {build_region} to the repository in "
+                f"{config.gcp.region}: ~{gb * tpu_prices.INTER_REGION_USD_PER_GB:.2f} USD at "
+                f"{tpu_prices.INTER_REGION_USD_PER_GB} USD/GB (assumed); the pulls stay in-region")
+    builds = "one build (above)" if image and image.builder == "cloud-build" else "one local build"
+    notes.append(f"a lock change: {builds}; {push}; then each of the {hosts} TPU host(s) pulls the new layer "
+                 f"(<= {hosts * gb:.2f} GB in all, free in-region) at its next start")
+    return notes
+
+
+# Regional Compute Engine disk quotas the FUSE cache disks count against (Compute Engine "Disk quotas",
+# https://cloud.google.com/compute/resource-usage#disk_quota): Balanced and SSD Persistent Disk share
+# "Persistent Disk SSD (GB)", metric SSD_TOTAL_GB (a Compute API Quota.metric value); Hyperdisk Balanced has a
+# capacity quota of its own, whose id was not read here (assumed name).
+DISK_QUOTAS = {"pd-balanced": "SSD_TOTAL_GB (Persistent Disk SSD, GB)",
+               "hyperdisk-balanced": "Hyperdisk Balanced capacity (GB; quota id not read here, assumed)"}
+
+
+def data_cache_quota(config: StackConfig) -> str | None:
+    """The regional disk quota the run's cache disks need at their most (one per data-reading pod), or None when
+    the run mounts no data."""
+    if not data_buckets(config):
+        return None
+    on_tpu = backend_for(config).data_on_tpu_hosts
+    disks = config.tpu.slices * config.tpu.shape.hosts if on_tpu else 1
+    kind, gib = fuse_cache.disk_type(config, on_tpu), config.workload.run.data_cache_gib
+    total_gb = math.ceil(disks * gib * 2**30 / 1e9)
+    return (f"disk quota to have: {total_gb} GB of {kind} in {config.gcp.region} ({disks} data cache "
+            f"disk(s) of {gib} GiB)\n    quota: {DISK_QUOTAS.get(kind, kind)}")
 
 
 def data_cache_cost(config: StackConfig) -> tuple[float | None, str]:

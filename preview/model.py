@@ -13,7 +13,7 @@ from typing import Any, Callable
 from pulumi.runtime import rpc
 
 from preview import prices as tpu_prices
-from preview.costs import CPU_MACHINE_USD_PER_HOUR, CostSummary, PoolCost, cost_summary
+from preview.costs import CPU_MACHINE_USD_PER_HOUR, CostSummary, PoolCost, cost_summary, data_cache_quota
 from preview.k8s import manifests as k8s_manifests
 from infra.config import StackConfig
 from preview.graph import CriticalPath, DependencyGraph, provider_urn
@@ -214,6 +214,7 @@ class TpuSummary:
     capacity: str
     estimate: tpu_prices.HourlyEstimate
     quota: QuotaNeed | None = None    # the Compute Engine TPU quota the slices spend (infra/tpu_quota.py)
+    disk_quota: str | None = None     # the regional disk quota the data cache disks spend (preview/costs.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {"source": self.source, "generation": self.generation, "topology": self.topology,
@@ -225,7 +226,8 @@ class TpuSummary:
                 "quota": None if self.quota is None else {
                     "region": self.quota.region, "chips": self.quota.chips, "kind": self.quota.kind,
                     "quota_ids": [q.describe() for q in self.quota.quotas], "request": self.quota.request(),
-                    "ids_assumed": True}}
+                    "ids_assumed": True},
+                "disk_quota": self.disk_quota}
 
 
 def tpu_pools(registrations: list[Registration]) -> list[TpuPool]:
@@ -286,7 +288,7 @@ def tpu_summary(pools: list[TpuPool], config: StackConfig) -> TpuSummary:
         hosts=hosts, chips=chips, hbm_gib=chips * generation.hbm_gib_per_chip,
         peak_bf16_pflops=round(chips * generation.peak_bf16_tflops_per_chip / 1000, 2), capacity=capacity,
         estimate=tpu_prices.hourly_estimate(generation.name, chips),
-        quota=quota_need(generation.name, config.gcp.region, chips, capacity))
+        quota=quota_need(generation.name, config.gcp.region, chips, capacity), disk_quota=data_cache_quota(config))
 
 
 # ---------------------------------------------------------------------------------------------------

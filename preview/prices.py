@@ -96,3 +96,7 @@ ARTIFACT_REGISTRY_SOURCE = "https://cloud.google.com/artifact-registry/pricing (
 # (https://cloud.google.com/build/pricing).
 CLOUD_BUILD_E2_HIGHCPU_8_USD_PER_MINUTE = 0.016
 CLOUD_BUILD_SOURCE = "https://cloud.google.com/build/pricing (2025 list price)"
+# The build's push from imageBuildRegion to a repository in another region crosses regions: ASSUMED 0.02 USD per GB,
+# the upper end of Google Cloud's inter-region transfer within one continent (VPC network pricing, "Data transfer
+# between regions"); not checked offline for Artifact Registry uploads, so the plan says "assumed".
+INTER_REGION_USD_PER_GB = 0.02

@@ -111,6 +111,9 @@ def budget_lines(config: StackConfig, results: dict[str, Any] | None = None) -> 
             lines.append(f"environment: pull the built image: its lock layer at most {_gb(image[0])} + unpack "
                          f"{image[1]:.0f} s = {seconds_at(*image, PLANNED_LINK[1]):.0f} s at {link}, plus the Ray "
                          f"base image; {hosts} host(s) pull {_gb(hosts * image[0])} per start from Artifact Registry")
+            lines.append("streaming: not assumed; the figure above is a whole pull. The pools stream the image (GKE "
+                         "Image streaming, the node account holding roles/serviceusage.serviceUsageConsumer), so a "
+                         "container may start before all of it arrives; that gain was not measured here")
         if runtime:
             chosen = config.workload.worker_environment == "runtime"
             lines.append(f"{'environment' if chosen else 'with workerEnvironment: runtime instead'}: install "

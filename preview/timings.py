@@ -59,9 +59,9 @@ BY_TYPE: dict[str, Timing] = {
     # image, install the lock's ~740 MB of wheels, push a multi-GB layer. Nothing to delete (the repository's
     # cleanup policy removes old images).
     "command:local:Command": Timing(600, 0, "guess: a Cloud Build of the workers' image on E2_HIGHCPU_8 "
-                                           "(base pull, lock install, in-region push); unchanged trees skip it"),
+                                           "(base pull, lock install, push); an unchanged lock skips it"),
     "docker-build:index:Image": Timing(900, 0, "guess: a local BuildKit build and push of the workers' image; "
-                                               "the push leaves this machine; unchanged trees skip it"),
+                                               "the push leaves this machine; an unchanged lock skips it"),
     # Kubernetes objects: the API server answers in about a second; pulumi-kubernetes does not wait for
     # custom resources to become ready. Namespace deletion waits for its finalizers.
     "kubernetes:core/v1:Namespace": Timing(1, 15, "guess"),

@@ -12,7 +12,7 @@ So each pod that mounts data gets its own disk as a generic ephemeral volume of 
 deleted with it (Kubernetes "Generic ephemeral volumes"), never billed while no run is up. Its size is the
 config's dataCacheGiB; the data buckets share it, each capped at its share less FS_HEADROOM. TPU v6e and TPU7x
 attach only Hyperdisk (Cloud TPU "Storage options": Hyperdisk Balanced, Hyperdisk ML), v4, v5e and v5p Balanced
-Persistent Disk; the CPU pool's E2/N2 machines take Balanced Persistent Disk.
+Persistent Disk; the CPU pool's disk follows its machine series (cpu_disk_type).
 """
 from __future__ import annotations
 
@@ -28,6 +28,16 @@ PD_CSI_PROVISIONER = "pd.csi.storage.gke.io"
 TPU_DISK_TYPES = {"v4": "pd-balanced", "v5e": "pd-balanced", "v5p": "pd-balanced",
                   "v6e": "hyperdisk-balanced", "tpu7x": "hyperdisk-balanced"}
 CPU_DISK_TYPE = "pd-balanced"
+# The CPU machine series that take Persistent Disk: Compute Engine's default disk type per series (API reference,
+# instances: AttachedDiskInitializeParams.diskType, https://cloud.google.com/compute/docs/reference/rest/v1/
+# instances): "For first- and second-generation machine series like N1, N2, T2, and M1, the default disk type is
+# Standard Persistent Disk (pd-standard). For C3, C3D, and M3 the default is Balanced Persistent Disk
+# (pd-balanced). For other third-generation machine series like A3, H3, Z3, all fourth-generation types like C4,
+# N4, M4, and newer machine series, the default is Hyperdisk Balanced"; a series whose default is Persistent Disk
+# attaches pd-balanced (Compute Engine "Machine series support for Persistent Disk"). Every other series, known or
+# newer, gets hyperdisk-balanced, the default it is documented to take.
+PD_SERIES = frozenset({"e2", "n1", "n2", "n2d", "t2d", "t2a", "c2", "c2d", "m1", "m2", "m3", "c3", "c3d", "a2",
+                       "g2", "f1", "g1"})
 # Hyperdisk Balanced includes 3,000 IOPS and 140 MiB/s at no extra charge (Compute Engine "About Hyperdisk
 # Balanced", baseline performance); provisioning exactly that keeps the disk billed for its capacity only.
 HYPERDISK_BASELINE = {"provisioned-iops-on-create": "3000", "provisioned-throughput-on-create": "140Mi"}
@@ -35,14 +45,26 @@ HYPERDISK_BASELINE = {"provisioned-iops-on-create": "3000", "provisioned-through
 # cache volume only with a pod fsGroup (docs/troubleshooting.md, "Volume mount failure with custom caching
 # volumes"): the sidecar's own group, and no recursive chown when the volume's root already has it.
 CACHE_FS_GROUP = 65534
-# ext4 keeps 5 % of a disk for root, which the sidecar is not, and its metadata takes more: each bucket's
-# fileCacheCapacity leaves this share of the disk free so the cache never reaches "no space left on device".
+# The PD CSI driver formats the disk ext4 with no blocks reserved for root (k8s.io/mount-utils mount_linux.go,
+# formatAndMountSensitive: `mkfs.ext4 -F -m0`), but ext4's journal and inode tables still take a few percent:
+# each bucket's fileCacheCapacity leaves this share of the disk free so the cache never reaches "no space left on
+# device".
 FS_HEADROOM = 0.10
 
 
 def disk_type(config: StackConfig, on_tpu: bool) -> str:
     """The cache disk's type where the data-reading pods run: a TPU host, or the CPU pool."""
-    return TPU_DISK_TYPES[config.tpu.shape.generation.name] if on_tpu else CPU_DISK_TYPE
+    if on_tpu:
+        return TPU_DISK_TYPES[config.tpu.shape.generation.name]
+    return cpu_disk_type(config.cluster.system_pool_machine_type)
+
+
+def cpu_disk_type(machine_type: str | None) -> str:
+    """pd-balanced on a series that takes Persistent Disk (PD_SERIES), else hyperdisk-balanced (N4, C4, ...)."""
+    if not machine_type:
+        return CPU_DISK_TYPE
+    series = machine_type.split("-", 1)[0].lower()
+    return CPU_DISK_TYPE if series in PD_SERIES else "hyperdisk-balanced"
 
 
 def storage_class_name(kind: str) -> str:

@@ -14,6 +14,7 @@ from infra.config.model import (Capacity, ClusterMode, ClusterSettings, ConfigEr
                                 KubernetesSettings, NetworkSettings, PathwaysSettings, RaySettings, StackConfig,
                                 StorageSettings, TpuSettings, WorkloadSettings, BackendSettings, WorkerImageSettings)
 from infra import naming
+from infra.config.build_region import build_region
 from infra.config.parse import parse_values
 from infra.config.preemption import stack_shutdown_budget
 
@@ -64,7 +65,7 @@ def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
     assert shape is not None and region is not None and workload_plan is not None and tpu_pod is not None
     shutdown = stack_shutdown_budget(v, workload_plan, rules.checkpoint_period(v), floors)
     return StackConfig(
-        gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"]),
+        gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"], admin_bootstrap=v["adminBootstrap"]),
         cluster=ClusterSettings(
             name=v["clusterName"], mode=ClusterMode(v["clusterMode"]), gke_version=v["gkeVersion"],
             release_channel=v["releaseChannel"], version_floors=tuple(floors.items()),
@@ -88,11 +89,11 @@ def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
             run=data_rules.training_run(v, maxtext_settings, rules.checkpoint_period(v)),
             memory_check=v["memoryCheck"] is not False, compile_check=v["compileCheck"]),
         backend=_backend_settings(v, raw, shape.chips),
-        worker_image=_worker_image_settings(v),
+        worker_image=_worker_image_settings(v, region),
     )
 
 
-def _worker_image_settings(v: dict[str, Any]) -> WorkerImageSettings | None:
+def _worker_image_settings(v: dict[str, Any], region: str) -> WorkerImageSettings | None:
     """workerEnvironment=image on a backend that runs the workers' environment (Pathways runs its own images)."""
     if v["workerEnvironment"] != "image" or v["workloadBackend"] not in ("rayjob", "jobset"):
         return None
@@ -103,7 +104,8 @@ def _worker_image_settings(v: dict[str, Any]) -> WorkerImageSettings | None:
         staging_bucket=(naming.fit(f"{v['project']}-{v['clusterName']}-builds", 63)
                         if builder == "cloud-build" else None),
         build_account_id=(naming.Names(v["clusterName"]).build_service_account
-                          if builder == "cloud-build" else None))
+                          if builder == "cloud-build" else None),
+        build_region=build_region(v["imageBuildRegion"], region) if builder == "cloud-build" else None)
 
 
 def _backend_settings(v: dict[str, Any], raw: Mapping[str, Any], chips_per_slice: int) -> BackendSettings:

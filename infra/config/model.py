@@ -75,6 +75,8 @@ class GcpSettings:
     project: str
     region: str
     zone: str
+    # adminBootstrap: the service accounts and the goodput reader role exist (the admin's step); the stack uses them.
+    admin_bootstrap: bool = False
 
 
 @dataclass(frozen=True)
@@ -206,6 +208,7 @@ class WorkerImageSettings:
     builder: str = "cloud-build"           # imageBuilder: cloud-build | docker
     staging_bucket: str | None = None      # cloud-build: the bucket its build contexts are uploaded to
     build_account_id: str | None = None    # cloud-build: the service account the build runs as
+    build_region: str | None = None        # cloud-build: where the build runs (imageBuildRegion resolved)
 
 
 @dataclass(frozen=True)

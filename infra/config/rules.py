@@ -21,6 +21,7 @@ from core.tpu_catalog import CATALOG, CatalogError, SliceShape, slice_shape
 from core.worker_lock import LOCK_PATH, PYTHON, load_pins
 from infra import naming, versions
 from infra.config import tpu_zones
+from infra.config.fuse_floors import fuse_floors
 from infra.config.model import Capacity, ClusterMode, Problem
 from infra.config.parse import problem
 from infra.config.schema import (DEFAULT_CHECKPOINT_PERIOD, DEFAULT_SYSTEM_POOL_MACHINE_TYPE, KEYS, KEYS_BY_NAME,
@@ -285,6 +286,7 @@ def required_versions(v: dict[str, Any], shape: SliceShape | None) -> dict[str, 
         needs["dranet=true"] = versions.DRANET_AUTOPILOT if autopilot else versions.DRANET_STANDARD
     if v["capacity"] == Capacity.FLEX_START.value:
         needs["capacity=flex-start"] = versions.FLEX_START_TPU
+    needs.update(fuse_floors(v))
     return needs
 
 

@@ -92,6 +92,12 @@ KEYS: tuple[Key, ...] = (
         check=check.matches(naming.ZONE, "a zone looks like us-east5-b")),
     Key("region", "string", "Region of the VPC subnets; derived from zone when unset, and must contain zone.", DERIVED,
         check=check.matches(naming.REGION, "a region looks like us-east5")),
+    Key("adminBootstrap", "boolean", "true: the project's admin ran the once-per-project step (`python -m "
+        "preview.deployer_roles --admin-script`: the APIs, the node and image-build service accounts, the goodput log "
+        "reader role, the deployer's grants), and the stack uses those accounts and that role instead of creating "
+        "them, so the deployer needs neither roles/iam.serviceAccountAdmin nor roles/iam.roleAdmin and cannot grant "
+        "itself more than the stack grants. false: the stack creates them, which needs those two roles (a project "
+        "whose deployer is its Owner).", False),
     Key("tpuZoneCheck", "boolean", "Check zone and region against the tables in infra/config/tpu_zones.py (GCP "
         "regions; the zones the Cloud TPU \"TPU regions and zones\" page lists for each TPU generation). Set false "
         "only for a zone or region newer than those tables; a zone the tables already list is refused with false.",
@@ -237,6 +243,14 @@ KEYS: tuple[Key, ...] = (
         "cloud-build", ("cloud-build", "docker"),
         applies_to=(_ON_RAY_OR_JOBSET, AppliesTo("workerEnvironment", ("image",),
                                                  "only an image is built (workerEnvironment=runtime builds none)"))),
+    Key("imageBuildRegion", "string", "Where Cloud Build runs the image build. auto: the cluster's region when it "
+        "is one of the six regions Cloud Build allows every project (us-central1, us-west2, europe-west1, asia-east1, "
+        "australia-southeast1, southamerica-east1; some projects may build nowhere else: "
+        "https://cloud.google.com/build/docs/locations), else the nearest of them. The image repository stays in "
+        "the cluster's region; the push crosses regions once per lock change.", "auto",
+        check=check.matches(naming.BUILD_REGION, "auto, or a Cloud Build region such as us-central1"),
+        applies_to=(_ON_RAY_OR_JOBSET, AppliesTo("workerEnvironment", ("image",), "only an image is built"),
+                    AppliesTo("imageBuilder", ("cloud-build",), "only Cloud Build has a build region"))),
     Key("maxtextVersion", "string", "MaxText release the workers install (>= 0.2.2; older ones train the wrong "
         "model).", "0.2.5",
         check=check.maxtext_release, applies_to=(_ON_RAY_OR_JOBSET,)),

@@ -110,8 +110,13 @@ def test_the_readme_deploy_block_has_the_steps_deploying_md_has():
     readme, deploying = (REPO / "README.md").read_text(), (REPO / "docs/deploying.md").read_text()
     assert "PULUMI_CONFIG_PASSPHRASE" in deploying
     assert "export PULUMI_CONFIG_PASSPHRASE=" in readme
-    assert "python -m preview.deployer_roles --grants --stack dev --member user:YOU@EXAMPLE.COM" in deploying
-    assert ".venv/bin/python -m preview.deployer_roles --grants --stack dev --member user:YOU@EXAMPLE.COM" in readme
+    assert ("python -m preview.deployer_roles --grants --stack dev --project MY_PROJECT --member user:YOU@EXAMPLE.COM"
+            in deploying)
+    assert "python -m preview.deployer_roles --admin-script --stack dev \\\n     --project MY_PROJECT" in deploying
+    assert ".venv/bin/python -m preview.deployer_roles --admin-script --stack dev --project MY_PROJECT" in readme
+    # The quota listing needs the Cloud Quotas API, enabled before it in both.
+    for doc in (readme, deploying):
+        assert doc.index("cloudquotas.googleapis.com") < doc.index("gcloud beta quotas info list")
     quota = re.search(r"gcloud beta quotas info list .*?--format='yaml\(quotaId,dimensionsInfos\)'", deploying,
                       re.DOTALL)
     assert quota and quota.group(0) in readme

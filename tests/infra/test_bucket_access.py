@@ -129,3 +129,19 @@ def test_the_decision_is_made_before_anything_registers():
     mocks.monitor = harness.RecordingMonitor(mocks)
     run_program(_raw(), stack="prod", monitor=mocks.monitor)
     assert seen == [0]
+
+
+def test_a_bucket_that_does_not_exist_is_named_so_and_gets_no_owner_command():
+    """The Storage API answers 404 / notFound for a bucket that does not exist
+    (https://cloud.google.com/storage/docs/json_api/v1/status-codes#404-not-found): a mistyped name, for which no
+    owner can run anything."""
+    from infra.bucket_access import decide
+
+    def look_up(bucket):
+        raise Exception("invoke of gcp:storage/getBucket:getBucket failed: googleapi: Error 404: The specified "
+                        "bucket does not exist., notFound")
+    raw = _raw()
+    access = decide(build(raw), "123", look_up)
+    assert access.granted == ()
+    assert access.owner_grants and all("does not exist" in line for line in access.owner_grants)
+    assert not any("its owner runs" in line or "add-iam-policy-binding" in line for line in access.owner_grants)

@@ -51,13 +51,11 @@ def test_read_ignore_file_like_ignorefile_readall():
 
 
 def test_the_context_is_exactly_what_the_dockerfile_copies():
-    files = context_files(REPO, DOCKERFILE)
-    assert "worker_env/requirements.lock" in files and "core/xla_calibration.json" in files
-    assert {f.split("/")[0] for f in files} == {"core", "trainer", "worker_env"}
-    assert not [f for f in files if f.startswith("trainer/local/") or "__pycache__" in f]
-    tracked = {p.relative_to(REPO).as_posix() for d in ("core", "trainer") for p in (REPO / d).rglob("*")
-               if p.is_file() and "__pycache__" not in p.parts and "local" not in p.relative_to(REPO / d).parts[:1]}
-    assert tracked <= set(files)
+    """The lock alone: the code reaches the pods through the ConfigMap (Ray's working_dir, JobSet's PYTHONPATH),
+    so it is neither in the image nor in its tag."""
+    assert context_files(REPO, DOCKERFILE) == ["worker_env/requirements.lock"]
+    copies = [line.split()[1] for line in (REPO / DOCKERFILE).read_text().splitlines() if line.startswith("COPY ")]
+    assert copies == ["worker_env/requirements.lock"]
 
 
 def _copy_context(tmp_path: Path) -> Path:
@@ -75,24 +73,26 @@ def _edit(path: Path) -> None:
     path.write_bytes(path.read_bytes() + b"\n")
 
 
-# Every kind of file in the context, and what leaves the context alone.
+# Every kind of change to what the image holds, and what leaves the image (and so its tag) alone: the code.
 CHANGES = {
-    "python": lambda r: _edit(r / "core" / "tpu_catalog.py"),
-    "json": lambda r: _edit(r / "core" / "xla_calibration.json"),
     "lock": lambda r: _edit(r / "worker_env" / "requirements.lock"),
     "Dockerfile": lambda r: _edit(r / DOCKERFILE),
     "dockerignore": lambda r: (r / "worker_env" / "Dockerfile.dockerignore").write_text(
         (r / "worker_env" / "Dockerfile.dockerignore").read_text() + "!README.md\n"),
+    "mode": lambda r: os.chmod(r / "worker_env" / "requirements.lock", 0o755),
+}
+UNCHANGED = {
+    "python": lambda r: _edit(r / "core" / "tpu_catalog.py"),
+    "json": lambda r: _edit(r / "core" / "xla_calibration.json"),
     "new file": lambda r: (r / "trainer" / "notes.txt").write_text("x\n"),
     "new directory": lambda r: ((r / "core" / "data").mkdir(), (r / "core" / "data" / "v.bin").write_bytes(b"\1")),
     "removed file": lambda r: (r / "trainer" / "smoke.py").unlink(),
     "renamed file": lambda r: (r / "trainer" / "smoke.py").rename(r / "trainer" / "smoke2.py"),
-    "mode": lambda r: os.chmod(r / "core" / "tpu_catalog.py", 0o755),
-}
-UNCHANGED = {
+    "code mode": lambda r: os.chmod(r / "core" / "tpu_catalog.py", 0o755),
     "trainer/local": lambda r: _edit(r / "trainer" / "local" / "__init__.py"),
     "bytecode": lambda r: _edit(r / "trainer" / "__pycache__" / "x.cpython-311.pyc"),
     "outside": lambda r: _edit(r / "README.md"),
+    "requirements.in": lambda r: _edit(r / "worker_env" / "requirements.in"),
 }
 
 
@@ -125,14 +125,10 @@ class ImmutableTagRegistry:
 
 
 def _image_content(root: Path) -> bytes:
-    """What the built image holds from the context, read the Dockerfile's way (COPY lock, core/, trainer/ without
-    trainer/local and bytecode), independently of the tag's code."""
-    paths = [root / "worker_env" / "requirements.lock"] + sorted(
-        p for d in ("core", "trainer") for p in (root / d).rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and not p.relative_to(root).as_posix().startswith(
-            "trainer/local/"))
-    return b"".join(p.relative_to(root).as_posix().encode() + oct(p.stat().st_mode).encode() + p.read_bytes()
-                    for p in paths) + (root / DOCKERFILE).read_bytes()
+    """What the built image holds from the context, read the Dockerfile's way (COPY the lock), independently of
+    the tag's code."""
+    lock = root / "worker_env" / "requirements.lock"
+    return oct(lock.stat().st_mode).encode() + lock.read_bytes() + (root / DOCKERFILE).read_bytes()
 
 
 def _built_ref(run, builder: str) -> str:
@@ -145,20 +141,48 @@ def _built_ref(run, builder: str) -> str:
     return ref
 
 
-@pytest.mark.parametrize("builder", ["docker", "cloud-build"])
-def test_up_after_a_change_to_a_file_the_old_tag_did_not_hash_pushes_a_new_tag(tmp_path, monkeypatch, builder):
-    """`pulumi up` (image built and pushed), a change to core/xla_calibration.json (in the context, not a .py file),
-    `pulumi up` again: the provider rebuilds on any context change, and the push must not meet an existing tag.
-    The program's tag is context_tag of the project (so every kind of change above reaches it)."""
+def _pod_images(run) -> set[str]:
+    """Every image reference of the stack's registry in the job's manifests (RayJob or JobSet)."""
+    found: set[str] = set()
+
+    def walk(value):
+        if isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif isinstance(value, str) and "-docker.pkg.dev/" in value:
+            found.add(value)
+    for resource in run.resources:
+        if resource.type in ("kubernetes:ray.io/v1:RayJob", "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"):
+            walk(resource.inputs)
+    return found
+
+
+@pytest.mark.parametrize("builder, backend", [("docker", "rayjob"), ("cloud-build", "rayjob"),
+                                              ("cloud-build", "jobset")])
+def test_a_code_edit_keeps_the_image_and_a_lock_edit_pushes_a_new_tag(tmp_path, monkeypatch, builder, backend):
+    """`pulumi up`, a code edit (core/ and trainer/), `pulumi up`: the same tag, so nothing is built, pushed or
+    pulled again (the pods get the code from the ConfigMap); a lock edit, `pulumi up`: a new tag, and the push
+    does not meet an existing one in the immutable repository."""
     root = _copy_context(tmp_path)
     monkeypatch.setattr(worker_image, "PROJECT_ROOT", root)
     registry = ImmutableTagRegistry()
-    config = {**MINIMAL, "workerEnvironment": "image", "imageBuilder": builder}
-    for step in ("first up", "change", "second up"):
-        if step == "change":
-            CHANGES["json"](root)
-            continue
-        ref = _built_ref(run_program(config, stack="img"), builder)
-        assert ref.endswith(":" + context_tag(root, DOCKERFILE))
+    config = {**MINIMAL, "workerEnvironment": "image", "imageBuilder": builder, "workloadBackend": backend}
+
+    def up() -> str:
+        run = run_program(config, stack="img")
+        ref = _built_ref(run, builder)
+        assert ref.endswith(":" + context_tag(root, DOCKERFILE)) and _pod_images(run) == {ref}
         registry.push(ref, _image_content(root))
+        return ref
+
+    first = up()
+    UNCHANGED["python"](root)
+    UNCHANGED["new file"](root)
+    UNCHANGED["json"](root)
+    assert up() == first
+    CHANGES["lock"](root)
+    assert up() != first
     assert len(registry.images) == 2

@@ -23,7 +23,9 @@ import pytest
 import yaml
 
 from infra.build_context import context_files
-from infra.cloud_build import RECIPE, UPLOAD_IGNORE_FILE, CloudBuildSpec, submit_script
+from infra.config.build_region import ALWAYS_ALLOWED
+from infra.config.build_region import build_region as build_region_of
+from infra.cloud_build import RECIPE, RETRY_WAITS_S, UPLOAD_IGNORE_FILE, CloudBuildSpec, submit_script
 from infra.worker_image import DOCKERFILE
 from preview.harness import run_program
 from tests.conftest import MINIMAL, REPO
@@ -92,7 +94,7 @@ def test_gcloud_uploads_exactly_the_build_context_and_the_files_the_build_reads(
     (tmp_path / f"{DOCKERFILE}.dockerignore").write_text((REPO / f"{DOCKERFILE}.dockerignore").read_text())
     (tmp_path / UPLOAD_IGNORE_FILE).write_text((REPO / UPLOAD_IGNORE_FILE).read_text())
     assert _uploaded(tmp_path) == set(context_files(tmp_path, DOCKERFILE)) | expected_extra
-    assert _uploaded(tmp_path) == {"core/x.py", "worker_env/requirements.lock"} | expected_extra
+    assert _uploaded(tmp_path) == {"worker_env/requirements.lock"} | expected_extra
 
 
 def test_the_stack_builds_with_its_own_account_and_every_pod_waits_for_the_build():
@@ -104,7 +106,8 @@ def test_the_stack_builds_with_its_own_account_and_every_pod_waits_for_the_build
     script = build.inputs["create"]
     account = run.one("gcp:serviceaccount/account:Account", "worker-builder").inputs
     email = f"{account['accountId']}@my-tpu-project.iam.gserviceaccount.com"
-    for flag in ("--project=my-tpu-project", "--region=us-east5", f"--config={RECIPE}",
+    # The build runs where every project may build (imageBuildRegion=auto), the repository stays by the cluster.
+    for flag in ("--project=my-tpu-project", "--region=us-central1", f"--config={RECIPE}",
                  f"--ignore-file={UPLOAD_IGNORE_FILE}", f"--substitutions=_IMAGE={ref}",
                  f"--service-account=projects/my-tpu-project/serviceAccounts/{email}",
                  "--gcs-source-staging-dir=gs://my-tpu-project-tpu-multislice-builds/source"):
@@ -133,6 +136,29 @@ def test_the_stack_builds_with_its_own_account_and_every_pod_waits_for_the_build
             "containerfilesystem.googleapis.com"} <= services
 
 
+@pytest.mark.parametrize("region, build_region", [
+    ("us-east5", "us-central1"), ("us-central1", "us-central1"), ("us-west4", "us-west2"),
+    ("us-south1", "us-central1"), ("europe-west4", "europe-west1"), ("asia-northeast1", "asia-east1"),
+    ("asia-southeast1", "asia-east1"), ("australia-southeast2", "australia-southeast1"),
+    ("southamerica-west1", "southamerica-east1"), ("northamerica-northeast1", "us-central1"),
+])
+def test_auto_builds_in_the_nearest_region_every_project_may_use(region, build_region):
+    """Cloud Build "Locations": some projects may build only in ALWAYS_ALLOWED
+    (https://cloud.google.com/build/docs/locations)."""
+    assert set(ALWAYS_ALLOWED) == {"us-central1", "us-west2", "europe-west1", "asia-east1",
+                                   "australia-southeast1", "southamerica-east1"}
+    assert build_region_of("auto", region) == build_region in ALWAYS_ALLOWED
+    assert build_region_of("us-east5", region) == "us-east5"      # the user's choice stands
+
+
+def test_an_explicit_build_region_moves_the_build_not_the_repository():
+    run = run_program({**IMAGE_CONFIG, "imageBuildRegion": "europe-west1"}, stack="img")
+    build = run.one("command:local:Command", "worker-build")
+    assert "--region=europe-west1" in build.inputs["create"]
+    assert build.inputs["triggers"][0].startswith("us-east5-docker.pkg.dev/")
+    assert run.one("gcp:storage/bucket:Bucket", "build-staging").inputs["location"].lower() == "us-east5"
+
+
 def test_two_clusters_in_one_project_get_their_own_build_account_and_bucket():
     names = set()
     for cluster in ("tpu-a", "tpu-b"):
@@ -142,27 +168,82 @@ def test_two_clusters_in_one_project_get_their_own_build_account_and_bucket():
     assert len(names) == 2
 
 
-def test_slices_stream_the_image_only_when_they_run_one():
-    """GKE Image streaming (gcfsConfig) on the TPU pools with the image; nothing to stream on the runtime path."""
+def test_every_pool_streams_the_image_only_when_it_runs_one():
+    """GKE Image streaming (gcfsConfig) on the TPU pools and the system pool (the Ray head, the JobSet submitter)
+    with the image; nothing to stream on the runtime path."""
     def streaming(config):
-        pools = [p for p in run_program(config, stack="s").of_type("gcp:container/nodePool:NodePool")
-                 if p.name.startswith("slice-")]
+        pools = run_program(config, stack="s").of_type("gcp:container/nodePool:NodePool")
+        assert any(p.name == "system" for p in pools) and any(p.name.startswith("slice-") for p in pools)
         return {bool((p.inputs["nodeConfig"].get("gcfsConfig") or {}).get("enabled")) for p in pools}
     assert streaming(IMAGE_CONFIG) == {True}
     assert streaming({**MINIMAL, "workerEnvironment": "runtime"}) == {False}
 
 
+@pytest.mark.parametrize("config, granted", [(IMAGE_CONFIG, True), ({**IMAGE_CONFIG, "imageBuilder": "docker"}, True),
+                                             ({**MINIMAL, "workerEnvironment": "runtime"}, False)])
+def test_the_node_account_may_stream_only_when_there_is_an_image(config, granted):
+    """GKE Image streaming, Requirements: a custom node service account needs
+    roles/serviceusage.serviceUsageConsumer on the project that hosts the image
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/image-streaming)."""
+    run = run_program(config, stack="s")
+    node = run.one("gcp:serviceaccount/account:Account", "nodes").inputs["accountId"]
+    roles = {g.inputs["role"] for g in run.of_type("gcp:projects/iAMMember:IAMMember")
+             if g.inputs["member"] == f"serviceAccount:{node}@my-tpu-project.iam.gserviceaccount.com"}
+    assert ("roles/serviceusage.serviceUsageConsumer" in roles) is granted
+    assert "roles/container.defaultNodeServiceAccount" in roles
+
+
 # What gcloud prints once the build exists (googlecloudsdk command_lib/builds/submit_util.py), as a build log shows.
 BUILD_LOG = "https://console.cloud.google.com/cloud-build/builds;region=us-east5/3938235f-904e?project=5539254765"
+# What gcloud says on a project restricted to six regions (https://cloud.google.com/build/docs/locations) and on a
+# grant not yet in effect (https://cloud.google.com/iam/docs/access-change-propagation).
+RESTRICTED = ("ERROR: (gcloud.builds.submit) FAILED_PRECONDITION: project 5539254765 cannot run builds in this "
+              "region")
+DENIED = ("ERROR: (gcloud.builds.submit) PERMISSION_DENIED: caller does not have permission to act as service "
+          "account tpu-builds@my-proj.iam.gserviceaccount.com")
 
 
-def _stand_in(bin_dir: Path, exit_code: int, printed: str = f"Logs are available at [ {BUILD_LOG} ].") -> Path:
-    log = bin_dir / "argv"
-    script = bin_dir / "gcloud"
-    script.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {log}\necho {printed!r} >&2\n"
-                      f"exit {exit_code}\n")
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return log
+class StandIn:
+    """A `gcloud` and a `sleep` on PATH. gcloud plays Artifact Registry (`artifacts docker images describe`
+    succeeds once a build has pushed the tag) and Cloud Build (`builds submit` takes the next outcome: ok pushes
+    and succeeds; pushed-then-lost pushes and fails, as when gcloud loses its connection while polling; any other
+    is printed and fails). sleep only records how long it was asked to wait."""
+
+    def __init__(self, tmp_path: Path, outcomes: list[str], already_pushed: bool = False):
+        self.dir = tmp_path / "bin"
+        self.dir.mkdir()
+        (self.dir / "outcomes").write_text("".join(f"{o}\n" for o in outcomes))
+        if already_pushed:
+            (self.dir / "pushed").write_text("")
+        self._script("gcloud", f"""d={self.dir}
+echo "$*" >> "$d/calls"
+if [ "$1" = artifacts ]; then
+  [ -f "$d/pushed" ] && exit 0
+  echo "ERROR: (gcloud.artifacts.docker.images.describe) NOT_FOUND: image not found" >&2; exit 1
+fi
+outcome=$(head -n 1 "$d/outcomes"); tail -n +2 "$d/outcomes" > "$d/rest"; mv "$d/rest" "$d/outcomes"
+case "$outcome" in
+  ok) : > "$d/pushed"; echo "Logs are available at [ {BUILD_LOG} ]."; exit 0;;
+  pushed-then-lost) : > "$d/pushed"; echo "ERROR: (gcloud.builds.submit) connection reset" >&2; exit 1;;
+  *) echo "$outcome" >&2; exit 1;;
+esac
+""")
+        self._script("sleep", f'echo "$1" >> {self.dir}/slept\n')
+
+    def _script(self, name: str, body: str) -> None:
+        path = self.dir / name
+        path.write_text("#!/bin/sh\n" + body)
+        path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+    def run(self, cwd: Path) -> subprocess.CompletedProcess:
+        return _run(submit_script(SPEC, ACCOUNT), f"{self.dir}:/usr/bin:/bin", cwd)
+
+    def submits(self) -> list[list[str]]:
+        calls = (self.dir / "calls").read_text().splitlines() if (self.dir / "calls").exists() else []
+        return [call.split(" ") for call in calls if call.startswith("builds submit")]
+
+    def slept(self) -> list[str]:
+        return (self.dir / "slept").read_text().split() if (self.dir / "slept").exists() else []
 
 
 def _run(script: str, path: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -171,33 +252,79 @@ def _run(script: str, path: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_the_command_runs_gcloud_builds_submit_and_waits(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = _stand_in(bin_dir, 0)
-    done = _run(submit_script(SPEC, ACCOUNT), f"{bin_dir}:/usr/bin:/bin", tmp_path)
+    gcloud = StandIn(tmp_path, ["ok"])
+    done = gcloud.run(tmp_path)
     assert done.returncode == 0, done.stderr
-    argv = log.read_text().splitlines()
+    [argv] = gcloud.submits()
     assert argv[:3] == ["builds", "submit", "."] and "--async" not in argv
     assert f"--substitutions=_IMAGE={SPEC.image_ref}" in argv
     assert f"--service-account=projects/my-proj/serviceAccounts/{ACCOUNT}" in argv
+    assert "--region=us-east5" in argv and gcloud.slept() == []
+
+
+def test_a_tag_the_repository_already_has_is_not_built_again(tmp_path):
+    """The tag is the digest of what the image holds and the repository's tags are immutable: a rebuild could
+    only be refused, so an up after a build that pushed (and then failed to say so) uses the pushed image."""
+    gcloud = StandIn(tmp_path, ["ok"], already_pushed=True)
+    done = gcloud.run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert gcloud.submits() == []
+    assert done.stdout.strip() == f"worker image {SPEC.image_ref} is already in the repository: not built again"
+
+
+def test_a_build_that_pushed_before_gcloud_failed_counts_as_built(tmp_path):
+    gcloud = StandIn(tmp_path, ["pushed-then-lost", "ok"])
+    done = gcloud.run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert len(gcloud.submits()) == 1
+    assert "was pushed (the build finished): using it" in done.stdout
+
+
+def test_a_refused_first_submit_is_tried_again_while_grants_propagate(tmp_path):
+    gcloud = StandIn(tmp_path, [DENIED, DENIED, "ok"])
+    done = gcloud.run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert len(gcloud.submits()) == 3
+    assert gcloud.slept() == [str(w) for w in RETRY_WAITS_S[:2]]
+    tries = [line for line in done.stdout.splitlines() if line.startswith("worker image build: try")]
+    assert tries == [f"worker image build: try {n} of {len(RETRY_WAITS_S) + 1} refused (new IAM grants take "
+                     f"minutes to apply); next in {w} s" for n, w in ((1, 30), (2, 60))]
+    assert all(len(line) <= 100 for line in tries)
+
+
+def test_the_tries_are_bounded(tmp_path):
+    gcloud = StandIn(tmp_path, [DENIED] * 10)
+    done = gcloud.run(tmp_path)
+    assert done.returncode == 1
+    assert len(gcloud.submits()) == len(RETRY_WAITS_S) + 1
+    assert gcloud.slept() == [str(w) for w in RETRY_WAITS_S]
+    assert done.stderr.strip().splitlines()[-1].startswith("worker image build failed (Cloud Build, us-east5)")
+
+
+def test_a_restricted_region_is_named_at_once_with_the_key_that_moves_the_build(tmp_path):
+    gcloud = StandIn(tmp_path, [RESTRICTED, "ok"])
+    done = gcloud.run(tmp_path)
+    assert done.returncode == 1
+    assert len(gcloud.submits()) == 1 and gcloud.slept() == []
+    assert done.stderr.strip().splitlines()[-1] == (
+        "worker image build: this project may not run Cloud Build in us-east5; set imageBuildRegion=auto")
 
 
 @pytest.mark.parametrize("printed, where", [
     # The build was created and failed: its own log.
     (f"Logs are available at [ {BUILD_LOG} ].", BUILD_LOG),
     (f"Logs are available at [{BUILD_LOG}].", BUILD_LOG),      # older gcloud releases, no spaces
-    # gcloud failed before a build existed (the upload, a permission): the region's build history.
-    ("ERROR: (gcloud.builds.submit) PERMISSION_DENIED", "https://console.cloud.google.com/cloud-build/builds;"
-                                                         "region=us-east5?project=my-proj"),
+    # gcloud failed before a build existed (e.g. the upload): the region's build history.
+    ("ERROR: (gcloud.builds.submit) INVALID_ARGUMENT: bad substitution", "https://console.cloud.google.com/"
+                                                                         "cloud-build/builds;region=us-east5"
+                                                                         "?project=my-proj"),
 ])
 def test_a_failed_build_ends_in_one_line_naming_what_failed_and_where_the_log_is(tmp_path, printed, where):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _stand_in(bin_dir, 1, printed)
-    done = _run(submit_script(SPEC, ACCOUNT), f"{bin_dir}:/usr/bin:/bin", tmp_path)
+    gcloud = StandIn(tmp_path, [printed])
+    done = gcloud.run(tmp_path)
     assert done.returncode == 1
-    # gcloud's own output still reaches pulumi's log.
-    assert printed in done.stdout
+    # gcloud's own output still reaches pulumi's log, and a failure that is no grant is not tried again.
+    assert printed in done.stdout and len(gcloud.submits()) == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last == f"worker image build failed (Cloud Build, us-east5): its log is at {where}"
 

@@ -143,6 +143,30 @@ def test_flex_start_needs_its_gke_floor():
         "1.33.0-gke.1712000"
 
 
+DATA = {"datasetType": "grain", "datasetPath": "gs://my-data/c4/en/train-*.array_record", "runName": "c4-v1"}
+PREFETCH = "the data mounts (gcsfuseMetadataPrefetchOnMount)"
+HOST_KSA = "the data mounts of host-network pods (hostNetworkPodKSA)"
+
+
+@pytest.mark.parametrize("overrides, floors", [
+    ({}, {}),                                                       # synthetic data: no mounts
+    (DATA, {PREFETCH: "1.32.1-gke.1357001"}),
+    # JobSet pods without DRANET run on the host network and mount with hostNetworkPodKSA.
+    ({**DATA, "workloadBackend": "jobset"}, {PREFETCH: "1.32.1-gke.1357001", HOST_KSA: "1.33.3-gke.1226000"}),
+])
+def test_the_data_mounts_fuse_features_have_their_gke_floors(overrides, floors):
+    """GKE "Optimize Cloud Storage FUSE CSI driver for GKE performance": gcsfuseMetadataPrefetchOnMount needs
+    1.32.1-gke.1357001 or later; hostNetworkPodKSA (GKE "Cloud Storage FUSE for host network Pods")
+    1.33.3-gke.1226000. Checked like every other floor: a gkeVersion below is refused, the channel's default
+    too (infra/gke_versions.py check_offered reads the same floors)."""
+    found = dict(build({**MINIMAL, **overrides}).cluster.version_floors)
+    assert {k: v for k, v in found.items() if "data mounts" in k} == floors
+    if floors:
+        with pytest.raises(ConfigError) as error:
+            build({**MINIMAL, **overrides, "gkeVersion": "1.32.0-gke.1000000"})
+        assert any(f"the minimum for {PREFETCH}" in line for line in error.value.problems)
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod", "jobset", "pathways"])
 @pytest.mark.parametrize("backend", ["rayjob", "jobset", "pathways"])
 def test_a_backend_switch_is_told_everything_in_one_run(stack, backend):

@@ -67,7 +67,7 @@ def test_the_image_costs_are_in_the_plan_with_their_sources(stack, builds):
     notes = worker_image_cost_notes(_config(stack))
     assert bool(notes) == builds
     if builds:
-        stored, build_note = notes
+        stored, build_note, code, lock = notes
         assert "idle included" in stored and "https://cloud.google.com/artifact-registry/pricing" in stored
         assert "0.10 USD per GB-month" in stored
         assert "0.016 USD per build-minute" in build_note and "~0.16 USD" in build_note
@@ -90,3 +90,25 @@ def test_the_benchmark_writes_what_the_plan_reads():
         first_step=[bench.FirstStep("missed", 20.0, 2, 1000, True), bench.FirstStep("hit", 10.0, 2, 1000, True)])
     table = host_table(asdict(results))
     assert "0.70 GB of wheels" in table and "at most 0.80 GB" in table and "| 20.0 s (load 0.0) |" in table
+
+
+def test_the_plan_says_what_a_code_edit_and_a_lock_change_cost():
+    """The code is not in the image: a code edit builds, pushes and pulls nothing; a lock change builds once,
+    pushes the layer (across regions when imageBuildRegion differs from the repository's, priced as assumed) and
+    every host pulls it again."""
+    layer = RESULTS["layer"]["compressed_bytes"] / 1e9
+    config = _config("prod")
+    notes = worker_image_cost_notes(config)
+    [code] = [n for n in notes if n.startswith("a code edit")]
+    assert "no build, push or pull" in code
+    [lock] = [n for n in notes if n.startswith("a lock change")]
+    assert f"<= {8 * layer:.2f} GB in all" in lock
+    assert config.worker_image.build_region != config.gcp.region        # us-east5 builds in us-central1
+    assert f"~{layer * 0.02:.2f} USD at 0.02 USD/GB (assumed)" in lock
+    same = worker_image_cost_notes(_config("prod", zone="us-central1-b"))
+    assert "stays in us-central1 (free)" in next(n for n in same if n.startswith("a lock change"))
+
+
+def test_the_start_up_figures_say_they_do_not_assume_streaming():
+    lines = budget_lines(_config("prod"))
+    assert any(line.startswith("streaming: not assumed") for line in lines)

@@ -91,7 +91,7 @@ def test_every_data_pod_caches_on_its_own_disk_that_holds_all_its_buckets_caches
         assert disk_mib == 60 * 1024
         fuse = [volume["csi"]["volumeAttributes"] for volume in volumes.values() if "csi" in volume]
         assert {attributes["bucketName"] for attributes in fuse} == {"my-data", "my-eval"}
-        # Every bucket's cache together within the disk, less ext4's 5 % kept for root (the sidecar is 65534).
+        # Every bucket's cache together within the disk, less room for ext4's journal and inode tables.
         assert sum(_mebibytes(attributes["fileCacheCapacity"]) for attributes in fuse) <= disk_mib * 0.95
         assert pod["spec"]["securityContext"]["fsGroup"] == SIDECAR_GID
 
@@ -191,3 +191,42 @@ def test_the_job_whose_pods_claim_cache_disks_waits_for_their_storage_class(stac
     [storage_class] = [r for r in run.resources if r.type == "kubernetes:storage.k8s.io/v1:StorageClass"]
     jobs = [r for r in run.resources if r.type.endswith((":RayJob", ":JobSet")) and "smoke" not in r.name]
     assert jobs and all(storage_class.urn in job.dependencies for job in jobs)
+
+
+@pytest.mark.parametrize("machine, kind", [
+    ("n2-standard-64", "pd-balanced"), ("n2d-standard-64", "pd-balanced"),
+    ("c3-standard-88", "pd-balanced"), ("c3d-standard-90", "pd-balanced"),
+    ("n4-standard-64", "hyperdisk-balanced"), ("c4-standard-96", "hyperdisk-balanced"),
+    ("c4d-standard-96", "hyperdisk-balanced"), ("n4d-standard-64", "hyperdisk-balanced"),
+])
+def test_the_cpu_pools_cache_disk_follows_its_machine_series(machine, kind):
+    """Compute Engine's default disk type per series (instances API, AttachedDiskInitializeParams.diskType): first
+    and second generation and C3, C3D, M3 take Persistent Disk; A3, H3, Z3, every fourth generation (C4, N4, M4)
+    and newer, Hyperdisk Balanced. A pd-balanced cache disk on an N4 node would never attach."""
+    assert fuse_cache.cpu_disk_type(machine) == kind
+    # The Pathways head reads the data on the CPU pool.
+    config = build({"project": "my-tpu-project", "zone": "us-east5-b", "workloadBackend": "pathways",
+                    "systemPoolMachineType": machine})
+    assert fuse_cache.disk_type(config, on_tpu=False) == kind
+
+
+def test_the_plans_quota_section_lists_the_cache_disks_regional_quota(rendered):
+    """Every data-reading pod's cache disk is a zonal disk of the stack's region: at the most slices they need
+    disks x dataCacheGiB of the region's disk quota (Compute Engine "Disk quotas": Balanced PD counts against
+    SSD_TOTAL_GB), which the plan lists beside the TPU quota."""
+    stack, config, objects = rendered
+    raw = _with_data(stack, dataCacheGiB="60")
+    plan = build_plan(run_program(raw, stack=stack), config, stack, default_schemas_dir())
+    on_tpu = stack != "pathways"
+    disks = config.tpu.slices * config.tpu.shape.hosts if on_tpu else 1
+    kind = fuse_cache.disk_type(config, on_tpu)
+    gb = -(-disks * 60 * 2**30 // 10**9)
+    first, second = plan.tpu.disk_quota.splitlines()
+    assert first == (f"disk quota to have: {gb} GB of {kind} in {config.gcp.region} ({disks} data cache "
+                     f"disk(s) of 60 GiB)")
+    assert ("SSD_TOTAL_GB" in second) == (kind == "pd-balanced")
+    assert max(len("  " + line) for line in plan.tpu.disk_quota.splitlines()) <= 100
+    # No data, no disks: nothing to list.
+    plain = load_stack_config(stack, REPO)
+    assert build_plan(run_program(plain, stack=stack), build(plain), stack,
+                      default_schemas_dir()).tpu.disk_quota is None
