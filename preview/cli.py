@@ -32,6 +32,7 @@ from preview.costs import CostSummary
 from preview.model import DashboardSummary, Plan, PlannedResource
 from preview.stack_files import StackFileError, load_stack_config
 from preview.terminal import fit, fit_line
+from preview.verdict import shape_change_lines, shape_changes_document, verdict_lines
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_PROGRAM, EXIT_COMPILE = 0, 1, 2, 3, 4
@@ -298,14 +299,26 @@ def main(argv: list[str] | None = None) -> int:
         if retry is not None:
             plan.compile["nearest_to_try"] = {"perDeviceBatchSize": retry}
 
+    crd_missing = bool(crd_notice) and not args.no_crd_check
+    if not plan.validation.ok or crd_missing:
+        code = EXIT_INVALID
+    elif compiled is not None and not compiled.compiled:
+        code = EXIT_COMPILE
+    else:
+        code = EXIT_OK
+    verdict = verdict_lines(plan, args.stack, code, crd_missing, args.no_crd_check)
     if args.json:
         document = plan.as_dict(summary=args.json == "summary")
         document["files"] = messages
         document["validation"]["crd_check"] = " ".join(" ".join(crd_notice).split()) or None
+        document["shape_changes"] = shape_changes_document(config)
+        document["verdict"] = {"exit_code": code, "lines": [line.strip() for line in verdict[1:]]}
         print_json(document)
     else:
         text = io.StringIO()
         text.writelines(line + "\n" for line in crd_notice)   # first: the plan's verdict does not cover CRDs
+        # Then what config build changed of the run that no key asked for (infra/config/shape_changes.py).
+        text.writelines(line + "\n" for line in shape_change_lines(config, plan))
         render_text(plan, None if plan.validation.cr_check_skipped else schemas_dir, text)
         for message in messages:
             text.write(message + "\n")
@@ -316,16 +329,15 @@ def main(argv: list[str] | None = None) -> int:
             if retry is not None:
                 text.write(f"  nearest to try: tpu-multislice:perDeviceBatchSize={retry:g} (the largest smaller "
                            "batch the planner lays out; compile again to check)\n")
+        # Last: one block that says what the exit code means (preview/verdict.py).
+        text.write("\n" + "\n".join(verdict) + "\n")
         sys.stdout.write(fit(text.getvalue()))
     if crd_notice and args.json:
         print(f"python -m preview: {crd_notice[0]}", file=sys.stderr)
-    if not plan.validation.ok or (crd_notice and not args.no_crd_check):
-        return EXIT_INVALID
-    if compiled is not None and not compiled.compiled:
+    if code == EXIT_COMPILE:
         for line in xla_refusal(config, compiled, args.root):
             print(line, file=sys.stderr)
-        return EXIT_COMPILE
-    return EXIT_OK
+    return code
 
 
 def crd_schemas(args: argparse.Namespace) -> tuple[Path | None, list[str], str | None]:

@@ -23,6 +23,7 @@ from infra import naming, versions
 from infra.config import tpu_zones
 from infra.config.model import Capacity, ClusterMode, Problem
 from infra.config.parse import problem
+from infra.config.shape_changes import ShapeChange, elastic_turned_fixed
 from infra.config.schema import (DEFAULT_CHECKPOINT_PERIOD, DEFAULT_SYSTEM_POOL_MACHINE_TYPE, KEYS, KEYS_BY_NAME,
                                  NAMESPACE, PATHWAYS_SYSTEM_POOL_MACHINE_TYPE, show)
 
@@ -432,10 +433,12 @@ _PLAN_KEYS = ("perDeviceBatchSize", "model", "elasticMinSlices", "slices", "tpuT
 
 
 def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape | None,
-                  problems: list[str], maxtext_settings: Mapping[str, str] | None = None) -> Plan | None:
+                  problems: list[str], maxtext_settings: Mapping[str, str] | None = None,
+                  changes: list[ShapeChange] | None = None) -> Plan | None:
     """Run the planner on the config: unknown models, batches that do not divide and models that do not fit
     in HBM are refused here, before anything is registered. maxtextSettings that change memory are taken in
-    (core/planner.py with_maxtext_keys: estimated, or named in the plan as not estimated)."""
+    (core/planner.py with_maxtext_keys: estimated, or named in the plan as not estimated). A Spot run made
+    elastic here that comes out fixed is added to `changes` (shape_changes.py: the user did not ask for it)."""
     if shape is None or v["slices"] is None:
         return None
     model = v["model"]
@@ -472,6 +475,12 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         except PlanError as error:
             problems.append(f"{NAMESPACE}:maxtextSettings is refused by the planner: {error}")
             return None
+    def decided(chosen: Plan) -> Plan:
+        change = elastic_turned_fixed(v, raw, request, chosen)
+        if change is not None and changes is not None:
+            changes.append(change)
+        return chosen
+
     if min_slices is None and v["capacity"] == Capacity.SPOT.value:
         # Spot: keep training on as few slices as the model fits on while preempted slices come back.
         # The fewest that fit by the estimate (memoryCheck=false would keep the first); none: a fixed-size run.
@@ -488,9 +497,9 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
                          f"{candidate - 1} the step does not fit ({str(fewer).split(': ', 1)[0]}); a smaller "
                          f"perDeviceBatchSize lets it shrink further")
                 chosen = dataclasses.replace(chosen, notes=chosen.notes + (below,))
-            return chosen
+            return decided(chosen)
     try:
-        return plan(request)
+        return decided(plan(request))
     except PlanError as error:
         keys = f"model={model!r} on {shape.pod_type} x {slices} slices"
         elastic_key = (f"pathwaysElasticSlices={lost}" if v["workloadBackend"] == "pathways"
