@@ -7,16 +7,23 @@ line of its own between its arguments with ` \\` continuations (core/cli_errors.
 """
 from __future__ import annotations
 
-from core.cli_errors import MAX_COLUMNS, fit_columns
+from core.cli_errors import COMMAND_STARTS, MAX_COLUMNS, fit_columns
 
 
 def for_pulumi(text: str, width: int = MAX_COLUMNS) -> str:
-    """`text` as the program passes it to pulumi.log.warn/info: every line within `width` columns. A line that
-    continues a command (the line before ends with ` \\`) is left as written: its own builder keeps it within
-    the width, and wrapping it as prose would split an argument."""
+    """`text` as the program passes it to pulumi.log.warn/info: every line within `width` columns. Prose is
+    wrapped at spaces; a line that starts a command (core/cli_errors.COMMAND_STARTS) between its arguments with
+    ` \\` continuations; a line that continues a command (the line before ends with ` \\`) is left as written:
+    its own builder keeps it within the width, and wrapping it as prose would split an argument."""
     out: list[str] = []
     continued = False
     for line in text.split("\n"):
-        out.append(line if continued else fit_columns(line, width))
+        if continued:
+            out.append(line)
+        elif line.lstrip(" ").startswith(COMMAND_STARTS):
+            # fit_columns reads its first line as prose: the command goes second, after a line it drops.
+            out.append(fit_columns("-\n" + line, width).split("\n", 1)[1])
+        else:
+            out.append(fit_columns(line, width))
         continued = line.endswith(" \\")
     return "\n".join(out)
