@@ -25,7 +25,7 @@ from core.cli_errors import OneLineParser, refuse
 from infra.config import ConfigError, StackConfig, build
 from preview.errors_document import error_rows, errors_document
 from infra.config.schema import NAMESPACE
-from preview.overrides import OverrideError, apply_overrides
+from preview.overrides import OverrideError, apply_override
 from preview.graph import CriticalPath, write_graph
 from preview.k8s import crd_fetch
 from preview.costs import CostSummary
@@ -241,25 +241,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     raw: dict[str, Any] = {}
     try:
-        raw = apply_overrides(load_stack_config(args.stack, args.root), args.overrides)
+        raw = load_stack_config(args.stack, args.root)
+    except StackFileError as error:
+        # No stack file: nothing else can be checked.
+        return refuse_all(args, [(error, ("--stack", args.stack))], raw)
+    # Checks that do not depend on each other all run, so one run shows every mistake (docs/offline-plan.md):
+    # each --set on its own, the config with the --set that applied (its own checks collect every problem they
+    # can), and the CRD copy TPU_MULTISLICE_CRDS names.
+    refusals: list[tuple[Exception, tuple[str | None, Any]]] = []
+    for assignment in args.overrides:
+        try:
+            raw = apply_override(raw, assignment)
+        except OverrideError as error:
+            refusals.append((error, ("--set", assignment)))
+    try:
         config = build(raw)
-    except (StackFileError, OverrideError, ConfigError) as error:
-        if args.json:
-            option = ("--set", args.overrides) if isinstance(error, OverrideError) else ("--stack", args.stack)
-            print_json(errors_document(error_rows(error, raw, option)))
-        # One line per mistake, each naming the key, the value and what is allowed.
-        for problem in getattr(error, "problems", None) or [str(error)]:
-            # A refusal's first line names the key; lines after it (a refusal over HBM: the nearest fit, the
-            # planner's why, the compile command) keep their place, each within 100 columns.
-            refuse("python -m preview", problem)
-        return EXIT_CONFIG
-
+    except ConfigError as error:
+        refusals.append((error, ("--stack", args.stack)))
     schemas_dir, crd_notice, refused = crd_schemas(args)
     if refused:
-        if args.json:
-            option = (crd_fetch.ENV_OVERRIDE, os.environ.get(crd_fetch.ENV_OVERRIDE))
-            print_json(errors_document(error_rows(ValueError(refused), raw, option)))
-        return refuse("python -m preview", refused)
+        refusals.append((ValueError(refused), (crd_fetch.ENV_OVERRIDE, os.environ.get(crd_fetch.ENV_OVERRIDE))))
+    if refusals:
+        return refuse_all(args, refusals, raw)
 
     # Imported only now: the mocks pull in the Pulumi runtime, which a config error never needs.
     from preview.harness import run_program
@@ -338,6 +341,19 @@ def main(argv: list[str] | None = None) -> int:
         for line in xla_refusal(config, compiled, args.root):
             print(line, file=sys.stderr)
     return code
+
+
+def refuse_all(args: argparse.Namespace, refusals: list[tuple[Exception, tuple[str | None, Any]]],
+               raw: dict[str, Any]) -> int:
+    """Every refusal of the run, one line per mistake on stderr (each naming the key, the value and what is
+    allowed; a refusal over HBM keeps its further lines: the nearest fit, the planner's why, the compile
+    command), and with --json one document of all their rows on stdout (preview/errors_document.py)."""
+    if args.json:
+        print_json(errors_document([row for error, option in refusals for row in error_rows(error, raw, option)]))
+    for error, _ in refusals:
+        for problem in getattr(error, "problems", None) or [str(error)]:
+            refuse("python -m preview", problem)
+    return EXIT_CONFIG
 
 
 def crd_schemas(args: argparse.Namespace) -> tuple[Path | None, list[str], str | None]:

@@ -510,11 +510,12 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         # shape; the model (default or not) when the user set none of them.
         blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
         value = shape.topology if blamed == "tpuTopology" else v[blamed]
-        nearest = nearest_config(request, on_ray=v["workloadBackend"] == "rayjob")
+        options = nearest_configs(request, on_ray=v["workloadBackend"] == "rayjob")
+        nearest = ", or ".join(options)
         where = f"{model} on {slices} x {shape.pod_type}" + (
             f", {elastic_key}" if min_slices is not None else "")
         problems.append(Problem(hbm_refusal(_setting(blamed, value, raw), where, nearest, str(error)), blamed, value,
-                                nearest or None))
+                                options or None))
         return None
 
 
@@ -639,9 +640,14 @@ def _config_keys(alt: Alternative, on_ray: bool) -> str | None:
 
 def nearest_config(request: PlanRequest, on_ray: bool, limit: int = 2) -> str:
     """The nearest configurations that fit, as the config keys to set, nearest first ("" when none can)."""
+    return ", or ".join(nearest_configs(request, on_ray, limit))
+
+
+def nearest_configs(request: PlanRequest, on_ray: bool, limit: int = 2) -> list[str]:
+    """nearest_config's options one by one (a refusal's `allowed` in the plan's --json)."""
     options = [keys for alt in advise(request, limit=8).alternatives
                if (keys := _config_keys(alt, on_ray)) is not None]
-    return ", or ".join(options[:limit])
+    return options[:limit]
 
 
 def check_pod_size(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | None,
