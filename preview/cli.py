@@ -58,8 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also compile the stack's MaxText training step for its TPU target at every slice "
                              "count it takes (MaxText's AOT compiler, a full compile on this CPU): XLA's peak HBM "
                              "per device, or why it does not fit. Measured on 2 cores (docs/planner.md): the dev "
-                             "stack's step 2m31s; an 8B step had not finished after 45 minutes. Other steps: not "
-                             "measured. Without it the stack's compileCheck decides (auto: the steps near the HBM "
+                             "stack's step at 2 slices, 2m31s; an 8B step had not finished after 45 minutes. Other "
+                             "steps (dev at 1 slice among them): not measured. Without it the stack's compileCheck decides (auto: the steps near the HBM "
                              "limit); verdicts are kept in compile-verdicts.json")
     parser.add_argument("--compile-timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="give up on the compile after this long (default 3600)")
