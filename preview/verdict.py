@@ -45,8 +45,10 @@ def verdict_lines(plan: Plan, stack: str, exit_code: int, crd_missing: bool, crd
     lines = ["Verdict"]
     errors = len(report.errors)
     lines.append(f"  errors: {errors}" + (" (Kubernetes objects: ERROR lines under Validation)" if errors else ""))
-    for line in not_checked(plan, stack, crd_missing, crd_opted_out):
-        lines.append(f"  not checked: {line}")
+    for line, command in not_checked(plan, stack, crd_missing, crd_opted_out):
+        lines.append(f"  not checked: {line}" + (": to check it, run" if command else ""))
+        if command:
+            lines.append(f"      {command}")      # alone on its line, to copy
     for line in compiled_lines(plan.compile, stack):
         lines.append(f"  {line}")
     meaning = EXIT_MEANINGS.get(exit_code, "see python -m preview --help")
@@ -56,23 +58,24 @@ def verdict_lines(plan: Plan, stack: str, exit_code: int, crd_missing: bool, crd
     return lines
 
 
-def not_checked(plan: Plan, stack: str, crd_missing: bool, crd_opted_out: bool) -> list[str]:
+def not_checked(plan: Plan, stack: str, crd_missing: bool, crd_opted_out: bool) -> list[tuple[str, str | None]]:
+    """(what was not checked and why, the one command that checks it or None)."""
     report = plan.validation
-    lines = []
+    lines: list[tuple[str, str | None]] = []
     if crd_missing:
-        lines.append(f"custom resources against their CRDs: no verified {crd_fetch.VERSIONS} CRDs here; "
-                     f"python -m preview.k8s.crd_fetch fetches them ({crd_fetch.ENV_OVERRIDE}=DIR points at a "
-                     "copy)")
+        lines.append((f"custom resources against their CRDs: no verified {crd_fetch.VERSIONS} CRDs here "
+                      f"(or {crd_fetch.ENV_OVERRIDE}=DIR: a copy of them)", "python -m preview.k8s.crd_fetch"))
     elif crd_opted_out:
-        lines.append("custom resources against their CRDs (--no-crd-check)")
+        lines.append(("custom resources against their CRDs (--no-crd-check)", None))
     cel = sum(len(counts.get("not_evaluated") or {}) for counts in report.cel.values())
     if cel:
-        lines.append(f"{cel} CEL rule(s) the offline check cannot evaluate (listed under Validation)")
+        lines.append((f"{cel} CEL rule(s) the offline check cannot evaluate (listed under Validation)", None))
     if plan.compile is None:
-        lines.append(f"the training step against XLA's compiler (TPU HBM): python -m preview --stack {stack} "
-                     "--compile")
+        lines.append(("the training step against XLA's compiler (TPU HBM)",
+                      f"python -m preview --stack {stack} --compile"))
     if plan.assumptions:
-        lines.append(f"{len(plan.assumptions)} assumption(s) only the cloud can confirm (Assumptions to check)")
+        lines.append((f"{len(plan.assumptions)} assumption(s) only the cloud can confirm (Assumptions to check)",
+                      None))
     return lines
 
 

@@ -15,7 +15,7 @@ def _verdict(text: str) -> list[str]:
     # Wrapped lines joined back (continuations are indented deeper than an entry).
     entries: list[str] = []
     for line in block[1:]:
-        if line.startswith("   ") and entries:
+        if line.startswith("   ") and entries and not line.strip().startswith("python -m "):
             entries[-1] += " " + line.strip()
         else:
             entries.append(line.strip())
@@ -30,8 +30,10 @@ def test_without_the_crds_the_plan_ends_saying_what_was_not_checked_and_the_comm
     assert code == 1
     assert entries[0] == "errors: 0"
     [crds] = [entry for entry in entries if entry.startswith("not checked: custom resources")]
-    assert "python -m preview.k8s.crd_fetch fetches them" in crds and crd_fetch.ENV_OVERRIDE in crds
-    assert "python -m preview --stack dev --compile" in " ".join(entries)
+    assert crd_fetch.ENV_OVERRIDE in crds and crds.endswith("to check it, run")
+    # The command that fixes it alone on the next line, to copy.
+    assert entries[entries.index(crds) + 1] == "python -m preview.k8s.crd_fetch"
+    assert "python -m preview --stack dev --compile" in entries
     assert entries[-1] == "exit 1: custom resources could not be checked against their CRDs (nothing else failed)"
 
 
