@@ -59,3 +59,15 @@ def test_the_verdict_names_each_compiled_shape_and_whether_it_was_read_from_a_ke
         "compile: 1 x v6e-8: fits (read from kept verdicts)",
         "compile: 2 x v6e-8: refused or not compiled (compiled in 151 s)"]
     assert compiled_lines(None, "dev") == []
+
+
+def test_json_carries_the_verdict_and_the_shape_changes(capsys):
+    import json
+    assert cli.main(["--stack", "dev", "--root", str(REPO), "--json=summary", "--set", "perDeviceBatchSize=12",
+                     "--set", "compileCheck=off"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["verdict"]["exit_code"] == 0
+    assert document["verdict"]["lines"][-1].startswith("exit 0: ")
+    [change] = document["shape_changes"]
+    assert change["kind"] == "elastic turned fixed" and change["key"] == "perDeviceBatchSize"
+    assert "\n" not in change["message"]              # whole: the terminal wraps it, JSON does not
