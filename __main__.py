@@ -15,6 +15,7 @@ from infra.preflight import run as run_preflight
 from infra.services import ProjectServices, required_apis
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
+from infra.up_messages import for_pulumi
 from infra.worker_image import WorkerImage, WorkerImageSpec, image_tag
 from workloads import compile_check
 from workloads.backend import WorkloadContext
@@ -30,6 +31,9 @@ try:
 except ConfigError as error:
     # RunError ends the program with the message only: no traceback, and nothing has been registered.
     raise pulumi.RunError(str(error)) from None
+# What config build changed of the run's shape that no key asked for (elastic turned fixed, a default size): first.
+for change in config.shape_changes:
+    pulumi.log.warn(for_pulumi(change.message))
 # Autopilot clusters are regional; Standard TPU clusters are zonal so every slice pool sits in the TPU zone.
 cluster_location = config.gcp.region if config.cluster.autopilot else config.gcp.zone
 try:
@@ -37,22 +41,22 @@ try:
 except (ConfigError, PreflightError) as error:
     raise pulumi.RunError(str(error)) from None
 for warning in preflight.warnings:
-    pulumi.log.warn(warning)
+    pulumi.log.warn(for_pulumi(warning))
 try:
     # The run's data globs, its own checkpoints and its starting weights, from Cloud Storage (before anything).
     run_facts = look_up_run(config, gcp_lookups())
 except ConfigError as error:
     raise pulumi.RunError(str(error)) from None
 for warning in run_facts.warnings:
-    pulumi.log.warn(warning)
+    pulumi.log.warn(for_pulumi(warning))
 # Read access on the run's data and weights buckets: granted in the stack's project, left to other buckets' owners.
 read_access = look_up_read_access(config, preflight.project_number)
 for line in read_access.owner_grants:
-    pulumi.log.warn(line)
+    pulumi.log.warn(for_pulumi(line))
 # What the planner says of the run (the largest batch that fits, the expected step, a step kept near or over XLA's
 # HBM limit): memory notes are warnings, the rest information.
 for note in config.workload.plan.notes:
-    (pulumi.log.warn if note.startswith("memory") else pulumi.log.info)(f"plan: {note}")
+    (pulumi.log.warn if note.startswith("memory") else pulumi.log.info)(for_pulumi(f"plan: {note}"))
 
 services = ProjectServices("apis", config.gcp.project,
                            required_apis(config.worker_image.builder if config.worker_image else None))

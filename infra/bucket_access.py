@@ -51,9 +51,19 @@ def members(config: StackConfig, project_number: str) -> tuple[str, ...]:
     return training, node_account
 
 
+# Where a Workload Identity principal is cut so that both parts fit a line (the whole runs to ~150 columns).
+_POOLS = "/workloadIdentityPools"
+
+
 def owner_command(bucket: str, member: str) -> str:
     """The grant the bucket's owner runs (https://cloud.google.com/sdk/gcloud/reference/storage/buckets/
-    add-iam-policy-binding), one option per line so every line but the member's fits 100 columns."""
+    add-iam-policy-binding), one option per line. A Workload Identity principal is longer than a line: its
+    pool's part goes in a shell variable on the line before (P=...), so every line fits 100 columns and the
+    lines still paste into a shell as they are."""
+    pool, marker, subject = member.partition(_POOLS)
+    if marker:
+        return (f"  P={pool}{marker}\n  gcloud storage buckets add-iam-policy-binding gs://{bucket} \\\n"
+                f"    --member=$P{subject} \\\n    --role={READ_ROLE}")
     return (f"  gcloud storage buckets add-iam-policy-binding gs://{bucket} \\\n"
             f"    --member={member} \\\n    --role={READ_ROLE}")
 

@@ -25,13 +25,14 @@ from core.cli_errors import OneLineParser, refuse
 from infra.config import ConfigError, StackConfig, build
 from preview.errors_document import error_rows, errors_document
 from infra.config.schema import NAMESPACE
-from preview.overrides import OverrideError, apply_overrides
+from preview.overrides import OverrideError, apply_override
 from preview.graph import CriticalPath, write_graph
 from preview.k8s import crd_fetch
 from preview.costs import CostSummary
 from preview.model import DashboardSummary, Plan, PlannedResource
 from preview.stack_files import StackFileError, load_stack_config
 from preview.terminal import fit, fit_line
+from preview.verdict import shape_change_lines, shape_changes_document, verdict_lines
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_INVALID, EXIT_CONFIG, EXIT_PROGRAM, EXIT_COMPILE = 0, 1, 2, 3, 4
@@ -57,8 +58,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also compile the stack's MaxText training step for its TPU target at every slice "
                              "count it takes (MaxText's AOT compiler, a full compile on this CPU): XLA's peak HBM "
                              "per device, or why it does not fit. Measured on 2 cores (docs/planner.md): the dev "
-                             "stack's step 2m31s; an 8B step had not finished after 45 minutes. Other steps: not "
-                             "measured. Without it the stack's compileCheck decides (auto: the steps near the HBM "
+                             "stack's step at 2 slices, 2m31s; an 8B step had not finished after 45 minutes. Other "
+                             "steps (dev at 1 slice among them): not measured. Without it the stack's compileCheck decides (auto: the steps near the HBM "
                              "limit); verdicts are kept in compile-verdicts.json")
     parser.add_argument("--compile-timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="give up on the compile after this long (default 3600)")
@@ -242,25 +243,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     raw: dict[str, Any] = {}
     try:
-        raw = apply_overrides(load_stack_config(args.stack, args.root), args.overrides)
+        raw = load_stack_config(args.stack, args.root)
+    except StackFileError as error:
+        # No stack file: nothing else can be checked.
+        return refuse_all(args, [(error, ("--stack", args.stack))], raw)
+    # Checks that do not depend on each other all run, so one run shows every mistake (docs/offline-plan.md):
+    # each --set on its own, the config with the --set that applied (its own checks collect every problem they
+    # can), and the CRD copy TPU_MULTISLICE_CRDS names.
+    refusals: list[tuple[Exception, tuple[str | None, Any]]] = []
+    for assignment in args.overrides:
+        try:
+            raw = apply_override(raw, assignment)
+        except OverrideError as error:
+            refusals.append((error, ("--set", assignment)))
+    try:
         config = build(raw)
-    except (StackFileError, OverrideError, ConfigError) as error:
-        if args.json:
-            option = ("--set", args.overrides) if isinstance(error, OverrideError) else ("--stack", args.stack)
-            print_json(errors_document(error_rows(error, raw, option)))
-        # One line per mistake, each naming the key, the value and what is allowed.
-        for problem in getattr(error, "problems", None) or [str(error)]:
-            # A refusal's first line names the key; lines after it (a refusal over HBM: the nearest fit, the
-            # planner's why, the compile command) keep their place, each within 100 columns.
-            refuse("python -m preview", problem)
-        return EXIT_CONFIG
-
+    except ConfigError as error:
+        refusals.append((error, ("--stack", args.stack)))
     schemas_dir, crd_notice, refused = crd_schemas(args)
     if refused:
-        if args.json:
-            option = (crd_fetch.ENV_OVERRIDE, os.environ.get(crd_fetch.ENV_OVERRIDE))
-            print_json(errors_document(error_rows(ValueError(refused), raw, option)))
-        return refuse("python -m preview", refused)
+        refusals.append((ValueError(refused), (crd_fetch.ENV_OVERRIDE, os.environ.get(crd_fetch.ENV_OVERRIDE))))
+    if refusals:
+        return refuse_all(args, refusals, raw)
 
     # Imported only now: the mocks pull in the Pulumi runtime, which a config error never needs.
     from preview.harness import run_program
@@ -300,14 +304,26 @@ def main(argv: list[str] | None = None) -> int:
         if retry is not None:
             plan.compile["nearest_to_try"] = {"perDeviceBatchSize": retry}
 
+    crd_missing = bool(crd_notice) and not args.no_crd_check
+    if not plan.validation.ok or crd_missing:
+        code = EXIT_INVALID
+    elif compiled is not None and not compiled.compiled:
+        code = EXIT_COMPILE
+    else:
+        code = EXIT_OK
+    verdict = verdict_lines(plan, args.stack, code, crd_missing, args.no_crd_check)
     if args.json:
         document = plan.as_dict(summary=args.json == "summary")
         document["files"] = messages
         document["validation"]["crd_check"] = " ".join(" ".join(crd_notice).split()) or None
+        document["shape_changes"] = shape_changes_document(config)
+        document["verdict"] = {"exit_code": code, "lines": [line.strip() for line in verdict[1:]]}
         print_json(document)
     else:
         text = io.StringIO()
         text.writelines(line + "\n" for line in crd_notice)   # first: the plan's verdict does not cover CRDs
+        # Then what config build changed of the run that no key asked for (infra/config/shape_changes.py).
+        text.writelines(line + "\n" for line in shape_change_lines(config, plan))
         render_text(plan, None if plan.validation.cr_check_skipped else schemas_dir, text)
         for message in messages:
             text.write(message + "\n")
@@ -318,16 +334,28 @@ def main(argv: list[str] | None = None) -> int:
             if retry is not None:
                 text.write(f"  nearest to try: tpu-multislice:perDeviceBatchSize={retry:g} (the largest smaller "
                            "batch the planner lays out; compile again to check)\n")
+        # Last: one block that says what the exit code means (preview/verdict.py).
+        text.write("\n" + "\n".join(verdict) + "\n")
         sys.stdout.write(fit(text.getvalue()))
     if crd_notice and args.json:
         print(f"python -m preview: {crd_notice[0]}", file=sys.stderr)
-    if not plan.validation.ok or (crd_notice and not args.no_crd_check):
-        return EXIT_INVALID
-    if compiled is not None and not compiled.compiled:
+    if code == EXIT_COMPILE:
         for line in xla_refusal(config, compiled, args.root):
             print(line, file=sys.stderr)
-        return EXIT_COMPILE
-    return EXIT_OK
+    return code
+
+
+def refuse_all(args: argparse.Namespace, refusals: list[tuple[Exception, tuple[str | None, Any]]],
+               raw: dict[str, Any]) -> int:
+    """Every refusal of the run, one line per mistake on stderr (each naming the key, the value and what is
+    allowed; a refusal over HBM keeps its further lines: the nearest fit, the planner's why, the compile
+    command), and with --json one document of all their rows on stdout (preview/errors_document.py)."""
+    if args.json:
+        print_json(errors_document([row for error, option in refusals for row in error_rows(error, raw, option)]))
+    for error, _ in refusals:
+        for problem in getattr(error, "problems", None) or [str(error)]:
+            refuse("python -m preview", problem)
+    return EXIT_CONFIG
 
 
 def crd_schemas(args: argparse.Namespace) -> tuple[Path | None, list[str], str | None]:

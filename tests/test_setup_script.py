@@ -104,4 +104,15 @@ def test_crds_not_fetched_do_not_fail_the_setup(tmp_path):
     lines = proc.stdout.splitlines()
     at = lines.index("CRDs not fetched (stub)")
     assert lines[at - 1].startswith("setup [5/5] pinned CRDs") and lines[at + 1].startswith("setup [5/5]   done in ")
-    assert lines[-2].startswith("setup done in ")
+    # Setup's end says what that means for the plans, and the command that fetches them, before the next step.
+    done = next(i for i, line in enumerate(lines) if line.startswith("setup done in "))
+    said = " ".join(line.removeprefix("setup:").strip() for line in lines[done + 1:-1])
+    assert "every offline plan (python -m preview) exits 1" in said, said
+    assert ".venv/bin/python -m preview.k8s.crd_fetch" in said and "TPU_MULTISLICE_CRDS=DIR" in said
+    assert lines[-1].endswith(": .venv/bin/python -m trainer.local")
+    assert all(len(line) <= 100 for line in lines)
+
+
+def test_fetched_crds_leave_setup_silent_about_them(tmp_path):
+    lines = _run(tmp_path).stdout.splitlines()
+    assert lines[-2].startswith("setup done in ") and not any("exits 1" in line for line in lines)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from core.compile_verdicts import CompileStep
-from infra.config import data_rules, rules
+from infra.config import data_rules, rules, shape_changes
 from infra.config.model import (Capacity, ClusterMode, ClusterSettings, ConfigError, GcpSettings, JobSetSettings,
                                 KubernetesSettings, NetworkSettings, PathwaysSettings, RaySettings, StackConfig,
                                 StorageSettings, TpuSettings, WorkloadSettings, BackendSettings, WorkerImageSettings)
@@ -56,7 +56,8 @@ def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
     rules.check_jobset(v, shape, problems)
     rules.check_pathways(v, raw, shape, problems)
     maxtext_settings = data_rules.accepted_maxtext_settings(v, problems)
-    workload_plan = rules.plan_workload(v, raw, shape, problems, maxtext_settings)
+    changes: list[shape_changes.ShapeChange] = []
+    workload_plan = rules.plan_workload(v, raw, shape, problems, maxtext_settings, changes)
     workload_plan = rules.check_xla_verdicts(v, workload_plan, problems, compiled)
     tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
     data_rules.check_data(v, raw, workload_plan, maxtext_settings, problems)
@@ -90,6 +91,7 @@ def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
             memory_check=v["memoryCheck"] is not False, compile_check=v["compileCheck"]),
         backend=_backend_settings(v, raw, shape.chips),
         worker_image=_worker_image_settings(v, region),
+        shape_changes=(*changes, *filter(None, [shape_changes.size_default(v, raw, workload_plan)])),
     )
 
 

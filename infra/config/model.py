@@ -266,6 +266,9 @@ class StackConfig:
     workload: WorkloadSettings
     backend: BackendSettings
     worker_image: WorkerImageSettings | None = None   # set when workerEnvironment=image
+    # Changes of the run's shape the user did not ask for (shape_changes.py ShapeChange): warned at the top of the
+    # plan and by `pulumi up`.
+    shape_changes: tuple[Any, ...] = ()
 
     @property
     def names(self) -> naming.Names:

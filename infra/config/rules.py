@@ -24,6 +24,7 @@ from infra.config import tpu_zones
 from infra.config.fuse_floors import fuse_floors
 from infra.config.model import Capacity, ClusterMode, Problem
 from infra.config.parse import problem
+from infra.config.shape_changes import ShapeChange, elastic_turned_fixed
 from infra.config.schema import (DEFAULT_CHECKPOINT_PERIOD, DEFAULT_SYSTEM_POOL_MACHINE_TYPE, KEYS, KEYS_BY_NAME,
                                  NAMESPACE, PATHWAYS_SYSTEM_POOL_MACHINE_TYPE, show)
 
@@ -434,10 +435,12 @@ _PLAN_KEYS = ("perDeviceBatchSize", "model", "elasticMinSlices", "slices", "tpuT
 
 
 def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape | None,
-                  problems: list[str], maxtext_settings: Mapping[str, str] | None = None) -> Plan | None:
+                  problems: list[str], maxtext_settings: Mapping[str, str] | None = None,
+                  changes: list[ShapeChange] | None = None) -> Plan | None:
     """Run the planner on the config: unknown models, batches that do not divide and models that do not fit
     in HBM are refused here, before anything is registered. maxtextSettings that change memory are taken in
-    (core/planner.py with_maxtext_keys: estimated, or named in the plan as not estimated)."""
+    (core/planner.py with_maxtext_keys: estimated, or named in the plan as not estimated). A Spot run made
+    elastic here that comes out fixed is added to `changes` (shape_changes.py: the user did not ask for it)."""
     if shape is None or v["slices"] is None:
         return None
     model = v["model"]
@@ -474,6 +477,12 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         except PlanError as error:
             problems.append(f"{NAMESPACE}:maxtextSettings is refused by the planner: {error}")
             return None
+    def decided(chosen: Plan) -> Plan:
+        change = elastic_turned_fixed(v, raw, request, chosen)
+        if change is not None and changes is not None:
+            changes.append(change)
+        return chosen
+
     if min_slices is None and v["capacity"] == Capacity.SPOT.value:
         # Spot: keep training on as few slices as the model fits on while preempted slices come back.
         # The fewest that fit by the estimate (memoryCheck=false would keep the first); none: a fixed-size run.
@@ -490,9 +499,9 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
                          f"{candidate - 1} the step does not fit ({str(fewer).split(': ', 1)[0]}); a smaller "
                          f"perDeviceBatchSize lets it shrink further")
                 chosen = dataclasses.replace(chosen, notes=chosen.notes + (below,))
-            return chosen
+            return decided(chosen)
     try:
-        return plan(request)
+        return decided(plan(request))
     except PlanError as error:
         keys = f"model={model!r} on {shape.pod_type} x {slices} slices"
         elastic_key = (f"pathwaysElasticSlices={lost}" if v["workloadBackend"] == "pathways"
@@ -503,11 +512,12 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
         # shape; the model (default or not) when the user set none of them.
         blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
         value = shape.topology if blamed == "tpuTopology" else v[blamed]
-        nearest = nearest_config(request, on_ray=v["workloadBackend"] == "rayjob")
+        options = nearest_configs(request, on_ray=v["workloadBackend"] == "rayjob")
+        nearest = ", or ".join(options)
         where = f"{model} on {slices} x {shape.pod_type}" + (
             f", {elastic_key}" if min_slices is not None else "")
         problems.append(Problem(hbm_refusal(_setting(blamed, value, raw), where, nearest, str(error)), blamed, value,
-                                nearest or None))
+                                options or None))
         return None
 
 
@@ -632,9 +642,14 @@ def _config_keys(alt: Alternative, on_ray: bool) -> str | None:
 
 def nearest_config(request: PlanRequest, on_ray: bool, limit: int = 2) -> str:
     """The nearest configurations that fit, as the config keys to set, nearest first ("" when none can)."""
+    return ", or ".join(nearest_configs(request, on_ray, limit))
+
+
+def nearest_configs(request: PlanRequest, on_ray: bool, limit: int = 2) -> list[str]:
+    """nearest_config's options one by one (a refusal's `allowed` in the plan's --json)."""
     options = [keys for alt in advise(request, limit=8).alternatives
                if (keys := _config_keys(alt, on_ray)) is not None]
-    return ", or ".join(options[:limit])
+    return options[:limit]
 
 
 def check_pod_size(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | None,

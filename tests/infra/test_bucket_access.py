@@ -80,11 +80,17 @@ def test_a_bucket_of_another_project_gets_no_binding_and_its_owner_gets_the_comm
     assert set(_read_buckets(run)) == {"my-weights"}               # the stack's own bucket is still granted
     assert run.outputs["clusterName"]                              # and the rest of the stack goes on
     lines = "\n".join(_warnings(caplog)).splitlines()
-    start = next(i for i, line in enumerate(lines) if "bucket shared-corpus" in line)
-    assert why in lines[start] and lines[start].endswith("its owner runs:")
-    command = " ".join(line.strip().rstrip("\\").strip() for line in lines[start + 1:start + 4])
-    assert command == ("gcloud storage buckets add-iam-policy-binding gs://shared-corpus "
-                       f"--member={_principal(raw)} --role=roles/storage.objectViewer")
+    first = next(i for i, line in enumerate(lines) if "bucket shared-corpus" in line)
+    # The sentence, wrapped within 100 columns (infra/up_messages.py), ends with what follows it.
+    start = next(i for i in range(first, len(lines)) if lines[i].endswith("its owner runs:"))
+    assert why in " ".join(line.strip() for line in lines[first:start + 1])
+    # The principal's pool in P= on the line before (each line within 100 columns), as a shell expands it.
+    variable, value = lines[start + 1].strip().split("=", 1)
+    command = " ".join(line.strip().rstrip("\\").strip() for line in lines[start + 2:start + 5])
+    assert command.replace(f"${variable}", value) == (
+        "gcloud storage buckets add-iam-policy-binding gs://shared-corpus "
+        f"--member={_principal(raw)} --role=roles/storage.objectViewer")
+    assert all(len(line) <= 100 for line in lines[first:start + 5]), lines[first:start + 5]
 
 
 def test_host_network_pods_name_the_node_account_in_the_owners_grants_too(monkeypatch, caplog):
@@ -98,7 +104,9 @@ def test_host_network_pods_name_the_node_account_in_the_owners_grants_too(monkey
     text = "\n".join(_warnings(caplog))
     config = build(raw)
     node = f"serviceAccount:{config.names.node_service_account}@{config.gcp.project}.iam.gserviceaccount.com"
-    assert f"--member={_principal(raw)} \\" in text and f"--member={node} \\" in text
+    pool, _, subject = _principal(raw).partition("/workloadIdentityPools")
+    assert f"P={pool}/workloadIdentityPools\n" in text and f"--member=$P{subject} \\" in text
+    assert f"--member={node} \\" in text
     # The node account the command names is the one the stack creates.
     account = run.one("gcp:serviceaccount/account:Account", "nodes")
     assert node == f"serviceAccount:{account.inputs['accountId']}@{account.inputs['project']}.iam.gserviceaccount.com"

@@ -124,16 +124,17 @@ def test_bad_config_exits_2_with_the_message_and_no_traceback(args, expected):
 
 
 @pytest.mark.parametrize("args, key, value, allowed", [
-    (["--stack", "prod", "--set", "slices=0"], "slices", 0, "at least 1"),
-    (["--stack", "prod", "--set", "slicez=3"], "slicez", "3", "a config key, e.g. slices"),
+    # `allowed`: always a list of strings or null (preview/errors_document.py ERRORS_SCHEMA).
+    (["--stack", "prod", "--set", "slices=0"], "slices", 0, ["at least 1"]),
+    (["--stack", "prod", "--set", "slicez=3"], "slicez", "3", ["a config key, e.g. slices"]),
     (["--stack", "prod", "--set", "capacity=cheap"], "capacity", "cheap",
      ["on-demand", "spot", "reservation", "flex-start"]),
     (["--stack", "dev", "--set", "perDeviceBatchSize=40"], "perDeviceBatchSize", "40",
-     "tpu-multislice:perDeviceBatchSize=21"),
+     ["tpu-multislice:perDeviceBatchSize=21"]),
     # A rule between keys that wrote its line whole: the key it names first, with the value the user set.
     (["--stack", "prod", "--set", "dcnSubnets[0]=10.0.0.0/16"], "dcnSubnets", ["10.0.0.0/16", "10.60.0.0/16"],
      None),
-    (["--stack", "prod", "--set", "slices"], "--set", ["slices"], None),
+    (["--stack", "prod", "--set", "slices"], "--set", "slices", None),      # the one --set refused
     (["--stack", "nosuchstack"], "--stack", "nosuchstack", None),
 ])
 def test_a_json_refusal_prints_an_errors_document_on_stdout(args, key, value, allowed):

@@ -9,14 +9,29 @@ from preview.terminal import WIDTH, fit, fit_line
 from tests.conftest import COMMITTED_STACKS, REPO
 
 
-@pytest.mark.parametrize("stack", COMMITTED_STACKS)
-def test_every_committed_stacks_plan_fits_100_columns(stack, capsys):
-    code = cli.main(["--stack", stack, "--root", str(REPO)])
-    text = capsys.readouterr().out
+# Every committed stack, and dev at a batch near the HBM limit (the planner's near-limit notes, 172-376 columns
+# once, and the warning that the elastic run turned fixed); compileCheck=off: nothing is compiled here.
+PLANS = [(stack, []) for stack in COMMITTED_STACKS] + [
+    ("dev", ["--set", "perDeviceBatchSize=12", "--set", "compileCheck=off"])]
+
+
+@pytest.mark.parametrize("stack, extra", PLANS, ids=[" ".join([stack, *extra]) for stack, extra in PLANS])
+def test_every_committed_stacks_plan_fits_100_columns(stack, extra, capsys, caplog):
+    """What the user reads: the plan on stdout and stderr, and the program's own warnings (on stderr, as
+    `pulumi up` logs them: pytest takes them from the log), every line within 100 columns, the plan ending with
+    its verdict."""
+    code = cli.main(["--stack", stack, "--root", str(REPO), *extra])
+    captured = capsys.readouterr()
+    text = captured.out
+    logged = "\n".join(record.getMessage() for record in caplog.records)
     assert code == 0
     assert "Critical path, deploy" in text
-    too_wide = [line for line in text.splitlines() if len(line) > WIDTH]
-    assert not too_wide, f"{len(too_wide)} line(s) over {WIDTH} columns, e.g. {too_wide[0]!r}"
+    assert text.rstrip().split("\n\n")[-1].startswith("Verdict\n"), text[-600:]
+    for where, printed in (("stdout", text), ("stderr", captured.err), ("the program's log", logged)):
+        too_wide = [line for line in printed.splitlines() if len(line) > WIDTH]
+        assert not too_wide, f"{where}: {len(too_wide)} line(s) over {WIDTH} columns, e.g. {too_wide[0]!r}"
+    if extra:
+        assert "memory: near the limit" in text and "memory: near the limit" in logged
 
 
 def test_wrapping_keeps_every_word_and_the_tree_guides():

@@ -44,7 +44,8 @@ def test_the_end_of_a_run_says_where_checkpoints_and_logs_are(tmp_path, capsys):
     report_outputs(tmp_path, "local")
     out = capsys.readouterr().out
     assert f"checkpoints {tmp_path / 'output' / 'local' / 'checkpoints'} (steps 0, 2, 4)" in out
-    assert f"driver log  {tmp_path / 'driver.log'} (5 lines; not shown here: 3 MaxText cloud no-ops" in out
+    assert f"driver log  {tmp_path / 'driver.log'} (5 lines)\n" in out
+    assert "\n    not shown here: 3 MaxText cloud no-ops" in out
 
 
 def test_keep_and_verbose_are_options():

@@ -8,6 +8,7 @@ says how many notices it left out and where they are.
 from __future__ import annotations
 
 import re
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -64,4 +65,7 @@ def summary(path: Path) -> str:
     if not counts:
         return f"{path} ({len(lines)} lines)"
     kinds = ", ".join(f"{count} {label}" for label, count in counts.most_common())
-    return f"{path} ({len(lines)} lines; not shown here: {kinds}; --verbose prints the log as it comes)"
+    # The notices on lines of their own under the path (four kinds with their counts run past 100 columns).
+    notices = textwrap.fill(f"not shown here: {kinds}; --verbose prints the log as it comes", 100,
+                            initial_indent="    ", subsequent_indent="      ")
+    return f"{path} ({len(lines)} lines)\n{notices}"

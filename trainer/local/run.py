@@ -554,8 +554,8 @@ def print_table(result: dict) -> None:
             ("goodput", f"{result['goodput']:.1%}")]
     for f in result["failures"]:
         rec = "never resumed" if f["recovery_s"] is None else (
-            f"recovered in {f['recovery_s']:.1f}s, {f['steps_redone']} steps redone, on {f['workers_after']} workers")
-        saved = f" (saved at step {f['saved_at_notice']} on the notice)" if f.get("saved_at_notice") is not None else ""
+            f"back in {f['recovery_s']:.0f}s on {f['workers_after']} workers, {f['steps_redone']} steps redone")
+        saved = f", saved at {f['saved_at_notice']}" if f.get("saved_at_notice") is not None else ""
         rows.append((f["kind"], f"after step {f['at_step']}{saved}: {rec}"))
     width = max(len(k) for k, _ in rows)
     print("\n".join(f"  {k:<{width}}  {v}" for k, v in rows), flush=True)
@@ -634,8 +634,7 @@ def main(argv: list[str] | None = None) -> int:
     removed = not args.workdir and not args.keep and result["reached_target"] and rc == 0
     if removed:
         shutil.rmtree(workdir, ignore_errors=True)
-        print("local: removed the temporary work directory with its checkpoints and logs (the run reached its "
-              "target; --keep keeps them)", flush=True)
+        print("local: removed the temporary work directory, checkpoints and logs (--keep keeps them)", flush=True)
     else:
         report_outputs(workdir, args.run_name)
         print(f"local: kept {workdir}", flush=True)
