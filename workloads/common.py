@@ -347,5 +347,6 @@ def run_inputs(config: StackConfig) -> dict:
         "dataset_path": mounted_path(run.dataset_path) if run.dataset_path else "",
         "eval_dataset_path": mounted_path(run.eval_dataset_path) if run.eval_dataset_path else "",
         "eval_interval": run.eval_interval,
+        "eval_steps": run.eval_steps,
         "load_parameters_path": run.load_parameters_path,
     }

@@ -94,6 +94,18 @@ def check_data(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | 
     if kind == "grain" and "evalInterval" in raw and v["evalInterval"] is not None and v["evalDatasetPath"] == "":
         problems.append(f"{NAMESPACE}:evalInterval={v['evalInterval']} needs {NAMESPACE}:evalDatasetPath (the "
                         "eval split it evaluates on); set it, or unset evalInterval")
+    # Several JAX processes, each reading its own share of the eval split (Grain: host i reads ds[i::n]) with no
+    # end agreed between them: without a fixed number of steps a host whose share runs out leaves the eval loop
+    # while the others enter the next eval step and wait for it (a hang). MaxText 0.2.5 pads a host that ran out
+    # (generate_padding_batch_eval, input_pipeline/multihost_dataloading.py) only with eval_steps > 0
+    # (configs/types.py: "`eval_steps` must be > 0 when `generate_padding_batch_eval` is True"), so a run on
+    # several hosts needs evalSteps. Pathways runs one JAX client for every slice: one reader, no skew.
+    processes = workload_plan.shape.hosts * workload_plan.slices if workload_plan is not None else 0
+    if v["evalDatasetPath"] and v["evalSteps"] is None and "evalSteps" not in raw and processes > 1 \
+            and v["workloadBackend"] != "pathways":
+        problems.append(problem("evalSteps", None, f"evalDatasetPath on {processes} hosts needs evalSteps >= 1 "
+                                "(batches per eval pass; hosts whose share of the split runs out pad, so all "
+                                "run the same steps)"))
     if v["workloadBackend"] == "pathways" and v["runName"] is not None and "pathwaysJobName" not in raw \
             and len(v["runName"]) > naming.PATHWAYS_NAME_MAX:
         problems.append(problem("runName", v["runName"], f"at most {naming.PATHWAYS_NAME_MAX} characters with "
@@ -153,5 +165,6 @@ def training_run(v: dict[str, Any], accepted: Mapping[str, str], checkpoint_peri
     return TrainingRun(
         run_name=default_run_name(v) or "", dataset_type=v["datasetType"], dataset_path=v["datasetPath"],
         eval_dataset_path=v["evalDatasetPath"], eval_interval=interval,
+        eval_steps=(v["evalSteps"] or 0) if v["evalDatasetPath"] else 0,
         load_parameters_path=v["loadParametersPath"], maxtext_settings=passed_on(accepted),
         data_cache_gib=v["dataCacheGiB"] if v["datasetType"] == "grain" else 0)
