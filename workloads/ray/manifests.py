@@ -21,8 +21,8 @@ from core.tpu_catalog import SliceShape
 from core.tpu_env import tpu_worker_env
 from workloads import fuse_cache, install_cache
 from core.pod_sizing import TpuPodSize
-from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, code_volume, labels, run_labels,
-                              tpu_node_selector, tpu_pod_resources)
+from workloads.common import (CODE_MOUNT, CONFIGMAP_VOLUME_INTERNALS, TPU_METRICS_PORT, code_mount, code_volume,
+                              labels, run_labels, tpu_node_selector, tpu_pod_resources)
 
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 DASHBOARD_PORT = 8265
@@ -284,7 +284,8 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
     directory as the job's working_dir (as `ray job submit` does), so the driver and every worker run this
     repository's trainer/ as committed; then it watches the job's status, not its log stream, until it ends.
     """
-    job_runtime_env = {**runtime_env, "working_dir": CODE_MOUNT}
+    # The mount's AtomicWriter internals are left out of the upload: one copy of the code, not three.
+    job_runtime_env = {**runtime_env, "working_dir": CODE_MOUNT, "excludes": list(CONFIGMAP_VOLUME_INTERNALS)}
     job_entrypoint = shlex.join(entrypoint)
     return {
         "apiVersion": "ray.io/v1",
