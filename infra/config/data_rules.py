@@ -16,6 +16,7 @@ from core import data
 from core.errors import PlanError
 from core.maxtext_args import STACK_KEYS
 from core.planner import LIFTED_KEYS, Plan
+from core.preemption import ShutdownBudget, eval_step_seconds, eval_steps_within_grace
 from infra import naming
 from infra.config.model import TrainingRun
 from infra.config.parse import problem
@@ -168,3 +169,17 @@ def training_run(v: dict[str, Any], accepted: Mapping[str, str], checkpoint_peri
         eval_steps=(v["evalSteps"] or 0) if v["evalDatasetPath"] else 0,
         load_parameters_path=v["loadParametersPath"], maxtext_settings=passed_on(accepted),
         data_cache_gib=v["dataCacheGiB"] if v["datasetType"] == "grain" else 0)
+
+
+def check_eval_pass(v: dict[str, Any], workload_plan: Plan, budget: ShutdownBudget) -> list[str]:
+    """An eval pass short enough that a Spot notice at its start is still saved: MaxText 0.2.5 acts on a notice
+    only at the next train step's checkpoint call, after the pass (core/preemption.py eval_steps_within_grace)."""
+    limit = eval_steps_within_grace(budget, workload_plan)
+    steps = v["evalSteps"]
+    if not v["evalDatasetPath"] or steps is None or limit is None or steps <= max(1, limit):
+        return []
+    per_step = eval_step_seconds(workload_plan)
+    return [problem("evalSteps", steps, f"at most {max(1, limit)}: MaxText saves at a Spot notice only after the "
+                    f"eval pass, which must fit with the save ({budget.needed_s} s) in the {budget.notice_s} s pods "
+                    f"get (an eval step about {per_step:.2g} s at 10 % MFU)")]
+

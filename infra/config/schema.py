@@ -333,7 +333,8 @@ KEYS: tuple[Key, ...] = (
         check=check.at_least(1), applies_to=(_WITH_GRAIN,)),
     Key("evalSteps", "integer", "Batches per evaluation pass (MaxText eval_steps); each host pads once its share "
         "of evalDatasetPath runs out, so every host runs the same steps. Required with evalDatasetPath on more "
-        "than one host; unset on one host: the whole split.", DERIVED,
+        "than one host; unset on one host: the whole split. On Spot at most what a notice leaves after the save "
+        "(MaxText saves at a notice only after the pass; the refusal names the figure).", DERIVED,
         check=check.at_least(1), applies_to=(_WITH_GRAIN,)),
     Key("dataCacheGiB", "integer", "Size in GiB of the disk that holds Cloud Storage FUSE's file cache of "
         "datasetPath and evalDatasetPath on each pod that reads them (every TPU host; the head on Pathways): one "

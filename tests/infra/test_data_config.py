@@ -77,6 +77,11 @@ REFUSED = [
     ("eval split on several hosts without eval steps", {**GRAIN, "evalDatasetPath": DATA}, "evalSteps=None",
      ["evalDatasetPath on 8 hosts needs evalSteps >= 1"]),
     ("eval steps zero", {**GRAIN, "evalDatasetPath": DATA, "evalSteps": 0}, "evalSteps=0", ["at least 1"]),
+    # MaxText 0.2.5 acts on a notice only at the train step's checkpoint call, after the eval pass
+    # (trainers/pre_train/train.py): a pass longer than the Spot notice leaves no time for the save.
+    ("eval pass longer than the notice", {**SPOT, "datasetType": "grain", "datasetPath": DATA,
+                                          "evalDatasetPath": DATA, "evalSteps": 100000}, "evalSteps=100000",
+     ["at most", "only after the eval pass", "s pods get"]),
     ("eval interval zero", {**GRAIN, "evalDatasetPath": DATA, "evalInterval": 0, "evalSteps": 10}, "evalInterval=0",
      ["at least 1"]),
     ("local weights", {**MINIMAL, "loadParametersPath": "/ckpt/llama3-8b"}, "loadParametersPath='/ckpt/llama3-8b'",
@@ -494,3 +499,21 @@ def test_eval_steps_reach_maxtext_with_padding_on_every_multi_host_backend():
                                             "workloadBackend": "jobset"}))
     assert "eval_steps=25" in argv and "generate_padding_batch_eval=true" in argv
     build({**PATHWAYS, "datasetType": "grain", "datasetPath": DATA, "evalDatasetPath": DATA})
+
+
+def test_the_eval_pass_bound_is_what_the_spot_notice_leaves_after_the_save():
+    """The largest evalSteps accepted is the pass that fits, with the save, in the pods' time after a Spot notice
+    (core/preemption.py eval_steps_within_grace); one more is refused."""
+    from core.preemption import eval_step_seconds, eval_steps_within_grace, shutdown_budget
+
+    raw = {**SPOT, "datasetType": "grain", "datasetPath": DATA, "evalDatasetPath": DATA, "evalSteps": 1}
+    config = build(raw)
+    # The checkpoint period changes neither the save's time nor the notice's.
+    budget = shutdown_budget(config.workload.plan, spot=True, sees_notice=True, checkpoint_period=1)
+    limit = eval_steps_within_grace(budget, config.workload.plan)
+    assert limit >= 1
+    assert limit * eval_step_seconds(config.workload.plan) + budget.needed_s <= budget.notice_s
+    assert build({**raw, "evalSteps": limit}).workload.run.eval_steps == limit
+    [line] = _problems({**raw, "evalSteps": limit + 1})
+    assert f"at most {limit}:" in line
+
