@@ -199,6 +199,11 @@ def maxtext_overrides(plan: Plan, run: RunSettings, elastic_run: bool | None = N
             keys["eval_interval"] = str(run.eval_interval)
             if run.eval_steps:
                 keys["eval_steps"] = str(run.eval_steps)
+                # A host whose share of the split (Grain: ds[i::n]) runs out before eval_steps pads with empty
+                # batches instead of leaving the loop while the others wait in the eval step
+                # (input_pipeline/multihost_dataloading.py MultiHostDataLoadIterator); MaxText 0.2.5 allows it
+                # only with eval_steps > 0 (configs/types.py).
+                keys["generate_padding_batch_eval"] = "true"
     if run.load_parameters_path:
         keys["load_parameters_path"] = run.load_parameters_path
     if run.metrics_file:
@@ -223,7 +228,8 @@ STACK_KEYS: dict[str, str] = {
     "jax_cache_dir": "bucketName (the compile cache sits beside the checkpoints)",
     "jax_distributed_initialization_timeout": "the late-slice wait (core/slice_wait.py, sized from the slice start-up)",
     "dataset_type": "datasetType", "grain_train_files": "datasetPath", "grain_file_type": "datasetPath",
-    "grain_eval_files": "evalDatasetPath", "eval_interval": "evalInterval",
+    "grain_eval_files": "evalDatasetPath", "eval_interval": "evalInterval", "eval_steps": "evalSteps",
+    "generate_padding_batch_eval": "evalSteps (hosts pad their eval share to it)",
     "load_parameters_path": "loadParametersPath",
     "tokenizer_path": "model (each model's own tokenizer)", "tokenizer_type": "model (each model's own tokenizer)",
     "per_device_batch_size": "perDeviceBatchSize", "max_target_length": "model (the planner's preset)",

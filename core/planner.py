@@ -113,8 +113,15 @@ class Plan:
 
     @property
     def eval_batch(self) -> float:
-        """The eval step's per-device batch (MaxText 0.2.5 configs/types.py: unset or 0 = per_device_batch_size)."""
-        return self.eval_per_device_batch_size or self.per_device_batch_size
+        """The largest per-device batch an eval step of this run is compiled at. MaxText 0.2.5 uses two: at start
+        it compiles the eval step ahead of time at eval_per_device_batch_size (trainers/pre_train/train.py, the
+        `p_eval_step.lower(...)` after the train step's, on utils/maxtext_utils.py get_shaped_batch(is_eval=True):
+        global_batch_size_to_load_eval; unset or 0 = per_device_batch_size, configs/types.py); then every eval
+        pass runs on Grain's batches, which are built at the train batch whatever that key says
+        (input_pipeline/grain_data_processing.py batches at data_processing_utils.get_local_batch_size:
+        global_batch_size_to_load // process count), compiled at that shape on the pass's first step if it
+        differs. Both must fit, so the larger is planned. Grain is the only eval the stacks run."""
+        return max(self.eval_per_device_batch_size or self.per_device_batch_size, self.per_device_batch_size)
 
     @property
     def eval_memory(self) -> MemoryEstimate | None:
@@ -515,7 +522,8 @@ def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, bounds: tuple
             f"eval step: forward only at per_device_batch_size {_number(chosen.eval_batch)}, estimated "
             f"{evaluated.total / GIB:.1f} GiB per device on {fewest.slices} slice(s) (train step "
             f"{fewest.memory.total / GIB:.1f}): {evaluated.verdict}; planned at every slice count, never "
-            "compiled (MaxText 0.2.5's train_compile compiles only the train step)")
+            "compiled before the run (MaxText 0.2.5's train_compile compiles only the train step); the run "
+            "compiles it at its start, so a step that does not fit ends it there (exit 6)")
     if chosen.elastic:
         low = chosen.at_slices(chosen.min_slices)
         notes.append(f"elastic: per_device_batch_size stays {_number(chosen.per_device_batch_size)} on a resize, so "

@@ -33,7 +33,7 @@ from typing import Any
 
 from core.memory import DTYPE_BYTES
 from core.planner import Plan
-from core.run_time import EXPECTED_MFU, step_seconds
+from core.run_time import EXPECTED_MFU, MIN_MFU, step_seconds
 
 # GKE's graceful node shutdown after a Spot notice (module docstring).
 GKE_NODE_SHUTDOWN_S = 30
@@ -201,4 +201,28 @@ def shutdown_budget(plan: Plan, *, spot: bool, sees_notice: bool, checkpoint_per
     extended_notice = EXTENDED_NODE_SHUTDOWN_S - CRITICAL_PODS_S
     return dataclasses.replace(budget, pod_grace_s=min(needed, extended_notice), node_shutdown_s=EXTENDED_NODE_SHUTDOWN_S,
                     node_critical_s=CRITICAL_PODS_S)
+
+
+# A notice that arrives during an eval pass is first acted on after it: MaxText 0.2.5 asks for the notice only in
+# the train step's checkpoint call (trainers/pre_train/train.py: `maybe_save_checkpoint` for step N runs before
+# step N's eval block), so the save comes after the rest of the pass and one more train step. The pass must
+# therefore fit, with the save, in what the pods get after the notice. An eval step is forward only: about a
+# third of the train step's FLOPs (2 of 6 per parameter and token), at the train batch Grain really uses
+# (core/planner.py eval_batch); timed at the slowest MFU the watchdog allows (run_time.MIN_MFU), not the
+# expected one, since a pass that overruns the grace loses every step since the last checkpoint.
+EVAL_STEP_FLOPS_SHARE = 1 / 3
+
+
+def eval_step_seconds(plan: Plan) -> float:
+    return EVAL_STEP_FLOPS_SHARE * step_seconds(plan, MIN_MFU)
+
+
+def eval_steps_within_grace(budget: ShutdownBudget, plan: Plan) -> int | None:
+    """The most eval steps one pass may have so that a notice at its start is still saved within the pods'
+    time after the notice: None when no notice is acted on (Pathways, or nothing to race off Spot: then the
+    kill comes with Kubernetes' grace, which the pass does not change), 0 when not even the save fits."""
+    if not budget.sees_notice or not budget.spot:
+        return None
+    room = budget.notice_s - budget.needed_s
+    return max(0, math.floor(room / eval_step_seconds(plan)))
 

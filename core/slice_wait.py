@@ -39,13 +39,21 @@ DISTRIBUTED_INIT_TIMEOUT_S = PODS_READY_TIMEOUT_S + READY_TO_JOIN_S
 # Kueue v0.19.2 (apis/config/v1beta2/configuration_types.go RequeuingStrategy, defaults.go): with
 # `backoffLimitCount` unset a workload is requeued without end, each time after a backoff of about
 # backoffBaseSeconds * 2^(n-1) (60 s by default) capped at backoffMaxSeconds (3600 s by default); set, Kueue
-# deactivates the Workload (spec.active=false) once its requeue count reaches it, and nothing bills after that.
-# In a long stock-out every requeue admits the workload again, the slices that can come up do, and they bill up to
-# PODS_READY_TIMEOUT_S before they are released: the limit bounds that to REQUEUE_LIMIT + 1 such waits.
-# Six requeues keep a workload trying for about three hours (requeue_horizon_s), long enough for a Spot or
-# flex-start stock-out of an afternoon, not for a missing quota (no slice comes up then; nothing bills but the
-# system pool).
-REQUEUE_LIMIT = 6
+# deactivates the Workload (spec.active=false) once its requeue count would pass it, and nothing bills after that.
+# The count is the Workload's whole life, not one wait: pkg/controller/core/workload_controller.go increments
+# status.requeueState.count at every PodsReady timeout (`triggerDeactivation`, then pkg/workload/workload.go
+# `UpdateRequeueState`), a recovery timeout after a restart included (waitForPodsReady.recoveryTimeout, reason
+# WaitForRecovery, defaults to `timeout`), and clears it only when the Workload is deactivated. So on a long Spot
+# run every slice reclaimed whose capacity takes longer than the timeout to come back spends one requeue, however
+# many days apart they are.
+# The limit trades two costs. A stock-out: every requeue admits the workload again, the slices that can come up
+# do and bill up to PODS_READY_TIMEOUT_S before they are released, REQUEUE_LIMIT + 1 such waits in all over
+# requeue_horizon_s(). A long run: the (REQUEUE_LIMIT + 1)-th slow recovery of its life stops it until someone
+# resumes it (one command: workloads/jobset/exports.py kueue_resume_command). 12: a week-long Spot run stops
+# only after 13 slow recoveries (about one every 13 h), and a stock-out gives up after about 11 h having
+# billed at most 13 x 18 min of the slices that came up; 6 (the earlier value) would stop such a run at its 7th
+# slow recovery, every day or two of a week.
+REQUEUE_LIMIT = 12
 REQUEUE_BACKOFF_BASE_S = 60
 REQUEUE_BACKOFF_MAX_S = 3600
 

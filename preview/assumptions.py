@@ -114,10 +114,13 @@ def assumptions(config: StackConfig) -> list[str]:
     planned = config.workload.plan
     if planned.evaluates:
         # MaxText 0.2.5 maxtext/trainers/pre_train/train_compile.py main lowers and compiles train.train_step only.
+        # MaxText 0.2.5 trainers/pre_train/train.py compiles the eval step ahead of time right after the train
+        # step's, at the run's start; Grain's eval passes run at the train batch (core/planner.py eval_batch).
         lines.append(f"eval step: its HBM (forward only, per_device_batch_size {planned.eval_batch:g}) is the "
                      "planner's estimate, never XLA's: MaxText's train_compile compiles only the train step, so no "
-                     "pre-flight compile checks it; a step that does not fit ends the run at its first evaluation "
-                     "(exit 6, out of HBM); check: the run's first eval_interval")
+                     "pre-flight compile checks it; MaxText compiles it ahead of time at the run's start, so a step "
+                     "that does not fit ends the run there, before its first train step (exit 6, out of HBM); "
+                     "check: the run's log shows the eval step's memory stats after the train step's")
     if config.network.dcn:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")

@@ -13,10 +13,30 @@ the rest.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from core import exit_codes
-from trainer import failures, maxtext_runtime, notice
+
+
+def _leave_on_term(signum: int, frame: object) -> None:
+    """A TERM before JAX listens for it: nothing trained yet, so leave at once as a preempted pod."""
+    print("trainer.jobset_run: SIGTERM before training started; exiting "
+          f"{exit_codes.PREEMPTED} (nothing to save)", file=sys.stderr, flush=True)
+    os._exit(exit_codes.PREEMPTED)
+
+
+if __name__ == "__main__":
+    # The pod's bash execs this Python, which is then PID 1: the kernel drops a SIGTERM sent to PID 1 from outside
+    # its namespace unless PID 1 handles it (pid_namespaces(7)), and JAX installs its own handler only inside
+    # jax.distributed.initialize (tsl's SigtermNotifier, which replaces this one with std::signal; from then on
+    # a TERM is MaxText's preemption notice and a save). Before that come the imports of MaxText, JAX and the
+    # data pipeline, and the wait for every host to join: a TERM there (a Spot notice, an eviction) waited out
+    # the whole grace period and ended in SIGKILL. So the handler comes first, before any heavy import; it exits
+    # with os._exit, since nothing was trained and a thread an import started must not delay the exit.
+    signal.signal(signal.SIGTERM, _leave_on_term)
+
+from trainer import failures, maxtext_runtime, notice  # noqa: E402 - after the TERM handler, on purpose
 
 
 def main(argv: list[str]) -> int:

@@ -18,19 +18,24 @@ import signal
 import sys
 
 from core import exit_codes
-from trainer import failures
 
 
 def _leave_on_term(signum: int, frame: object) -> None:
     raise SystemExit(exit_codes.PREEMPTED)
 
 
-def main(argv: list[str]) -> int:
+if __name__ == "__main__":
     # The head's container execs this Python, which is then PID 1: the kernel drops a SIGTERM sent to PID 1 from
     # outside its namespace unless PID 1 handles it (pid_namespaces(7)), so without a handler a deletion or an
-    # eviction of the head waited out the grace period and ended in SIGKILL. Installed first, before MaxText's
-    # long import; SystemExit is not an Exception, so the failure reporting below does not swallow it.
+    # eviction of the head waited out the grace period and ended in SIGKILL. Installed as the module's first
+    # statements, before any import of ours or MaxText's; SystemExit is not an Exception, so the failure
+    # reporting below does not swallow it.
     signal.signal(signal.SIGTERM, _leave_on_term)
+
+from trainer import failures  # noqa: E402 - after the TERM handler, on purpose
+
+
+def main(argv: list[str]) -> int:
     if len(argv) < 1:
         print("trainer.pathways_run: usage: python3 -m trainer.pathways_run <base.yml> key=value ...",
               file=sys.stderr)

@@ -25,11 +25,14 @@ Ray's JobSubmissionClient sends on every request):
    every slice still bills (KubeRay's own submitter, `ray job logs --follow`, also exits 0 on a failed job);
    failed polls are retried; only polls failing for OUTAGE_LIMIT_S in a row, or the cluster losing the job,
    make it give up (exit 1: the Job's one retry, then KubeRay's SubmissionFailed);
-   but once the job was seen, a head whose address refuses connections or no longer resolves for HEAD_GONE_S
-   is a cluster KubeRay deleted: after activeDeadlineSeconds or its own failing status checks it fails the
-   RayJob and deletes the RayCluster (its head Service with it), not this Job (rayjob_controller.go v1.7.0,
-   deleteClusterResources). Nothing is left to watch, so the submitter says so and exits 0 at once instead of
-   polling a dead address for OUTAGE_LIMIT_S and being retried (a Job's failed pod is run again);
+   whether the cluster is gone is never read from a network error: the head Service is headless with
+   publishNotReadyAddresses (common/service.go), so "connection refused" is a head pod with nothing listening.
+   After a failed poll the submitter asks the Kubernetes API what KubeRay's own objects say
+   (trainer/kuberay_watch.py): the RayJob deleted or Complete/Failed/Suspending/Retrying, or its RayCluster
+   deleted, means KubeRay deleted the cluster (after activeDeadlineSeconds or its own failing status checks it
+   fails the RayJob and deletes the RayCluster, not this Job: rayjob_controller.go v1.7.0,
+   deleteClusterResources). Then nothing is left to watch: it says so and exits 0 at once instead of polling a
+   dead address and being retried. Anything else, an unanswered API included, is doubt: it keeps polling;
 4. meanwhile follow the driver's log into this pod's output (kubectl logs, Cloud Logging), reconnecting after a
    drop and skipping what was already printed (the tail endpoint restarts from the top of the log). The log
    never decides anything, and the program waits at most LOG_DRAIN_S for its end: the cluster, every slice
@@ -49,6 +52,7 @@ from typing import Any, Callable
 
 from core import exit_codes
 from core.cli_errors import OneLineParser
+from trainer.kuberay_watch import GONE, NoWatch, cluster_watch
 
 # Seconds between status polls: a finished run holds its slices at most this long before the submitter sees it.
 POLL_S = 10.0
@@ -60,10 +64,6 @@ START_WAIT_S = 600.0
 # own reason; the submitter gives up only when the operator still reaches the head and this pod does not,
 # and then the Job's one retry brings a new pod, possibly on another node.
 OUTAGE_LIMIT_S = 600.0
-# How long, after the job was seen, the head's address may refuse connections or fail to resolve before the
-# submitter takes the cluster for deleted. A restarted head pod (the Service stays) loses the Ray job anyway (no
-# GCS fault tolerance): then the job is unknown, and the submitter gives up on that instead.
-HEAD_GONE_S = 60.0
 # Pause after a failed request, doubling up to the cap.
 RETRY_FIRST_S, RETRY_CAP_S = 2.0, 30.0
 # Seconds a single request may take (Ray's client sets no timeout: a half-open connection would hang forever).
@@ -80,21 +80,6 @@ class NotFound(Exception):
 
 class Unreachable(Exception):
     """A request failed or timed out: the head, the Service or the network; worth another try."""
-
-
-class HeadGone(Unreachable):
-    """The head's address refuses connections or does not resolve: its pod or its Service is not there."""
-
-    def __init__(self, text: str, how: str):
-        super().__init__(text)
-        self.how = how      # "refused" or "unresolved"
-
-
-# How requests/urllib3 word a refused connection and a name that does not resolve (the errno texts of
-# ECONNREFUSED and EAI_NONAME on Linux, and urllib3 2's NameResolutionError).
-_REFUSED_MARKS = ("Connection refused", "[Errno 111]")
-_UNRESOLVED_MARKS = ("NameResolutionError", "Name or service not known", "[Errno -2]",
-                     "No address associated with hostname")
 
 
 @dataclass(frozen=True)
@@ -168,10 +153,6 @@ def _sorted_error(err: BaseException) -> BaseException:
         network += (requests.exceptions.RequestException,)
     except ImportError:
         pass
-    if isinstance(err, network):
-        for how, marks in (("unresolved", _UNRESOLVED_MARKS), ("refused", _REFUSED_MARKS)):
-            if any(mark in text for mark in marks):
-                return HeadGone(f"{type(err).__name__}: {text}", how)
     if isinstance(err, network) or "status code 5" in text:
         return Unreachable(f"{type(err).__name__}: {text}")
     # Anything else is a refusal (a 4xx such as a bad runtime env or a wrong token) or a local error (the
@@ -246,7 +227,8 @@ class Submitter:
     poll_s: float = POLL_S
     start_wait_s: float = START_WAIT_S
     outage_limit_s: float = OUTAGE_LIMIT_S
-    head_gone_s: float = HEAD_GONE_S
+    # What KubeRay's objects say about the cluster (trainer/kuberay_watch.py); asked only after a failed poll.
+    cluster: Any = field(default_factory=lambda: NoWatch("no cluster watch given"))
 
     def _log(self, message: str) -> None:
         print(f"submitter: {message}", file=sys.stderr, flush=True)
@@ -293,32 +275,24 @@ class Submitter:
         """Poll until the job is terminal (its state), the cluster is gone (CLUSTER_GONE) or the submitter must
         give up (None). The job was seen before this is called (ensure_submitted)."""
         failing_since: float | None = None
-        gone_since: float | None = None
         while True:
             try:
                 state = self.api.state(self.job_id)
             except NotFound:
                 self._log(f"the cluster no longer knows job {self.job_id} (its head restarted?): giving up")
                 return None
-            except HeadGone as err:
-                now = self.clock.now()
-                gone_since = now if gone_since is None else gone_since
-                failing_since = now if failing_since is None else failing_since
-                if now - gone_since >= self.head_gone_s:
-                    self._log(f"the head is gone ({err.how} for {now - gone_since:.0f}s): KubeRay ended the "
-                              "RayJob and deleted its cluster")
-                    return CLUSTER_GONE
-                self._log(f"status poll failed ({_brief(err)}); retrying")
             except Unreachable as err:
-                gone_since = None
                 now = self.clock.now()
                 failing_since = now if failing_since is None else failing_since
+                verdict = self.cluster.verdict()
+                if verdict.state == GONE:
+                    self._log(f"the cluster is gone: {verdict.reason}")
+                    return CLUSTER_GONE
                 if now - failing_since >= self.outage_limit_s:
                     self._log(f"status unreachable for {now - failing_since:.0f}s ({_brief(err)}): giving up")
                     return None
-                self._log(f"status poll failed ({_brief(err)}); retrying")
+                self._log(f"status poll failed ({_brief(err, 40)}); cluster {verdict.state}: retrying")
             else:
-                gone_since = None
                 if failing_since is not None:
                     self._log(f"status reachable again after {self.clock.now() - failing_since:.0f}s")
                 failing_since = None
@@ -349,7 +323,8 @@ class Submitter:
         if state is None:
             return EXIT_GAVE_UP
         if state is CLUSTER_GONE:
-            # 0: the RayJob has already failed; a failed pod would only be run again to wait for a dead head.
+            # 0: KubeRay has ended the RayJob and deleted its cluster; a failed pod would only be run again to
+            # wait for a dead head.
             return exit_codes.OK
         self._log(f"job {self.job_id} ended: {state.status}" + (f": {state.message}" if state.message else ""))
         return exit_codes.OK
@@ -366,7 +341,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--poll-seconds", type=float, default=POLL_S)
     parser.add_argument("--outage-limit-seconds", type=float, default=OUTAGE_LIMIT_S)
     parser.add_argument("--start-wait-seconds", type=float, default=START_WAIT_S)
-    parser.add_argument("--head-gone-seconds", type=float, default=HEAD_GONE_S)
     parser.add_argument("--no-logs", action="store_true", help="do not follow the driver's log")
     return parser
 
@@ -384,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     api = RayJobApi(args.address)
     submitter = Submitter(api, args.submission_id, args.entrypoint, runtime_env, poll_s=args.poll_seconds,
                           start_wait_s=args.start_wait_seconds, outage_limit_s=args.outage_limit_seconds,
-                          head_gone_s=args.head_gone_seconds)
+                          cluster=cluster_watch(os.environ))
     follower = None if args.no_logs else LogFollower(api, args.submission_id)
     return submitter.run(follower)
 

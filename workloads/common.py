@@ -165,6 +165,16 @@ def code_volume(config_map_name: str, files: list[str], lock_config_map: str | N
     return {"name": CODE_VOLUME, "projected": {"sources": [{"configMap": code}, {"configMap": lock}]}}
 
 
+# A ConfigMap (or projected) volume is written by the kubelet's AtomicWriter (kubernetes pkg/volume/util/
+# atomic_writer.go): the files sit in a hidden `..<timestamp>` directory, `..data` is a symlink to it, and each
+# top-level path is a symlink through `..data`. A walk that follows symlinks (Ray's working_dir upload:
+# ray/_private/runtime_env/packaging.py `_dir_travel` descends with Path.is_dir/iterdir, which follow them) sees
+# every file three times. These gitwildmatch patterns (Ray's runtime_env `excludes`, relative to the working_dir)
+# leave out the two hidden entries, so the upload holds the top-level paths alone: one copy. A layout without
+# them excludes nothing.
+CONFIGMAP_VOLUME_INTERNALS = ("/..*",)
+
+
 def code_mount() -> dict:
     return {"name": CODE_VOLUME, "mountPath": CODE_MOUNT, "readOnly": True}
 
@@ -347,5 +357,6 @@ def run_inputs(config: StackConfig) -> dict:
         "dataset_path": mounted_path(run.dataset_path) if run.dataset_path else "",
         "eval_dataset_path": mounted_path(run.eval_dataset_path) if run.eval_dataset_path else "",
         "eval_interval": run.eval_interval,
+        "eval_steps": run.eval_steps,
         "load_parameters_path": run.load_parameters_path,
     }

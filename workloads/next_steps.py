@@ -43,8 +43,13 @@ def relaunch_command(stack: str, urn: str) -> str:
     """Replaces the training job's object, and only it, with the same spec: a job that gave up waiting for
     capacity, was deactivated by Kueue or failed is not created again by a plain `pulumi up` (nothing changed in
     its spec). The new job keeps the run name, so it resumes from the run's last checkpoint (docs/deploying.md
-    "Resume"). The job's object is replaced with delete_before_replace (the old one goes first)."""
-    return f"pulumi up --stack {shlex.quote(stack)} --replace {shlex.quote(urn)}"
+    "Resume"). The job's object is replaced with delete_before_replace (the old one goes first).
+
+    `--target-replace`, not `--replace`: `pulumi up --replace URN` replaces that resource *and* applies every other
+    pending change of the stack (a config edit, a new image); `--target-replace URN` is "shorthand for
+    --target <URN> --replace <URN>" and "restricts the operation to the named resource" (Pulumi docs, "Targeted
+    updates", https://www.pulumi.com/docs/iac/guides/basics/targeted-updates/)."""
+    return f"pulumi up --stack {shlex.quote(stack)} --target-replace {shlex.quote(urn)}"
 
 
 def why_pending_command(namespace: str) -> str:

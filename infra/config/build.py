@@ -65,6 +65,10 @@ def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
         raise ConfigError(problems)
     assert shape is not None and region is not None and workload_plan is not None and tpu_pod is not None
     shutdown = stack_shutdown_budget(v, workload_plan, rules.checkpoint_period(v), floors)
+    # Needs the shutdown budget, which needs a valid plan: checked once the rest is.
+    eval_problems = data_rules.check_eval_pass(v, workload_plan, shutdown)
+    if eval_problems:
+        raise ConfigError(eval_problems)
     return StackConfig(
         gcp=GcpSettings(project=v["project"], region=region, zone=v["zone"], admin_bootstrap=v["adminBootstrap"]),
         cluster=ClusterSettings(

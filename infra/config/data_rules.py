@@ -16,6 +16,7 @@ from core import data
 from core.errors import PlanError
 from core.maxtext_args import STACK_KEYS
 from core.planner import LIFTED_KEYS, Plan
+from core.preemption import ShutdownBudget, eval_step_seconds, eval_steps_within_grace
 from infra import naming
 from infra.config.model import TrainingRun
 from infra.config.parse import problem
@@ -94,6 +95,18 @@ def check_data(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | 
     if kind == "grain" and "evalInterval" in raw and v["evalInterval"] is not None and v["evalDatasetPath"] == "":
         problems.append(f"{NAMESPACE}:evalInterval={v['evalInterval']} needs {NAMESPACE}:evalDatasetPath (the "
                         "eval split it evaluates on); set it, or unset evalInterval")
+    # Several JAX processes, each reading its own share of the eval split (Grain: host i reads ds[i::n]) with no
+    # end agreed between them: without a fixed number of steps a host whose share runs out leaves the eval loop
+    # while the others enter the next eval step and wait for it (a hang). MaxText 0.2.5 pads a host that ran out
+    # (generate_padding_batch_eval, input_pipeline/multihost_dataloading.py) only with eval_steps > 0
+    # (configs/types.py: "`eval_steps` must be > 0 when `generate_padding_batch_eval` is True"), so a run on
+    # several hosts needs evalSteps. Pathways runs one JAX client for every slice: one reader, no skew.
+    processes = workload_plan.shape.hosts * workload_plan.slices if workload_plan is not None else 0
+    if v["evalDatasetPath"] and v["evalSteps"] is None and "evalSteps" not in raw and processes > 1 \
+            and v["workloadBackend"] != "pathways":
+        problems.append(problem("evalSteps", None, f"evalDatasetPath on {processes} hosts needs evalSteps >= 1 "
+                                "(batches per eval pass; hosts whose share of the split runs out pad, so all "
+                                "run the same steps)"))
     if v["workloadBackend"] == "pathways" and v["runName"] is not None and "pathwaysJobName" not in raw \
             and len(v["runName"]) > naming.PATHWAYS_NAME_MAX:
         problems.append(problem("runName", v["runName"], f"at most {naming.PATHWAYS_NAME_MAX} characters with "
@@ -153,5 +166,20 @@ def training_run(v: dict[str, Any], accepted: Mapping[str, str], checkpoint_peri
     return TrainingRun(
         run_name=default_run_name(v) or "", dataset_type=v["datasetType"], dataset_path=v["datasetPath"],
         eval_dataset_path=v["evalDatasetPath"], eval_interval=interval,
+        eval_steps=(v["evalSteps"] or 0) if v["evalDatasetPath"] else 0,
         load_parameters_path=v["loadParametersPath"], maxtext_settings=passed_on(accepted),
         data_cache_gib=v["dataCacheGiB"] if v["datasetType"] == "grain" else 0)
+
+
+def check_eval_pass(v: dict[str, Any], workload_plan: Plan, budget: ShutdownBudget) -> list[str]:
+    """An eval pass short enough that a Spot notice at its start is still saved: MaxText 0.2.5 acts on a notice
+    only at the next train step's checkpoint call, after the pass (core/preemption.py eval_steps_within_grace)."""
+    limit = eval_steps_within_grace(budget, workload_plan)
+    steps = v["evalSteps"]
+    if not v["evalDatasetPath"] or steps is None or limit is None or steps <= max(1, limit):
+        return []
+    per_step = eval_step_seconds(workload_plan)
+    return [problem("evalSteps", steps, f"at most {max(1, limit)}: MaxText saves at a Spot notice only after the "
+                    f"eval pass, which must fit with the save ({budget.needed_s} s) in the {budget.notice_s} s pods "
+                    f"get (an eval step about {per_step:.2g} s at 10 % MFU)")]
+

@@ -160,6 +160,7 @@ class TrainingRun:
     dataset_path: str = ""                # gs:// glob (datasetType=grain)
     eval_dataset_path: str = ""           # gs:// glob; "" = no eval
     eval_interval: int = 0                # steps between evals; 0 without an eval split
+    eval_steps: int = 0                   # batches per eval pass; 0: the whole split (one host only)
     load_parameters_path: str = ""        # gs:// Orbax checkpoint a new run starts from
     data_cache_gib: int = 0               # dataCacheGiB: the FUSE file cache disk of each pod that reads data
     # maxtextSettings the run passes on as they are (the planned ones are in the plan); ordered as written.

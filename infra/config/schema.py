@@ -345,6 +345,11 @@ KEYS: tuple[Key, ...] = (
     Key("evalInterval", "integer", "Evaluate on evalDatasetPath every this many steps (MaxText eval_interval). "
         "Unset with evalDatasetPath: every checkpointPeriod steps.", DERIVED,
         check=check.at_least(1), applies_to=(_WITH_GRAIN,)),
+    Key("evalSteps", "integer", "Batches per evaluation pass (MaxText eval_steps); each host pads once its share "
+        "of evalDatasetPath runs out, so every host runs the same steps. Required with evalDatasetPath on more "
+        "than one host; unset on one host: the whole split. On Spot at most what a notice leaves after the save "
+        "(MaxText saves at a notice only after the pass; the refusal names the figure).", DERIVED,
+        check=check.at_least(1), applies_to=(_WITH_GRAIN,)),
     Key("dataCacheGiB", "integer", "Size in GiB of the disk that holds Cloud Storage FUSE's file cache of "
         "datasetPath and evalDatasetPath on each pod that reads them (every TPU host; the head on Pathways): one "
         "Balanced Persistent Disk or Hyperdisk Balanced volume per pod, created with the pod and deleted with it, "

@@ -463,3 +463,20 @@ def test_a_run_with_an_eval_split_plans_its_eval_step_at_every_slice_count():
     # Without an eval split the eval batch changes nothing but the key MaxText gets.
     quiet = plan(dataclasses.replace(bigger, evaluates=False))
     assert quiet.step_memory == quiet.memory and quiet.overrides()["eval_per_device_batch_size"] == "16"
+
+
+def test_a_smaller_eval_batch_of_its_own_is_planned_at_the_train_batch_grain_really_uses():
+    """MaxText 0.2.5 compiles the eval step ahead of time at start at eval_per_device_batch_size
+    (trainers/pre_train/train.py, get_shaped_batch(is_eval=True)), but Grain's eval batches are built at the train
+    batch (input_pipeline/grain_data_processing.py: data_processing_utils.get_local_batch_size, from
+    global_batch_size_to_load), so every eval pass runs at per_device_batch_size: a smaller eval key does not make
+    the eval step smaller, and the plan must not say it does."""
+    from core.planner import with_maxtext_keys
+
+    request = PlanRequest("qwen3-0.6b", "v6e", "2x4", slices=2, per_device_batch_size=8, evaluates=True)
+    smaller, _ = with_maxtext_keys(request, {"eval_per_device_batch_size": "2"})
+    chosen = plan(smaller)
+    assert chosen.eval_batch == 8
+    assert chosen.eval_memory == plan(request).eval_memory
+    # The key still reaches MaxText (it sizes the ahead-of-time compile), the plan's figure is the real pass's.
+    assert chosen.overrides()["eval_per_device_batch_size"] == "2"

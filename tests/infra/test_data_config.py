@@ -68,10 +68,21 @@ REFUSED = [
     ("hf dataset type not offered", {**MINIMAL, "datasetType": "hf"}, "datasetType='hf'", ["synthetic, grain"]),
     ("data with synthetic", {**MINIMAL, "datasetPath": DATA}, f"datasetPath={DATA!r}",
      ["datasetType='synthetic'", "reads no files"]),
-    ("local eval path", {**GRAIN, "evalDatasetPath": "./eval.parquet"}, "evalDatasetPath='./eval.parquet'",
+    ("local eval path", {**GRAIN, "evalDatasetPath": "./eval.parquet", "evalSteps": 10}, "evalDatasetPath='./eval.parquet'",
      ["gs://BUCKET/PATH"]),
     ("eval interval without eval data", {**GRAIN, "evalInterval": 100}, "evalInterval=100", ["evalDatasetPath"]),
-    ("eval interval zero", {**GRAIN, "evalDatasetPath": DATA, "evalInterval": 0}, "evalInterval=0",
+    # Grain shards the eval split over the hosts (ds[i::n]); without a fixed number of steps a host whose share
+    # runs out leaves the eval loop while the others wait in the eval step (MaxText 0.2.5 pads only with
+    # eval_steps > 0: configs/types.py).
+    ("eval split on several hosts without eval steps", {**GRAIN, "evalDatasetPath": DATA}, "evalSteps=None",
+     ["evalDatasetPath on 8 hosts needs evalSteps >= 1"]),
+    ("eval steps zero", {**GRAIN, "evalDatasetPath": DATA, "evalSteps": 0}, "evalSteps=0", ["at least 1"]),
+    # MaxText 0.2.5 acts on a notice only at the train step's checkpoint call, after the eval pass
+    # (trainers/pre_train/train.py): a pass longer than the Spot notice leaves no time for the save.
+    ("eval pass longer than the notice", {**SPOT, "datasetType": "grain", "datasetPath": DATA,
+                                          "evalDatasetPath": DATA, "evalSteps": 100000}, "evalSteps=100000",
+     ["at most", "only after the eval pass", "s pods get"]),
+    ("eval interval zero", {**GRAIN, "evalDatasetPath": DATA, "evalInterval": 0, "evalSteps": 10}, "evalInterval=0",
      ["at least 1"]),
     ("local weights", {**MINIMAL, "loadParametersPath": "/ckpt/llama3-8b"}, "loadParametersPath='/ckpt/llama3-8b'",
      ["Orbax checkpoint directory", "gs://BUCKET/PATH"]),
@@ -154,7 +165,8 @@ LOOKUP_REFUSED = [
     ("data glob matches nothing", GRAIN, {"my-data": {"c4/validation-00000.array_record": ""}},
      f"datasetPath={DATA!r}", ["matches no file", "no object matches"]),
     ("data bucket missing", GRAIN, {}, f"datasetPath={DATA!r}", ["its bucket does not exist"]),
-    ("eval glob matches nothing", {**GRAIN, "evalDatasetPath": "gs://my-data/c4/validation-*.array_record"},
+    ("eval glob matches nothing", {**GRAIN, "evalDatasetPath": "gs://my-data/c4/validation-*.array_record",
+                                   "evalSteps": 10},
      {"my-data": DATA_FILES}, "evalDatasetPath='gs://my-data/c4/validation-*.array_record'", ["matches no file"]),
     ("weights not a checkpoint", {**MINIMAL, "loadParametersPath": WEIGHTS}, {"my-weights": {}},
      f"loadParametersPath={WEIGHTS!r}", ["not an Orbax checkpoint", "_METADATA"]),
@@ -470,3 +482,38 @@ def test_an_elastic_run_reads_arrayrecord_grain_data_with_grains_global_position
     keys = dict(item.split("=", 1) for item in settings if "=" in item)
     assert (keys["grain_use_elastic_iterator"], keys["packing"], keys["grain_file_type"]) == ("true", "false",
                                                                                               "arrayrecord")
+
+
+def test_eval_steps_reach_maxtext_with_padding_on_every_multi_host_backend():
+    """evalSteps becomes MaxText's eval_steps and generate_padding_batch_eval=true (a host whose share of the eval
+    split runs out pads: maxtext input_pipeline/multihost_dataloading.py), on the Ray job's command and in the
+    JobSet's argv alike; a Pathways run (one JAX client) needs none."""
+    from workloads.jobset import spec as jobset_spec
+    from workloads.ray import spec as ray_spec
+
+    config = build({**GRAIN, "evalDatasetPath": DATA, "evalSteps": 25})
+    assert config.workload.run.eval_steps == 25
+    command = ray_spec.entrypoint(config)
+    assert command[command.index("--eval-steps") + 1] == "25"
+    argv = jobset_spec.training_argv(build({**GRAIN, "evalDatasetPath": DATA, "evalSteps": 25,
+                                            "workloadBackend": "jobset"}))
+    assert "eval_steps=25" in argv and "generate_padding_batch_eval=true" in argv
+    build({**PATHWAYS, "datasetType": "grain", "datasetPath": DATA, "evalDatasetPath": DATA})
+
+
+def test_the_eval_pass_bound_is_what_the_spot_notice_leaves_after_the_save():
+    """The largest evalSteps accepted is the pass that fits, with the save, in the pods' time after a Spot notice
+    (core/preemption.py eval_steps_within_grace); one more is refused."""
+    from core.preemption import eval_step_seconds, eval_steps_within_grace, shutdown_budget
+
+    raw = {**SPOT, "datasetType": "grain", "datasetPath": DATA, "evalDatasetPath": DATA, "evalSteps": 1}
+    config = build(raw)
+    # The checkpoint period changes neither the save's time nor the notice's.
+    budget = shutdown_budget(config.workload.plan, spot=True, sees_notice=True, checkpoint_period=1)
+    limit = eval_steps_within_grace(budget, config.workload.plan)
+    assert limit >= 1
+    assert limit * eval_step_seconds(config.workload.plan) + budget.needed_s <= budget.notice_s
+    assert build({**raw, "evalSteps": limit}).workload.run.eval_steps == limit
+    [line] = _problems({**raw, "evalSteps": limit + 1})
+    assert f"at most {limit}:" in line
+

@@ -203,7 +203,7 @@ def test_a_run_with_an_eval_split_has_its_eval_step_planned_by_the_stack_and_the
 
     raw = {**load_stack_config("dev", REPO), "datasetType": "grain",
            "datasetPath": "gs://my-data/c4/train-*.array_record",
-           "evalDatasetPath": "gs://my-data/c4/eval-*.array_record",
+           "evalDatasetPath": "gs://my-data/c4/eval-*.array_record", "evalSteps": 1,
            "perDeviceBatchSize": "8"}
     chosen = build(raw).workload.plan
     assert chosen.evaluates and chosen.min_slices == 1

@@ -24,6 +24,7 @@ import requests
 
 from core import exit_codes
 from trainer import submitter as sub
+from trainer import kuberay_watch as kw
 from trainer.submitter import JobState, LogFollower, NotFound, RayJobApi, Submitter, Unreachable
 
 SUBMITTER_FINISHED_TIMEOUT_S = 30         # rayjob_controller.go DefaultSubmitterFinishedTimeout
@@ -155,6 +156,93 @@ def test_an_outage_beyond_the_limit_gives_up_and_the_jobs_retry_resumes_watching
     code, exited_at = run_submitter(head, clock)
     assert code == exit_codes.OK and head.submissions == 1
     assert kuberay_verdict_after(head, code, exited_at) == ("Complete", "")
+
+
+# ---- "the cluster is gone" comes from KubeRay's objects, never from a refused connection -------------------
+# KubeRay v1.7.0 ray-operator/controllers/ray/common/service.go BuildHeadServiceForRayJob / BuildHeadService: the
+# head Service is headless (ClusterIP None) with PublishNotReadyAddresses true, so its name resolves to a head pod
+# that exists with nothing listening yet; "connection refused" is not a deleted cluster. An exit then fails the
+# RayJob 30 s later (SUBMITTER_FINISHED_TIMEOUT_S, rule 2 above) and deletes the cluster.
+
+class FakeKubeRay:
+    """KubeRay's objects as the submitter's watch reads them, on the fake clock: the RayJob turns `final_state`
+    at `deleted_at` (and its cluster goes); `api_down` makes every read fail (in doubt)."""
+
+    def __init__(self, clock: FakeClock, deleted_at: float | None = None, final_state: str = "Failed",
+                 api_down: bool = False):
+        self.clock, self.deleted_at, self.final_state, self.api_down = clock, deleted_at, final_state, api_down
+        self.reads: list[str] = []
+
+    def get(self, path: str):
+        self.reads.append(path)
+        if self.api_down:
+            raise kw.ReadFailed("URLError: timed out")
+        gone = self.deleted_at is not None and self.clock.t >= self.deleted_at
+        if path == kw.rayjob_path("ns", "rayjob-abc"):
+            state = self.final_state if gone else "Running"
+            return {"status": {"jobDeploymentStatus": state, "rayClusterName": "rayjob-abc-x7k2p"}}
+        if path.endswith("/rayclusters/rayjob-abc-x7k2p"):
+            return None if gone else {"metadata": {"name": "rayjob-abc-x7k2p"}}
+        raise AssertionError(path)
+
+    def watch(self) -> kw.ClusterWatch:
+        return kw.ClusterWatch(self.get, "ns", "rayjob-abc")
+
+
+def test_a_refused_head_with_its_cluster_present_is_waited_for_not_taken_for_a_deleted_cluster():
+    # The head pod is replaced mid-run: its address refuses connections for 5 minutes (less than the outage
+    # limit), the RayJob stays Running and its RayCluster exists all along.
+    clock = FakeClock()
+    head = FakeHead(clock, run_s=3600, outages=[(600.0, 900.0)])
+    kuberay = FakeKubeRay(clock)
+    code, exited_at = run_submitter(head, clock, cluster=kuberay.watch())
+    assert code == exit_codes.OK and exited_at >= head.run_s       # watched to the job's end
+    assert kuberay.reads, "the submitter never asked KubeRay's objects during the outage"
+    assert kuberay_verdict_after(head, code, exited_at) == ("Complete", "")
+
+
+@pytest.mark.parametrize("final_state", ["Failed", "Complete", "Suspending", "Retrying"])
+def test_a_cluster_kuberay_deleted_ends_the_submitter_with_exit_0_at_once(final_state):
+    # rayjob_controller.go Reconcile: Complete/Failed with shutdownAfterJobFinishes (handleShutdownAfterJobFinishes)
+    # and Suspending/Retrying call deleteClusterResources; the submitter Job is left (not deleted).
+    clock = FakeClock()
+    head = FakeHead(clock, run_s=5000, outages=[(1000.0, 1e9)])
+    kuberay = FakeKubeRay(clock, deleted_at=1000.0, final_state=final_state)
+    code, exited_at = run_submitter(head, clock, cluster=kuberay.watch())
+    assert code == exit_codes.OK and exited_at < 1000 + sub.POLL_S + 1
+
+
+def test_a_deleted_rayjob_or_raycluster_is_gone_and_a_running_one_is_present():
+    clock = FakeClock()
+    assert FakeKubeRay(clock).watch().verdict().state == kw.PRESENT
+    assert FakeKubeRay(clock, deleted_at=0.0, final_state="Running").watch().verdict() == kw.Verdict(
+        kw.GONE, "its RayCluster was deleted")
+    deleting = {kw.rayjob_path("ns", "j"): {"status": {"jobDeploymentStatus": "Running", "rayClusterName": "c"}},
+                "/apis/ray.io/v1/namespaces/ns/rayclusters/c": {"metadata": {"deletionTimestamp": "2026-12-01T00:00Z"}}}
+    assert kw.ClusterWatch(deleting.get, "ns", "j").verdict().state == kw.GONE
+    assert kw.ClusterWatch({}.get, "ns", "j").verdict() == kw.Verdict(kw.GONE, "RayJob j deleted")
+
+
+def test_without_an_answer_from_the_api_the_submitter_keeps_polling_to_its_outage_limit():
+    clock = FakeClock()
+    head = FakeHead(clock, run_s=5000, outages=[(300.0, 1e9)])
+    code, exited_at = run_submitter(head, clock, cluster=FakeKubeRay(clock, api_down=True).watch())
+    # Never exit 0 on doubt: exit 1 after the outage limit (the Job's one retry), which is longer than KubeRay's
+    # own tolerance of failing status checks (OPERATOR_STATUS_CHECK_TIMEOUT_S).
+    assert code == sub.EXIT_GAVE_UP and exited_at >= 300 + sub.OUTAGE_LIMIT_S
+    # The same without the RayJob's name (no watch): doubt, never "gone".
+    clock = FakeClock()
+    head = FakeHead(clock, run_s=5000, outages=[(300.0, 1e9)])
+    code, exited_at = run_submitter(head, clock, cluster=kw.cluster_watch({}))
+    assert code == sub.EXIT_GAVE_UP and exited_at >= 300 + sub.OUTAGE_LIMIT_S
+
+
+def test_the_watch_reads_the_pods_rayjob_from_the_environment_the_stack_gives_it():
+    watch = kw.cluster_watch({kw.RAYJOB_NAME_ENV: "rayjob-abc", kw.RAYJOB_NAMESPACE_ENV: "ns",
+                              "KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"})
+    assert isinstance(watch, kw.ClusterWatch) and (watch.namespace, watch.rayjob) == ("ns", "rayjob-abc")
+    assert watch.get.__self__.base_url == "https://10.0.0.1:443"
+    assert isinstance(kw.cluster_watch({kw.RAYJOB_NAME_ENV: "rayjob-abc"}), kw.NoWatch)
 
 
 # ---- submission: once --------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ ray-project/ray#60665) and answers status requests 503 for a while, as a restart
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import os
 import subprocess
 import sys
@@ -39,6 +41,7 @@ class FakeJobApi:
     uploads: dict[str, bytes] = field(default_factory=dict)
     unauthorised: list[str] = field(default_factory=list)
     tail_connections: int = 0
+    submitted: threading.Event = field(default_factory=threading.Event)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.submitted_at
@@ -75,6 +78,7 @@ class FakeJobApi:
         self.submissions += 1
         self.submitted_at = time.monotonic()
         self.entrypoint, self.runtime_env = body["entrypoint"], body["runtime_env"]
+        self.submitted.set()
         return web.json_response({"job_id": body["submission_id"], "submission_id": body["submission_id"]})
 
     async def job(self, request):
@@ -188,31 +192,88 @@ def test_without_the_token_the_submitter_is_refused_in_one_line(serve):
     assert [line for line in result.stderr.splitlines() if line.startswith("submitter: refused")]
 
 
-def test_a_head_deleted_under_a_running_job_ends_the_submitter_at_once(serve, tmp_path):
-    """KubeRay v1.7.0 (ray-operator/controllers/ray/rayjob_controller.go): past activeDeadlineSeconds, or after
-    its own status checks failed for 300 s, the RayJob turns Failed and `deleteClusterResources` deletes the
-    RayCluster (head pod and head Service), not the submitter Job. The submitter must see that and stop, not
-    poll the dead address for the whole outage limit (600 s) and exit 1 for the Job to run it again."""
+class FakeKubeApi(http.server.ThreadingHTTPServer):
+    """The Kubernetes API's two reads the submitter makes (trainer/kuberay_watch.py), with the pod's service
+    account token: GET of its RayJob and of the RayCluster that RayJob names. Each read of the RayJob is
+    counted and announced (`asked`), so the test acts on what the submitter did, never on elapsed time."""
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _KubeHandler)
+        self.job_state = "Running"
+        self.rayjob_reads = 0
+        self.asked = threading.Condition()
+        self.wrong_token = 0
+
+
+class _KubeHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        api = self.server
+        if self.headers.get("Authorization") != f"Bearer {SA_TOKEN}":
+            api.wrong_token += 1
+            return self._answer(401, {})
+        if self.path == f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayjobs/{RAYJOB}":
+            body = {"status": {"jobDeploymentStatus": api.job_state, "rayClusterName": f"{RAYJOB}-x7k2p"}}
+            self._answer(200, body)
+            with api.asked:
+                api.rayjob_reads += 1
+                api.asked.notify_all()
+        elif self.path == f"/apis/ray.io/v1/namespaces/{NAMESPACE}/rayclusters/{RAYJOB}-x7k2p":
+            self._answer(404 if api.job_state == "Failed" else 200, {"metadata": {}})
+        else:
+            self._answer(404, {})
+
+    def _answer(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+SA_TOKEN, NAMESPACE, RAYJOB = "service-account-token", "train", "maxtext-train-abc"
+
+
+def test_a_refused_head_is_waited_for_until_kuberays_objects_say_the_cluster_is_gone(serve, tmp_path):
+    """The head's address refusing connections (kuberay v1.7.0 common/service.go: the head Service is headless
+    with publishNotReadyAddresses, so this is a head pod with nothing listening) is not a deleted cluster: the
+    submitter asks the Kubernetes API and keeps polling while the RayJob runs. Once KubeRay has failed the RayJob
+    and deleted its RayCluster (rayjob_controller.go deleteClusterResources; not the submitter Job) it exits 0
+    at once, instead of polling the dead address for the whole outage limit and being run again."""
     api = FakeJobApi(run_s=300.0, outage=(0, 0))
     address = serve(api)
+    kube = FakeKubeApi()
+    threading.Thread(target=kube.serve_forever, daemon=True).start()
+    token_file = tmp_path / "token"
+    token_file.write_text(SA_TOKEN + "\n")
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "RAY_DASHBOARD_ADDRESS": address,
-           "RAY_JOB_SUBMISSION_ID": JOB_ID, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}
+           "RAY_JOB_SUBMISSION_ID": JOB_ID, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN,
+           "RAYJOB_NAME": RAYJOB, "RAYJOB_NAMESPACE": NAMESPACE,
+           "TRAINER_KUBE_API_URL": f"http://127.0.0.1:{kube.server_address[1]}",
+           "TRAINER_KUBE_TOKEN_FILE": str(token_file)}
     command = [sys.executable, "-m", "trainer.submitter", "--entrypoint", "python -m trainer.entrypoint",
                "--runtime-env-json", f'{{"working_dir": "{code_dir(tmp_path)}"}}', "--poll-seconds", "0.2",
-               "--head-gone-seconds", "2", "--no-logs"]        # the outage limit keeps its 600 s
+               "--no-logs"]        # the outage limit keeps its 600 s
     process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, cwd=REPO)
     try:
-        deadline = time.monotonic() + 60
-        while api.submitted_at is None or api.elapsed() < 1.0:
-            assert process.poll() is None and time.monotonic() < deadline, "the job was never submitted"
-            time.sleep(0.1)
-        serve.stop()
-        stopped = time.monotonic()
+        assert api.submitted.wait(60), "the job was never submitted"
+        serve.stop()                                   # the head refuses connections from now on
+        with kube.asked:
+            # Three reads with the head refusing and the RayJob Running: still polling, never gone.
+            assert kube.asked.wait_for(lambda: kube.rayjob_reads >= 3, timeout=60)
+            assert process.poll() is None
+            kube.job_state = "Failed"                  # KubeRay failed the RayJob and deleted its cluster
         _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
-    assert time.monotonic() - stopped < 20, stderr
+        kube.shutdown()
     assert process.returncode == 0, stderr
-    [line] = [line for line in stderr.splitlines() if "the head is gone" in line]
-    assert "KubeRay ended the RayJob" in line and len(line) <= 100, line
+    assert kube.wrong_token == 0
+    [line] = [line for line in stderr.splitlines() if "the cluster is gone" in line]
+    # A read between the two flips sees the RayJob still Running and then its RayCluster gone: either says so.
+    assert line in ("submitter: the cluster is gone: RayJob Failed",
+                    "submitter: the cluster is gone: its RayCluster was deleted"), line

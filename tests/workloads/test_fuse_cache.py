@@ -42,8 +42,9 @@ ATTACHABLE = {"v4": {"pd-balanced"}, "v5e": {"pd-balanced"}, "v5p": {"pd-balance
 
 def _with_data(stack: str, **extra) -> dict:
     raw = load_stack_config(stack, REPO)
-    raw.update({"datasetType": "grain", "datasetPath": TRAIN, "evalDatasetPath": EVAL, "runName": "c4-v1",
-                **extra})
+    # evalSteps: required with an eval split on several hosts (infra/config/data_rules.py check_data).
+    raw.update({"datasetType": "grain", "datasetPath": TRAIN, "evalDatasetPath": EVAL, "evalSteps": 1,
+                "runName": "c4-v1", **extra})
     if stack == "pathways":
         raw["pathwaysElasticSlices"] = 0
     return raw

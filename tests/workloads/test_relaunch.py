@@ -3,9 +3,11 @@
 Nothing starts it by itself: KubeRay v1.7.0 fails a RayJob still waiting after preRunningDeadlineSeconds
 (rayjob_controller.go checkPreRunningDeadlineAndUpdateStatusIfNeeded) and, with backoffLimit 0, never retries it;
 Kueue v0.19.2 deactivates a Workload after backoffLimitCount requeues (configuration_types.go); a failed JobSet
-stays failed. And a plain `pulumi up` changes nothing, since the job's spec did not change. `pulumi up --replace
-URN` (Pulumi CLI: "--replace: Specify a single resource URN to replace") deletes and creates that one object with
-the same spec; the same run name means the new job resumes from the run's last checkpoint.
+stays failed. And a plain `pulumi up` changes nothing, since the job's spec did not change. `pulumi up
+--target-replace URN` (Pulumi docs, "Targeted updates": "Shorthand for --target <URN> --replace <URN>. Restricts
+the operation to the named resource and forces its replacement") deletes and creates that one object with the same
+spec and nothing else; `--replace URN` alone would also apply every other pending change of the stack. The same run
+name means the new job resumes from the run's last checkpoint.
 """
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ def test_the_relaunch_command_replaces_exactly_the_training_job(stack):
     command = run.outputs.get("relaunchCommand")
     assert command, f"{stack}: no relaunchCommand export"
     argv = shlex.split(command)
-    assert argv[:3] == ["pulumi", "up", "--stack"] and argv[3] == stack and argv[4] == "--replace"
+    # Restricted to the job: no other pending change of the stack is applied with it.
+    assert argv[:3] == ["pulumi", "up", "--stack"] and argv[3] == stack and argv[4] == "--target-replace"
+    assert "--replace" not in argv and "--target" not in argv
     [urn] = argv[5:]
     job = run.by_urn(urn)                          # a URN the program really registers
     jobs = [r for r in run.resources if r.type in set(TRAINING_JOB.values())]

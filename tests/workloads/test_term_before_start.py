@@ -11,8 +11,11 @@ after the grace period with SIGKILL.
 from __future__ import annotations
 
 import os
+import select
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -33,6 +36,8 @@ from workloads.pathways import spec as pathways_inputs
 NEVER_S = 600
 # From SIGTERM to the process gone, with a loaded 2-core machine's slack.
 PROMPT_S = 10
+# Only a broken run takes this long to reach its slow step; a working one announces it at once.
+START_BOUND_S = 120
 
 
 def _namespaces_available() -> bool:
@@ -58,27 +63,38 @@ def _init_pid(launcher: subprocess.Popen) -> int:
     raise AssertionError("unshare forked no child")
 
 
-def run_as_pid1_and_terminate(argv: list[str], env: dict[str, str], started: Path, tmp: Path) -> int:
-    """Run `argv` as PID 1 of a new PID namespace, wait until `started` exists (the slow step is running), send
-    SIGTERM to PID 1 from outside and return its exit status (None: still running PROMPT_S later)."""
+def run_as_pid1_and_terminate(argv: list[str], env: dict[str, str], started: Path, tmp: Path) -> int | None:
+    """Run `argv` as PID 1 of a new PID namespace, wait until its slow step says it has started (a line written
+    to the FIFO `started`: an event, not a guess at how long start-up takes), send SIGTERM to PID 1 from outside
+    and return its exit status (None: still running PROMPT_S later)."""
+    os.mkfifo(started)
+    reader = os.open(started, os.O_RDONLY | os.O_NONBLOCK)
     launcher = subprocess.Popen(["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child",
                                  *argv], env=env, cwd=tmp)
     try:
         init = _init_pid(launcher)
-        deadline = time.monotonic() + 120
-        while not started.exists():
-            assert launcher.poll() is None, f"ended before its slow step: {launcher.returncode}"
-            assert time.monotonic() < deadline, "the slow step never started"
-            time.sleep(0.1)
+        message = b""
+        while not message:
+            # The bound only ends a broken run; the line ends the wait as soon as it is written.
+            ready, _, _ = select.select([reader], [], [], START_BOUND_S)
+            assert ready, "the slow step never started"
+            message = os.read(reader, 64)
+            assert message or launcher.poll() is None, f"ended before its slow step: {launcher.returncode}"
         os.kill(init, signal.SIGTERM)
         try:
             return launcher.wait(timeout=PROMPT_S)
         except subprocess.TimeoutExpired:
             return None
     finally:
+        os.close(reader)
         if launcher.poll() is None:
             launcher.kill()      # --kill-child: its namespace goes with it
             launcher.wait()
+
+
+def _announce(fifo: Path) -> str:
+    """Python: write one line to the test's FIFO (the slow step has started)."""
+    return f"with open({str(fifo)!r}, 'w') as fifo:\n    fifo.write('started\\n')\n"
 
 
 def _executable(path: Path, text: str) -> None:
@@ -101,7 +117,7 @@ def test_a_jobset_pod_terminated_during_its_install_exits_at_once(tmp_path):
     _executable(bin_dir / "python", f"""\
         #!/bin/bash
         trap 'touch {told}; exit 143' TERM
-        touch {started}
+        echo started > {started}
         sleep {NEVER_S} &
         wait
         """)
@@ -120,8 +136,7 @@ def test_the_pathways_head_terminated_while_maxtext_imports_exits_at_once(tmp_pa
     package.mkdir(parents=True)
     for directory in (package.parent.parent, package.parent, package):
         (directory / "__init__.py").write_text("")
-    (package / "train.py").write_text(
-        f"import pathlib, time\npathlib.Path({str(started)!r}).touch()\ntime.sleep({NEVER_S})\n")
+    (package / "train.py").write_text(f"import time\n{_announce(started)}time.sleep({NEVER_S})\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python3").symlink_to(sys.executable)
@@ -143,3 +158,64 @@ def test_a_failed_install_still_ends_the_pod_with_its_own_code(tmp_path):
     done = subprocess.run([*container["command"], *container.get("args", [])], env=env, cwd=tmp_path,
                           capture_output=True, timeout=60)
     assert done.returncode == exit_codes.RUNTIME_FAILURE, done.stderr
+
+
+def _python_wrapper(bin_dir: Path, name: str) -> None:
+    """`name` on PATH runs this test's interpreter by exec, so the pod's `exec python ...` still leaves Python as
+    PID 1 (a symlink would lose the virtual environment's packages)."""
+    _executable(bin_dir / name, f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+
+
+def test_a_jobset_pod_terminated_while_maxtext_imports_after_the_exec_exits_at_once(tmp_path):
+    """After the script's `exec`, trainer.jobset_run is PID 1, and JAX listens for TERM only from
+    jax.distributed.initialize on: the TERM handler must be there from the module's first statements, so a TERM
+    while MaxText and JAX import (here: MaxText's checkpointing module, which trainer.notice imports first, never
+    finishing its import) ends the pod with PREEMPTED at once, not after the grace period. Without the smoke test,
+    which runs from the code mount (its TERM is bash's trap, as for the install above)."""
+    config = build({**load_stack_config("jobset", REPO), "smokeTest": "false"})
+    jobset = jobset_inputs.jobset_objects(config, load_bundle())["jobset"]
+    container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"][2].splitlines()[-1] == 'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"'
+    started = tmp_path / "import-started"
+    common = tmp_path / "fake" / "maxtext" / "common"
+    common.mkdir(parents=True)
+    for directory in (common.parent, common):
+        (directory / "__init__.py").write_text("")
+    (common / "checkpointing.py").write_text(f"import time\n{_announce(started)}time.sleep({NEVER_S})\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _python_wrapper(bin_dir, "python")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": f"{REPO}:{tmp_path / 'fake'}"}
+    status = run_as_pid1_and_terminate([*container["command"], *container.get("args", [])], env, started, tmp_path)
+    assert status == exit_codes.PREEMPTED, f"trainer.jobset_run as PID 1 did not end on SIGTERM (status {status})"
+
+
+def test_once_jax_listens_a_term_is_its_preemption_notice_not_the_early_exit():
+    """The early handler must not take the notice from JAX: jax.distributed.initialize starts tsl's
+    SigtermNotifier (jax/_src/distributed.py `initialize_preemption_sync_manager`), which installs its own
+    handler over Python's; a TERM after that reaches JAX's sync point (the save), and the early exit never runs.
+    One real CPU JAX process: trainer.jobset_run's handler, then JAX's initialize, then a TERM to itself."""
+    pytest.importorskip("jax")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    program = textwrap.dedent(f"""\
+        import os, runpy, signal, sys
+        sys.argv = ["trainer.jobset_run"]
+        # The module as `python -m` runs it up to main(): its first statements install the early handler.
+        namespace = runpy.run_module("trainer.jobset_run", run_name="not_main_yet")
+        signal.signal(signal.SIGTERM, namespace["_leave_on_term"])
+        import jax
+        from jax.experimental import multihost_utils
+        jax.distributed.initialize("127.0.0.1:{port}", 1, 0)
+        os.kill(os.getpid(), signal.SIGTERM)
+        step = 0
+        while not multihost_utils.reached_preemption_sync_point(step):
+            step += 1
+        print(f"JAX notice at step {{step}}", flush=True)
+        """)
+    done = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "JAX notice at step" in done.stdout and "SIGTERM before training started" not in done.stderr

@@ -57,9 +57,14 @@ class JobSetBackend:
         timeout_min = PODS_READY_TIMEOUT_S // 60
         return [f"waiting for capacity: each time Kueue admits the JobSet, the slices that come up bill for up to "
                 f"{timeout_min} min until every pod is Ready (waitForPodsReady), then are released and the JobSet is "
-                f"requeued; after {REQUEUE_LIMIT} requeues (about {requeue_horizon_s() / 3600:.1f} h, at most "
-                f"{REQUEUE_LIMIT + 1} x {timeout_min} min of partial slices billed) Kueue deactivates it and nothing "
-                "bills: `relaunchCommand` starts it again (backoffLimitCount; docs/backends.md)"]
+                f"requeued; after {REQUEUE_LIMIT} requeues (about {requeue_horizon_s() / 3600:.0f} h of stock-out, at "
+                f"most {REQUEUE_LIMIT + 1} x {timeout_min} min of partial slices billed) Kueue deactivates it and "
+                "nothing bills. The count is the JobSet's whole life: a slice that takes more than "
+                f"{timeout_min} min to come back after a restart (recoveryTimeout) spends one too, and only the "
+                f"deactivation clears it, so a long Spot run stops at its {REQUEUE_LIMIT + 1}th slow recovery. "
+                "Resume (from the last checkpoint, a fresh count): `pulumi stack output kueueResumeCommand` "
+                "(sets the Workload's spec.active back to true); or `relaunchCommand` (backoffLimitCount; "
+                "docs/backends.md)"]
 
     def images(self, config: StackConfig) -> list[str]:
         return [] if config.workload.worker_environment == "image" else [config.jobset.image]

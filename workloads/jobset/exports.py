@@ -7,6 +7,19 @@ from workloads.jobset import spec as jobset_inputs
 from workloads.smoke_exports import smoke_result_command
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+# The label Kueue puts on a job's Workload: the UID of the job it admits (kueue v0.19.2
+# pkg/controller/constants/constants.go JobUIDLabel); the Workload's own name carries a hash.
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
+def kueue_resume_command(namespace: str, jobset_name: str) -> str:
+    """The one command that resumes a JobSet whose Workload Kueue deactivated (spec.active=false after
+    backoffLimitCount requeues, core/slice_wait.py): `spec.active` back to true (the Workload CRD's field,
+    kueue v0.19.2 config/components/crd/bases/kueue.x-k8s.io_workloads.yaml, default true). Kueue cleared the
+    requeue count at the deactivation, so it starts a fresh count; the JobSet resumes from its last checkpoint."""
+    uid = f"$(kubectl get jobset -n {namespace} {jobset_name} -o jsonpath='{{.metadata.uid}}')"
+    workload = f"$(kubectl get workloads.kueue.x-k8s.io -n {namespace} -o name -l {KUEUE_JOB_UID_LABEL}={uid})"
+    return f"kubectl patch -n {namespace} {workload} --type=merge -p '{{\"spec\":{{\"active\":true}}}}'"
 
 
 def jobset_exports(config: StackConfig, cluster_location: str, jobset_name: str,
@@ -27,6 +40,8 @@ def jobset_exports(config: StackConfig, cluster_location: str, jobset_name: str,
         # Kueue's view: whether each JobSet is admitted, and why not.
         "kueueWorkloadsCommand": f"kubectl get workloads.kueue.x-k8s.io -n {ns}",
         "kueueQueueCommand": f"kubectl describe clusterqueue {jobset_inputs.CLUSTER_QUEUE}",
+        # After Kueue deactivated the JobSet's Workload (its requeue limit): admit it again.
+        "kueueResumeCommand": kueue_resume_command(ns, jobset_name),
         "tensorboardLogDir": tensorboard,
         "tensorboardCommand": f"tensorboard --logdir {tensorboard}",
         **common.console_urls(config, cluster_location, logs_query),

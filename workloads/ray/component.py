@@ -38,8 +38,12 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | 
         objects["grow-slices-policy-binding"] = ray_manifests.grow_policy_binding(spec)
         objects["grow-slices-role"] = ray_manifests.grow_role(spec)
         objects["grow-slices-binding"] = ray_manifests.grow_role_binding(spec)
+    job_name = f"{config.ray.job_name}-{job_digest}"
+    # The submitter asks KubeRay's objects, not the network, whether its cluster is gone: `get` on them first.
+    objects["submitter-role"] = ray_manifests.submitter_role(spec, job_name)
+    objects["submitter-binding"] = ray_manifests.submitter_role_binding(spec)
     objects["ray-job"] = ray_manifests.ray_job(
-        name=f"{config.ray.job_name}-{job_digest}", spec=spec, cluster_spec=cluster_spec, entrypoint=job_inputs[0],
+        name=job_name, spec=spec, cluster_spec=cluster_spec, entrypoint=job_inputs[0],
         runtime_env=job_inputs[1], code_config_map_name=code_name, code_files=list(bundle.code_files))
     objects["head-service"] = ray_manifests.head_service(spec)
     if config.ray.dashboard_exposure == "internal-lb":
@@ -80,12 +84,14 @@ class RayWorkload(pulumi.ComponentResource):
                 obj = {**obj, "spec": served.spec.apply(lambda crd_spec, job=obj: _checked_spec(job, crd_spec))}
                 # A relaunch must stop the old job before the new one asks for the same TPU hosts.
                 # Its cluster's pods mount the code and claim the DCN NICs: both exist first.
-                # An elastic run's driver patches its cluster as soon as it starts: the Role is bound first.
+                # An elastic run's driver patches its cluster as soon as it starts: the Role is bound first;
+                # the submitter reads its RayJob and RayCluster: its Role too.
                 # Pods that read data claim their cache disk of the fuse-cache StorageClass: it exists first.
                 extra = dict(delete_before_replace=True,
                              depends_on=base["depends_on"] + [self.resources["trainer-code"]]
                              + [self.resources[n] for n in ("dcn-netdevs", "grow-slices-binding",
-                                                            "grow-slices-policy-binding", "fuse-cache-class")
+                                                            "grow-slices-policy-binding", "fuse-cache-class",
+                                                            "submitter-binding")
                                 if n in self.resources])
             if logical_name == "grow-slices-binding":
                 # Never a moment when the service account may patch its cluster without the policy in force.

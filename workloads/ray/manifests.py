@@ -21,8 +21,8 @@ from core.tpu_catalog import SliceShape
 from core.tpu_env import tpu_worker_env
 from workloads import fuse_cache, install_cache
 from core.pod_sizing import TpuPodSize
-from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, code_volume, labels, run_labels,
-                              tpu_node_selector, tpu_pod_resources)
+from workloads.common import (CODE_MOUNT, CONFIGMAP_VOLUME_INTERNALS, TPU_METRICS_PORT, code_mount, code_volume,
+                              labels, run_labels, tpu_node_selector, tpu_pod_resources)
 
 GCSFUSE_DRIVER = "gcsfuse.csi.storage.gke.io"
 DASHBOARD_PORT = 8265
@@ -70,6 +70,12 @@ RAY_START_ARGS = ['ulimit -n "${RAY_START_ULIMIT_OPEN_FILES:-65536}"; eval "exec
 # RayJob and deletes a healthy cluster (trainer/submitter.py says what KubeRay does with the submitter).
 SUBMITTER_MODULE = "trainer.submitter"
 SUBMITTER_CONTAINER = "ray-job-submitter"   # KubeRay's name for it (utils.SubmitterContainerName)
+# What the submitter reads (trainer/kuberay_watch.py): the variables it is given and KubeRay's label on its pod
+# template that names the RayJob (kuberay v1.7.0 utils/constant.go RayOriginatedFromCRNameLabelKey, set in
+# rayjob_controller.go getSubmitterTemplate). Literal here: workloads does not import trainer.
+RAYJOB_NAME_ENV = "RAYJOB_NAME"
+RAYJOB_NAMESPACE_ENV = "RAYJOB_NAMESPACE"
+RAYJOB_NAME_LABEL = "ray.io/originated-from-cr-name"
 
 
 def pin_ray_start(group: dict) -> dict:
@@ -278,7 +284,8 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
     directory as the job's working_dir (as `ray job submit` does), so the driver and every worker run this
     repository's trainer/ as committed; then it watches the job's status, not its log stream, until it ends.
     """
-    job_runtime_env = {**runtime_env, "working_dir": CODE_MOUNT}
+    # The mount's AtomicWriter internals are left out of the upload: one copy of the code, not three.
+    job_runtime_env = {**runtime_env, "working_dir": CODE_MOUNT, "excludes": list(CONFIGMAP_VOLUME_INTERNALS)}
     job_entrypoint = shlex.join(entrypoint)
     return {
         "apiVersion": "ray.io/v1",
@@ -318,8 +325,14 @@ def ray_job(*, name: str, spec: RaySpec, cluster_spec: dict, entrypoint: list[st
                         # RAY_AUTH_TOKEN (submitter_command).
                         "command": submitter_command(job_entrypoint, job_runtime_env),
                         "workingDir": CODE_MOUNT,
-                        # The code mount is read-only: no bytecode cache to write.
-                        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
+                        # The code mount is read-only: no bytecode cache to write. The RayJob's name and namespace
+                        # let the submitter ask KubeRay's objects whether the cluster is gone
+                        # (trainer/kuberay_watch.py): the name from the label KubeRay puts on this template.
+                        "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+                                {"name": RAYJOB_NAME_ENV, "valueFrom": {"fieldRef": {
+                                    "fieldPath": f"metadata.labels['{RAYJOB_NAME_LABEL}']"}}},
+                                {"name": RAYJOB_NAMESPACE_ENV, "valueFrom": {"fieldRef": {
+                                    "fieldPath": "metadata.namespace"}}}],
                         # KubeRay's own default submitter size.
                         "resources": {"requests": {"cpu": "500m", "memory": "200Mi"},
                                       "limits": {"cpu": "1", "memory": "1Gi"}},
@@ -409,6 +422,36 @@ def grow_role_binding(spec: RaySpec) -> dict:
         "kind": "RoleBinding",
         "metadata": {"name": grow_role_name(spec), "namespace": spec.namespace, "labels": labels()},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": grow_role_name(spec)},
+        "subjects": [{"kind": "ServiceAccount", "name": spec.service_account, "namespace": spec.namespace}],
+    }
+
+
+def submitter_role_name(spec: RaySpec) -> str:
+    return f"{spec.cluster_name}-submitter-read"
+
+
+def submitter_role(spec: RaySpec, job_name: str) -> dict:
+    """What the submitter reads to decide whether its cluster is gone (trainer/kuberay_watch.py): `get` on its
+    own RayJob (by name) and on RayClusters. Not `list` or `watch`, nothing it could change. The RayCluster's
+    name has KubeRay's random suffix (utils.GenerateRayClusterName), so that rule cannot name it; the namespace
+    holds only this stack's job clusters."""
+    group = RAYCLUSTER_API.split("/")[0]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": submitter_role_name(spec), "namespace": spec.namespace, "labels": labels()},
+        "rules": [{"apiGroups": [group], "resources": ["rayjobs"], "resourceNames": [job_name], "verbs": ["get"]},
+                  {"apiGroups": [group], "resources": ["rayclusters"], "verbs": ["get"]}],
+    }
+
+
+def submitter_role_binding(spec: RaySpec) -> dict:
+    """The Role, for the service account the submitter pod runs as (the job's)."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": submitter_role_name(spec), "namespace": spec.namespace, "labels": labels()},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": submitter_role_name(spec)},
         "subjects": [{"kind": "ServiceAccount", "name": spec.service_account, "namespace": spec.namespace}],
     }
 

@@ -65,6 +65,7 @@ def ray_spec(config: StackConfig, worker_image: str | None = None) -> RaySpec:
 # trainer/cli.py flags of what the run reads (core.maxtext_args.RunSettings fields of common.run_inputs).
 _RUN_INPUT_FLAGS = (("dataset_type", "--dataset-type"), ("dataset_path", "--dataset-path"),
                     ("eval_dataset_path", "--eval-dataset-path"), ("eval_interval", "--eval-interval"),
+                    ("eval_steps", "--eval-steps"),
                     ("load_parameters_path", "--load-parameters-path"))
 
 
