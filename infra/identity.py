@@ -9,7 +9,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from infra import naming
-from infra.component import child_options, component_type
+from infra.component import child_options, component_type, deleted_with_cluster
 from infra.config import StackConfig
 from infra.config.key_checks import split_gs_path
 
@@ -148,6 +148,22 @@ class NodeServiceAccount(pulumi.ComponentResource):
         self.register_outputs({"email": self.email})
 
 
+def goodput_reader_role(parent: pulumi.Resource, project: str, cluster_name: str,
+                        node_account_unique_id: pulumi.Input[str],
+                        services: list[pulumi.Resource] | None
+                        ) -> tuple[gcp.projects.IAMCustomRole, pulumi.Output[str]]:
+    """The custom role of GOODPUT_LOG_PERMISSIONS, its id new for every creation of the node account, and its
+    name projects/PROJECT/roles/ID, what a binding names it by."""
+    role_id = pulumi.Output.from_input(node_account_unique_id).apply(
+        lambda unique_id: goodput_role_id(cluster_name, unique_id))
+    # The role and the project grants need iam.googleapis.com / cloudresourcemanager: after the stack's APIs.
+    role = gcp.projects.IAMCustomRole(
+        "goodput-log-reader", project=project, role_id=role_id, title="tpu-multislice goodput log reader",
+        description=f"Reads the goodput log entries of the training runs on {cluster_name}",
+        permissions=list(GOODPUT_LOG_PERMISSIONS), opts=child_options(parent, depends_on=list(services or [])))
+    return role, pulumi.Output.concat("projects/", project, "/roles/", role_id)
+
+
 class WorkloadIdentity(pulumi.ComponentResource):
     """Namespace + Kubernetes service account of the training pods, allowed to use the checkpoint bucket.
 
@@ -159,13 +175,16 @@ class WorkloadIdentity(pulumi.ComponentResource):
     def __init__(self, name: str, config: StackConfig, project_number: str, bucket: gcp.storage.Bucket,
                  cluster: pulumi.Resource, k8s_provider: k8s.Provider, node_service_account: pulumi.Input[str],
                  node_account_unique_id: pulumi.Input[str], services: list[pulumi.Resource] | None = None,
-                 read_granted: tuple[str, ...] | None = None, opts: pulumi.ResourceOptions | None = None):
+                 read_granted: tuple[str, ...] | None = None, opts: pulumi.ResourceOptions | None = None,
+                 shared_reader_role: pulumi.Input[str] | None = None):
+        """shared_reader_role: a run on a shared cluster binds to the cluster stack's goodput log role
+        (SharedGoodputRole) instead of creating one."""
         super().__init__(component_type("infra", "WorkloadIdentity"), name, None, opts)
         ns, ksa, project = config.kubernetes.namespace, config.kubernetes.service_account, config.gcp.project
 
         # Kubernetes objects go away with the cluster: deleting them one by one first would only make
         # `pulumi destroy` wait on an API server that is being torn down.
-        k8s_options = child_options(self, provider=k8s_provider, deleted_with=cluster)
+        k8s_options = child_options(self, provider=k8s_provider, deleted_with=deleted_with_cluster(cluster))
         self.namespace = k8s.core.v1.Namespace(
             "namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=ns, labels={"app": "tpu-multislice"}),
             opts=k8s_options)
@@ -176,16 +195,14 @@ class WorkloadIdentity(pulumi.ComponentResource):
                                         opts=child_options(self, depends_on=[cluster]))
             for logical_name, role in BUCKET_ROLES
         ]
-        role_id = pulumi.Output.from_input(node_account_unique_id).apply(
-            lambda unique_id: goodput_role_id(config.cluster.name, unique_id))
-        # The role and the project grants need iam.googleapis.com / cloudresourcemanager: after the stack's APIs.
-        self.goodput_reader_role = gcp.projects.IAMCustomRole(
-            "goodput-log-reader", project=project, role_id=role_id, title="tpu-multislice goodput log reader",
-            description=f"Reads the goodput log entries of the training runs on {config.cluster.name}",
-            permissions=list(GOODPUT_LOG_PERMISSIONS), opts=child_options(self, depends_on=list(services or [])))
-        reader = pulumi.Output.concat("projects/", project, "/roles/", role_id)
+        if shared_reader_role is None:
+            self.goodput_reader_role, reader = goodput_reader_role(self, project, config.cluster.name,
+                                                                   node_account_unique_id, services)
+            reader_needs: list[pulumi.Resource] = [self.goodput_reader_role]
+        else:
+            self.goodput_reader_role, reader, reader_needs = None, shared_reader_role, []
         telemetry = [(f"goodput-{role.split('/')[-1]}", role, []) for role in TELEMETRY_ROLES]
-        telemetry.append(("goodput-log-reader", reader, [self.goodput_reader_role]))
+        telemetry.append(("goodput-log-reader", reader, reader_needs))
         self.telemetry_bindings = [
             gcp.projects.IAMMember(logical_name, project=project, role=role, member=self.principal,
                                    opts=child_options(self, depends_on=[cluster, *needs]))
@@ -218,7 +235,7 @@ class WorkloadIdentity(pulumi.ComponentResource):
         self.service_account = k8s.core.v1.ServiceAccount(
             "trainer", metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=ksa, namespace=self.namespace.metadata.name, labels={"app": "tpu-multislice"}),
-            opts=child_options(self, provider=k8s_provider, deleted_with=cluster,
+            opts=child_options(self, provider=k8s_provider, deleted_with=deleted_with_cluster(cluster),
                                depends_on=[*self.bucket_bindings, *self.telemetry_bindings,
                                            *self.read_bindings]))
         self.namespace_name = self.namespace.metadata.name
