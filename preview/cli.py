@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     raw: dict[str, Any] = {}
     try:
         raw = apply_overrides(load_stack_config(args.stack, args.root), args.overrides)
-        config = build(raw)
+        config = build(raw, stack=args.stack)
     except (StackFileError, OverrideError, ConfigError) as error:
         if args.json:
             option = ("--set", args.overrides) if isinstance(error, OverrideError) else ("--stack", args.stack)

@@ -329,7 +329,7 @@ def data_storage_classes(config: StackConfig, on_tpu: bool = True) -> dict[str, 
     if not data_buckets(config):
         return {}
     kind = fuse_cache.disk_type(config, on_tpu)
-    return {"fuse-cache-class": fuse_cache.storage_class(kind, labels())}
+    return {"fuse-cache-class": fuse_cache.storage_class(kind, labels(), config.stack.run)}
 
 
 def add_pod_annotations(pod_template: dict, annotations: dict[str, str]) -> None:

@@ -18,7 +18,7 @@ import re
 
 from core.tpu_catalog import CATALOG, TPU_RESOURCE
 from workloads.common import labels
-from workloads.jobset.manifests import KUEUE_API, workload_priority_class
+from workloads.jobset.manifests import KUEUE_API, TRAINING_PRIORITY, workload_priority_class
 
 CLUSTER_QUEUE = "tpu-runs"
 LOCAL_QUEUE = "tpu-run"
@@ -74,9 +74,6 @@ def cluster_queue(tpu_quota: int, system_pool_machine: str, system_nodes: int) -
 
 def cluster_objects(tpu_quota: int, system_pool_machine: str, system_nodes: int) -> dict[str, dict]:
     """What the cluster stack registers for every run to queue in (logical name → manifest)."""
-    # The JobSet backend's priority class, which every run's JobSet names (imported here: jobset.spec imports us).
-    from workloads.jobset.spec import TRAINING_PRIORITY
-
     return {
         "run-flavor": {"apiVersion": KUEUE_API, "kind": "ResourceFlavor",
                        "metadata": {"name": FLAVOR, "labels": labels()}, "spec": {}},
@@ -100,3 +97,20 @@ def queued_ray_job(ray_job: dict) -> dict:
     `spec.suspend`). Suspended from the start, so Pulumi's inputs and the webhook's defaulting agree."""
     metadata = {**ray_job["metadata"], "labels": {**ray_job["metadata"].get("labels", {}), QUEUE_LABEL: LOCAL_QUEUE}}
     return {**ray_job, "metadata": metadata, "spec": {**ray_job["spec"], "suspend": True}}
+
+
+def cost_notes(config) -> list[str]:
+    """What the plan says of the shared queue: which queue a run joins and what waiting in it costs; what a
+    cluster stack bills with no run on it."""
+    stack = config.stack
+    if stack.run:
+        return [f"queue: joins LocalQueue {config.kubernetes.namespace}/{LOCAL_QUEUE} -> ClusterQueue "
+                f"{CLUSTER_QUEUE} of {stack.cluster_stack}; Kueue admits all {config.tpu.total_chips} chips at "
+                "once when they fit the cluster's clusterTpuQuota beside the runs admitted before, else the run "
+                "waits whole: while it waits nothing of it runs (its pools stay at 0 nodes, 0 USD/h); the "
+                "cluster's system pool and GKE fee bill in the cluster stack"]
+    if not stack.has_run:
+        return [f"shared cluster: no TPU of its own; its runs' stacks create and bill their slices, at most "
+                f"{stack.tpu_quota} chips at once (clusterTpuQuota); the system pool and GKE fee bill while it "
+                "exists, with or without runs"]
+    return []

@@ -60,6 +60,7 @@ def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None) -> S
     maxtext_settings = data_rules.accepted_maxtext_settings(v, problems)
     workload_plan = rules.plan_workload(v, raw, shape, problems, maxtext_settings)
     workload_plan = rules.check_xla_verdicts(v, workload_plan, problems, compiled)
+    stack_role.check_run_plan(role, v, workload_plan, problems)
     tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
     data_rules.check_data(v, raw, workload_plan, maxtext_settings, problems)
     if problems:
@@ -91,7 +92,8 @@ def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None) -> S
             run=data_rules.training_run(v, maxtext_settings, rules.checkpoint_period(v)),
             memory_check=v["memoryCheck"] is not False, compile_check=v["compileCheck"]),
         backend=_backend_settings(v, raw, shape.chips),
-        worker_image=_worker_image_settings(v, role.run or v["clusterName"]),
+        # A shared cluster runs nothing, so builds no image; its runs build theirs.
+        worker_image=_worker_image_settings(v, role.run or v["clusterName"]) if role.has_run else None,
         stack=role,
     )
 

@@ -136,7 +136,7 @@ def _cluster_role(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]
         if key in DCN_KEYS:
             _refuse(key, raw[key], "unset it: runs on a shared cluster do not use DCN VPCs yet (a single stack "
                     "does)", problems)
-        elif key in KEYS_BY_NAME and key not in CLUSTER_KEYS:
+        elif key in KEYS_BY_NAME and key not in CLUSTER_KEYS and key != "clusterStack":
             _refuse(key, raw[key], "unset it: a cluster stack runs nothing; set it on a run stack "
                     "(clusterStack=ORG/PROJECT/THIS-STACK)", problems)
     if v["clusterMode"] == "autopilot":
@@ -148,3 +148,16 @@ def _cluster_role(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]
                                 "all runs may hold at once (your project's TPU quota in the zone)",
                                 "clusterTpuQuota", None, "a whole number of chips, at least 1"))
     return StackRole(Role.CLUSTER, tpu_quota=quota, run_stacks=tuple(v["runStacks"] or ()))
+
+
+def check_run_plan(role: StackRole, v: dict[str, Any], plan: Any, problems: list[str]) -> None:
+    """A Ray run on a shared cluster starts on all of its slices: Kueue admits the RayJob at the size its
+    RayCluster asks for when it starts, and an elastic run grows later by patching that RayCluster
+    (trainer/grow.py), which Kueue would not have admitted (Kueue v0.19.2 admits an elastic RayCluster only
+    through ElasticJobsViaWorkloadSlices and its scheduling gate, pkg/controller/jobs/raycluster
+    raycluster_webhook.go validateElasticJob, which this project does not use)."""
+    if role.role is not Role.RUN or plan is None or not plan.elastic or v["workloadBackend"] != "rayjob":
+        return
+    value = v["elasticMinSlices"]
+    _refuse("elasticMinSlices", value if value is not None else f"(unset: {plan.min_slices} on spot)",
+            f"{v['slices']} (all slices) on a run stack: Kueue admits a run whole, it cannot grow later", problems)

@@ -11,10 +11,10 @@ from infra.config import StackConfig
 from workloads import common, install_cache, shared_queue
 from workloads.bundle import TrainerBundle, short_digest
 from workloads.jobset import manifests as jm
+from workloads.jobset.manifests import TRAINING_PRIORITY
 
 LOCAL_QUEUE = "tpu-training"
 CLUSTER_QUEUE = "tpu-slices"
-TRAINING_PRIORITY = ("tpu-training", 100, "Multislice MaxText training (JobSet backend).")
 BASE_CONFIG_PLACEHOLDER = "$BASE_CONFIG"
 
 
