@@ -24,6 +24,8 @@ CLUSTER_QUEUE = "tpu-runs"
 LOCAL_QUEUE = "tpu-run"
 FLAVOR = "tpu-hosts"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# The labels infra/identity.py gives the training namespace.
+RUN_NAMESPACE_LABELS = {"app": "tpu-multislice"}
 # GiB per vCPU of Compute Engine's predefined CPU types (https://cloud.google.com/compute/docs/general-purpose-
 # machines): standard 4, highmem 8, highcpu 1 (E2, N2, N2D, C3 alike; the system pool is one of these).
 _GIB_PER_VCPU = {"standard": 4, "highmem": 8, "highcpu": 1}
@@ -57,8 +59,8 @@ def cluster_queue(tpu_quota: int, system_pool_machine: str, system_nodes: int) -
         "kind": "ClusterQueue",
         "metadata": {"name": CLUSTER_QUEUE, "labels": labels()},
         "spec": {
-            # Every run's namespace carries the app label (infra/identity.py WorkloadIdentity).
-            "namespaceSelector": {"matchLabels": dict(labels())},
+            # The label every run's namespace carries (infra/identity.py WorkloadIdentity): only runs may queue.
+            "namespaceSelector": {"matchLabels": dict(RUN_NAMESPACE_LABELS)},
             # First come, first admitted; a run that does not fit does not block a smaller one behind it.
             "queueingStrategy": "BestEffortFIFO",
             # A running run is never evicted for a later one.
