@@ -158,6 +158,8 @@ GCS_OBJECTS: dict[str, dict[str, str]] | None = None
 # (a cluster that is gone: no entry, which a real StackReference answers with an error).
 STACK_REFERENCE_TOKEN = "pulumi:pulumi:StackReference"
 STACK_OUTPUTS: dict[str, tuple[dict[str, Any], set[str]]] = {}
+# The cluster stacks' own program runs behind STACK_OUTPUTS, where the harness made them.
+CLUSTER_RUNS: dict[str, "ProgramRun"] = {}
 
 
 class MissingStack(AssertionError):
@@ -188,6 +190,7 @@ def play_cluster_stack(raw_config: dict[str, Any], program: Path) -> None:
         return          # no such stack here: the run's reference fails like a real one (unknown stack)
     run = run_program(cluster_raw, stack=cluster, program=program)
     STACK_OUTPUTS[reference] = (run.outputs, run.secret_outputs)
+    CLUSTER_RUNS[reference] = run
 
 
 class _WithoutOfflineStorage(logging.Filter):
@@ -418,6 +421,8 @@ class ProgramRun:
     resources: list[Registration]
     outputs: dict[str, Any]
     secret_outputs: set[str] = field(default_factory=set)
+    # The stacks a run stack's StackReference read, as their programs ran under mocks (fully qualified name).
+    referenced: dict[str, "ProgramRun"] = field(default_factory=dict)
 
     def of_type(self, token: str) -> list[Registration]:
         return [r for r in self.resources if r.type == token]
@@ -464,8 +469,11 @@ def run_program(raw_config: dict[str, Any], stack: str = "test",
         data_lookups.storage_get = play_objects_list
         compile_check.for_program = compile_step
         loop.run_until_complete(run_in_stack(lambda: runpy.run_path(str(program), run_name="__main__")))
+        reference = raw_config.get("clusterStack")
         return ProgramRun(resources=monitor.registrations, outputs=monitor.stack_outputs,
-                          secret_outputs=monitor.secret_stack_outputs)
+                          secret_outputs=monitor.secret_stack_outputs,
+                          referenced={reference: CLUSTER_RUNS[reference]}
+                          if isinstance(reference, str) and reference in CLUSTER_RUNS else {})
     finally:
         data_lookups.storage_get = real_storage_get
         compile_check.for_program = compile_check.compile_step

@@ -421,8 +421,12 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
     pools = tpu_pools(run.resources)
     plain_objects = [k8s_manifests.object_from_inputs(unwrap_secrets(r.inputs), r.name)
                      for r in run.resources if k8s_manifests.is_kubernetes_type(r.type)]
+    # A run stack's objects may name what its cluster stack creates (the shared queue, the priority class).
+    provided = [k8s_manifests.object_from_inputs(unwrap_secrets(r.inputs), r.name)
+                for referenced in run.referenced.values() for r in referenced.resources
+                if k8s_manifests.is_kubernetes_type(r.type)]
     validation = validate_objects(plain_objects, schemas_dir, kubernetes_version=cluster_version(run, config),
-                                  tpu_pools=None if config.cluster.autopilot else pools)
+                                  tpu_pools=None if config.cluster.autopilot else pools, provided=provided)
     graph = DependencyGraph.from_registrations(run.resources)
     exports = {key: SECRET if key in run.secret_outputs else k8s_manifests.integral_floats_to_ints(mask_secrets(value))
                for key, value in sorted(run.outputs.items())}

@@ -187,3 +187,17 @@ def test_run_stacks_queue_in_the_clusters_queue():
         assert local["spec"]["clusterQueue"] == committed_stack_run(CLUSTER).outputs["clusterQueue"]
     labels = jobset.one("kubernetes:jobset.x-k8s.io/v1alpha2:JobSet").inputs["metadata"]["labels"]
     assert labels["kueue.x-k8s.io/queue-name"] == "tpu-run"
+
+
+@pytest.mark.parametrize("stack", RUNS)
+def test_the_offline_plan_of_a_run_validates_against_its_cluster_stacks_objects(stack):
+    """Every object of the run against the pinned CRDs and the cross-object rules, where the LocalQueue's
+    ClusterQueue and the JobSet's priority class are the cluster stack's (played from its own program)."""
+    from preview.k8s.validation import default_schemas_dir
+    from preview.model import build_plan
+
+    run = committed_stack_run(stack)
+    assert set(run.referenced) == {REFERENCE}
+    plan = build_plan(run, build(load_stack_config(stack, REPO), stack=stack), stack, default_schemas_dir())
+    assert [str(e) for e in plan.validation.errors] == []
+    assert plan.cost.gke_fee_usd_per_hour == 0.0 and any(n.startswith("queue: joins LocalQueue") for n in plan.cost.notes)
