@@ -149,14 +149,9 @@ def render_cost(cost: CostSummary, out: TextIO) -> None:
         out.write("\n".join(fit_line(f"    note: {note}")) + "\n")
 
 
-def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
-    custom = [r for r in plan.resources if r.custom]
-    out.write(f"Offline plan of stack {plan.stack!r} (program run under Pulumi mocks: nothing was created)\n\n")
-    out.write(f"Resources: {len(custom)} to create, in {len(plan.resources) - len(custom)} components\n")
-    render_tree(plan.resources, out)
-
+def _render_tpu(plan: Plan, out: TextIO) -> None:
+    """The slices, their price and the TPU quota they need."""
     tpu = plan.tpu
-    out.write("\nSummary\n")
     out.write(f"  TPU: {tpu.slices} slice(s) of {tpu.generation} {tpu.topology} on {tpu.machine_type} "
               f"(from {tpu.source}); capacity {tpu.capacity}\n")
     out.write(f"  hosts {tpu.hosts}, chips {tpu.chips}, HBM {tpu.hbm_gib} GiB, "
@@ -179,6 +174,19 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
             out.write("    (quota ids assumed; docs/deploying.md#tpu-quota lists them with gcloud)\n")
         else:
             out.write(f"    {need.request()}\n")
+
+
+def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
+    custom = [r for r in plan.resources if r.custom]
+    out.write(f"Offline plan of stack {plan.stack!r} (program run under Pulumi mocks: nothing was created)\n\n")
+    out.write(f"Resources: {len(custom)} to create, in {len(plan.resources) - len(custom)} components\n")
+    render_tree(plan.resources, out)
+
+    out.write("\nSummary\n")
+    if plan.shared_cluster:
+        out.write("  TPU: none of its own (a shared cluster: each run stack creates and bills its slices)\n")
+    else:
+        _render_tpu(plan, out)
     render_cost(plan.cost, out)
     if plan.planner:
         out.write("\nPlanner (the run's plan is the plan export):\n")

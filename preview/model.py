@@ -353,6 +353,8 @@ class Plan:
     preemption: dict[str, Any] = field(default_factory=dict)
     # The planner's notes on the run (core/planner.py Plan.notes): largest batch, expected step, memory warnings.
     planner: list[str] = field(default_factory=list)
+    # A shared cluster (stackRole=cluster): no TPU and no run of its own; its runs' stacks have them.
+    shared_cluster: bool = False
     planner_fields: dict[str, Any] = field(default_factory=dict)   # the same as numbers (planner_fields below)
     compile: dict[str, Any] | None = None   # `--compile`: preview/compile/ CompileResult.as_dict()
     # From a cold node to the first step, per host, from benchmarks/startup_bench.py's figures (preview/startup.py).
@@ -438,7 +440,8 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
         deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
         dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config),
         recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology),
-        preemption=_preemption(config), planner=list(config.workload.plan.notes),
+        preemption=_preemption(config), planner=list(config.workload.plan.notes) if config.stack.has_run else [],
+        shared_cluster=not config.stack.has_run,
         planner_fields=planner_fields(config.workload.plan), startup=budget_lines(config))
 
 
