@@ -217,8 +217,10 @@ class WorkloadIdentity(pulumi.ComponentResource):
                                             member=node_member, opts=child_options(self))
                 for logical_name, role in BUCKET_ROLES
             ]
-            # ... and the goodput roles, granted explicitly rather than assumed to be inside the node role.
-            self.telemetry_bindings += [
+            # ... and the goodput roles, granted explicitly rather than assumed to be inside the node role. On a
+            # shared cluster the node account is every run's: the cluster stack grants them once
+            # (workloads/stack_programs.py), never a run, whose destroy would take them from the others.
+            self.telemetry_bindings += [] if shared_reader_role is not None else [
                 gcp.projects.IAMMember(f"{logical_name}-nodes", project=project, role=role, member=node_member,
                                        opts=child_options(self, depends_on=needs))
                 for logical_name, role, needs in telemetry
@@ -270,9 +272,21 @@ def read_only_bindings(parent: pulumi.Resource, config: StackConfig, principal: 
     training identity (and the node account where the pods run on the host network, as for the checkpoint bucket).
     Logical names carry the bucket: another bucket is another binding, and the same bucket keeps its binding."""
     members = [("", principal, [cluster])]
-    if config.pods_use_host_network:
+    # On a shared cluster the node account is every run's: a run grants it nothing (shared_node_reads).
+    if config.pods_use_host_network and not config.stack.run:
         members.append(("-nodes", pulumi.Output.concat("serviceAccount:", node_service_account), []))
     return [gcp.storage.BucketIAMMember(f"read-{bucket}{suffix}", bucket=bucket, role=READ_ROLE, member=member,
                                         opts=child_options(parent, depends_on=needs))
             for bucket in read_buckets(config) if granted is None or bucket in granted
             for suffix, member, needs in members]
+
+
+def shared_node_reads(config: StackConfig) -> list[str]:
+    """A run on a shared cluster whose pods run on the host network reads its data as the cluster's node account,
+    which every run shares: the grant is the cluster owner's to make once (a run that made it would take it from
+    the others on destroy). The commands that make it."""
+    if not (config.stack.run and config.pods_use_host_network):
+        return []
+    account = f"{config.names.node_service_account}@{config.gcp.project}.iam.gserviceaccount.com"
+    return [f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
+            f"--member=serviceAccount:{account} --role={READ_ROLE}" for bucket in read_buckets(config)]

@@ -10,6 +10,7 @@ it does not own), and never touches the cluster or another run. The single stack
 from __future__ import annotations
 
 import pulumi
+import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from infra.bucket_access import look_up as look_up_read_access
@@ -18,7 +19,8 @@ from infra.cluster_ref import ClusterRef
 from infra.config import ConfigError, StackConfig
 from infra.data_lookups import gcp_lookups
 from infra.data_lookups import look_up as look_up_run
-from infra.identity import NodeServiceAccount, WorkloadIdentity, goodput_reader_role
+from infra.identity import (TELEMETRY_ROLES, NodeServiceAccount, WorkloadIdentity, goodput_reader_role,
+                            shared_node_reads)
 from infra.monitoring import TrainingDashboard, dashboard_inputs
 from infra.network import ClusterNetwork
 from infra.preflight import Preflight
@@ -59,8 +61,15 @@ def cluster_stack(config: StackConfig, preflight: Preflight) -> None:
         register(logical_name, obj, pulumi.ResourceOptions(provider=k8s_provider, deleted_with=cluster.cluster,
                                                            depends_on=controllers.ready))
     # One goodput log role for every run (its id from the node account's creation, as a single stack's).
-    _, reader_role = goodput_reader_role(None, config.gcp.project, config.cluster.name, node_account.unique_id,
-                                         services.ready)
+    reader, reader_role = goodput_reader_role(None, config.gcp.project, config.cluster.name,
+                                              node_account.unique_id, services.ready)
+    # Runs whose pods use the host network (JobSet) report goodput as the node account: granted here, once for
+    # every run, as a single stack grants it (infra/identity.py WorkloadIdentity).
+    node_member = pulumi.Output.concat("serviceAccount:", node_account.email)
+    for role, needs in [*((role, []) for role in TELEMETRY_ROLES), (reader_role, [reader])]:
+        name = "goodput-log-reader" if needs else f"goodput-{role.split('/')[-1]}"
+        gcp.projects.IAMMember(f"{name}-nodes", project=config.gcp.project, role=role, member=node_member,
+                               opts=pulumi.ResourceOptions(depends_on=[cluster.cluster, *needs]))
 
     pulumi.export("clusterName", cluster.name)
     pulumi.export("location", cluster.location)
@@ -94,6 +103,8 @@ def run_stack(config: StackConfig, preflight: Preflight) -> None:
         pulumi.log.warn(line)
     for note in config.workload.plan.notes:
         (pulumi.log.warn if note.startswith("memory") else pulumi.log.info)(f"plan: {note}")
+    for command in shared_node_reads(config):
+        pulumi.log.warn(f"the pods read data as the cluster's node account; its owner grants it once:\n  {command}")
 
     cluster = ClusterRef(config)
     # Enabling an API twice is harmless, and neither stack disables them on destroy (infra/services.py).

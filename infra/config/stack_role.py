@@ -60,9 +60,9 @@ def with_run_names(raw: Mapping[str, Any], stack: str | None) -> dict[str, Any]:
 
 def run_names(stack: str, raw: Mapping[str, Any]) -> dict[str, str]:
     """The names a run takes from its stack name: its namespace (every namespaced object of the run is in it),
-    its bucket (PROJECT-STACK-ckpt, shortened with a hash like a single stack's), and on Ray the label of its
+    its run name unless set (MaxText's goodput job name: two runs' series in one project never mix), its bucket (PROJECT-STACK-ckpt, shortened with a hash like a single stack's), and on Ray the label of its
     job cluster (which names its cluster-scoped admission policy, workloads/ray/manifests.py grow_policy)."""
-    names = {"namespace": stack}
+    names = {"namespace": stack, "runName": stack}
     project = raw.get("project")
     if isinstance(project, str) and naming.PROJECT_ID.match(project):
         names["bucketName"] = naming.fit(f"{project}-{stack}", naming.BUCKET_MAX - len("-ckpt")) + "-ckpt"
