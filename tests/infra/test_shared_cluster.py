@@ -86,8 +86,12 @@ def test_destroying_a_run_deletes_its_objects_and_nothing_of_the_cluster(stack):
 
 def test_a_run_stops_before_its_cluster_side_resources_when_its_config_contradicts_the_cluster():
     raw = {**load_stack_config("team-8b", REPO), "clusterName": "another-cluster"}
+    monitor = harness.RecordingMonitor(harness.GcpMocks())
     with pytest.raises(Exception, match="clusterName='another-cluster' is not valid; allowed: 'tpu-multislice-team'"):
-        run_program(raw, stack="team-8b")
+        run_program(raw, stack="team-8b", monitor=monitor)
+    # No slice pool, Kubernetes provider or object was registered: all of them wait on the checked name.
+    assert not [r.name for r in monitor.registrations if r.type == "gcp:container/nodePool:NodePool"
+                or r.type.startswith("kubernetes:") or r.type == "pulumi:providers:kubernetes"]
 
 
 def test_a_run_whose_cluster_stack_is_gone_fails_at_the_reference():
