@@ -86,6 +86,10 @@ def check_role(v: dict[str, Any], raw: Mapping[str, Any], stack: str | None, pro
                                 "clusterStack", raw["clusterStack"], "unset with stackRole=" + role.value))
     if role is Role.CLUSTER:
         return _cluster_role(v, raw, problems)
+    # With stackRole written out, rules.check_applies has refused them already.
+    for key in ("clusterTpuQuota", "runStacks") if v["stackRole"] is None else ():
+        if key in raw and raw[key] not in ((), [], "[]"):
+            _refuse(key, raw[key], "unset it: only a cluster stack (stackRole=cluster) has it", problems)
     return SINGLE
 
 

@@ -170,6 +170,12 @@ def test_a_cluster_stack_refuses_what_only_a_run_reads(raw, refused):
         build({**load_stack_config(CLUSTER, REPO), **raw}, stack=CLUSTER)
 
 
+@pytest.mark.parametrize("key, value", [("clusterTpuQuota", "16"), ("runStacks", ["org/tpu-multislice/x"])])
+def test_a_single_stack_refuses_the_cluster_stacks_keys(key, value):
+    with pytest.raises(ConfigError, match=f"{key}=.* unset it: only a cluster stack"):
+        build({**load_stack_config("dev", REPO), key: value}, stack="dev")
+
+
 def test_a_cluster_stack_without_a_quota_is_refused():
     raw = {k: v for k, v in load_stack_config(CLUSTER, REPO).items() if k != "clusterTpuQuota"}
     with pytest.raises(ConfigError, match="stackRole=cluster needs tpu-multislice:clusterTpuQuota"):
