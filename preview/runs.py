@@ -7,8 +7,9 @@ that follow, stop or relaunch it. It reads the stacks' outputs and the cluster's
 - recorded (`--recorded DIR`, and what the tests read): DIR/<stack>.outputs.json as `pulumi stack output --json
   --stack <stack>` prints it, for the cluster stack and each run (a cluster stack without its file is gone), and
   DIR/objects.json as `kubectl get rayjobs.ray.io,jobsets.jobset.x-k8s.io,workloads.kueue.x-k8s.io -A -o json`
-  prints it;
-- live (`--live`): the same two commands run here (the Pulumi CLI logged in to the stacks' backend, kubectl on
+  prints it, and DIR/<stack>.checkpoints.txt, when recorded, as `gcloud storage ls RUN/checkpoints/` prints it
+  (RUN: the run directory the `run` export names), which gives the step a training run has at least reached;
+- live (`--live`): the same commands run here (the Pulumi CLI logged in to the stacks' backend, kubectl on
   the cluster's credentials: the cluster stack's getCredentialsCommand).
 
 States come from Kueue's Workload of the run's job (kueue.x-k8s.io/v1beta2 Workload conditions QuotaReserved,
@@ -120,8 +121,22 @@ def tpu_usd_per_hour(outputs: Mapping[str, Any]) -> float | None:
         return None
 
 
+def run_directory(outputs: Mapping[str, Any]) -> str | None:
+    """gs://BUCKET/maxtext/RUN, from the `run` export's first line ("name RUN: gs://..."), where MaxText writes
+    checkpoints/STEP/ (core/maxtext_args.py base_output_directory + run_name)."""
+    first = str(outputs.get("run") or "").split("\n", 1)[0]
+    return first.split(": ", 1)[1].strip() if first.startswith("name ") and ": gs://" in first else None
+
+
+def last_checkpoint(listing: str | None) -> int | None:
+    """The highest STEP of a `gcloud storage ls RUN/checkpoints/` listing (one gs://.../checkpoints/STEP/ a line)."""
+    steps = [int(part) for line in (listing or "").splitlines()
+             if (part := line.rstrip("/").rsplit("/", 1)[-1]).isdigit()]
+    return max(steps) if steps else None
+
+
 def row(stack: str, outputs: Mapping[str, Any] | None, cluster_up: bool, objects: list[dict],
-        now: datetime) -> RunRow:
+        now: datetime, checkpoints: Callable[[str, str], str | None] = lambda stack, directory: None) -> RunRow:
     if outputs is None:
         return RunRow(stack, "?", "?", "no outputs: not deployed, or destroyed", "", None, "", "", "")
     commands = dict(follow=str(outputs.get("watchCommand") or outputs.get("logsFollowCommand") or ""),
@@ -134,6 +149,9 @@ def row(stack: str, outputs: Mapping[str, Any] | None, cluster_up: bool, objects
         return RunRow(**base, state=f"cluster gone ({outputs.get('clusterStack')} has no outputs)", since="",
                       cost_usd=None, **commands)
     state, since, admitted_at, ended_at = run_state(outputs, objects)
+    directory = run_directory(outputs)
+    if state == "training" and directory and (step := last_checkpoint(checkpoints(stack, directory))) is not None:
+        state = f"training at step {step} or later (its last checkpoint)"
     hourly = tpu_usd_per_hour(outputs)
     cost = 0.0 if admitted_at is None else (
         None if hourly is None else hourly * ((ended_at or now) - admitted_at).total_seconds() / 3600)
@@ -142,10 +160,12 @@ def row(stack: str, outputs: Mapping[str, Any] | None, cluster_up: bool, objects
 
 
 def list_runs(cluster_stack: str, stacks: list[str], read_outputs: Callable[[str], dict | None],
-              read_objects: Callable[[], list[dict]], now: datetime) -> list[RunRow]:
+              read_objects: Callable[[], list[dict]], now: datetime,
+              checkpoints: Callable[[str, str], str | None] = lambda stack, directory: None) -> list[RunRow]:
+    """checkpoints(stack, run directory): the listing of its checkpoints, or None when not known."""
     cluster = read_outputs(cluster_stack)
     objects = read_objects() if cluster is not None else []
-    return [row(stack, read_outputs(stack), cluster is not None, objects, now) for stack in stacks]
+    return [row(stack, read_outputs(stack), cluster is not None, objects, now, checkpoints) for stack in stacks]
 
 
 def render(rows: list[RunRow], out=sys.stdout) -> None:
@@ -159,6 +179,23 @@ def render(rows: list[RunRow], out=sys.stdout) -> None:
 
 
 # ---- where the outputs and objects come from ------------------------------------------------------------------
+
+def recorded_checkpoints(directory: Path) -> Callable[[str, str], str | None]:
+    """DIR/STACK.checkpoints.txt: `gcloud storage ls RUN_DIRECTORY/checkpoints/` of the run, when recorded."""
+    def listing(stack: str, run_directory: str) -> str | None:
+        path = directory / f"{stack}.checkpoints.txt"
+        return path.read_text() if path.is_file() else None
+    return listing
+
+
+def live_checkpoints(run: Callable[[list[str]], str]) -> Callable[[str, str], str | None]:
+    def listing(stack: str, run_directory: str) -> str | None:
+        try:
+            return run(["gcloud", "storage", "ls", f"{run_directory}/checkpoints/"])
+        except subprocess.CalledProcessError:
+            return None
+    return listing
+
 
 def recorded(directory: Path) -> tuple[Callable[[str], dict | None], Callable[[], list[dict]]]:
     def outputs(stack: str) -> dict | None:
@@ -204,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         return refuse(PROG, f"--now {args.now!r}: not an ISO 8601 time, e.g. 2026-12-01T12:00:00Z")
     read_outputs, read_objects = recorded(args.recorded) if args.recorded else live(_run_command)
+    checkpoints = recorded_checkpoints(args.recorded) if args.recorded else live_checkpoints(_run_command)
     stacks = [s for s in args.stacks.split(",") if s]
-    render(list_runs(args.cluster_stack, stacks, read_outputs, read_objects, now))
+    render(list_runs(args.cluster_stack, stacks, read_outputs, read_objects, now, checkpoints))
     return 0
 
 

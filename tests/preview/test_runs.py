@@ -71,6 +71,18 @@ def test_a_training_run_beside_a_queued_one(tmp_path):
     assert rows["team-qwen"].stop == "pulumi destroy --stack team-qwen   # removes the run only"
 
 
+def test_a_training_run_is_at_its_last_checkpoints_step_or_later(tmp_path):
+    record(tmp_path, [ray_job(jobDeploymentStatus="Running"), ADMITTED_8B, jobset(), QUEUED_QWEN])
+    directory = runs.run_directory(committed_stack_run("team-8b").outputs)
+    assert directory == "gs://my-tpu-project-team-8b-ckpt/maxtext/team-8b"
+    (tmp_path / "team-8b.checkpoints.txt").write_text(
+        "".join(f"{directory}/checkpoints/{step}/\n" for step in (50, 100, 1000, 150)))
+    read_outputs, read_objects = runs.recorded(tmp_path)
+    rows = runs.list_runs("team", STACKS, read_outputs, read_objects, NOW, runs.recorded_checkpoints(tmp_path))
+    assert rows[0].state == "training at step 1000 or later (its last checkpoint)"
+    assert rows[1].state.startswith("queued")
+
+
 def test_a_run_that_has_ended_costs_nothing_more(tmp_path):
     rows = listed(record(tmp_path, [
         ray_job(jobStatus="SUCCEEDED", jobDeploymentStatus="Complete", endTime="2026-12-01T10:00:00Z"),
@@ -111,8 +123,10 @@ def test_live_mode_asks_pulumi_and_kubectl_for_the_same_documents(tmp_path):
             return (tmp_path / f"{argv[-1]}.outputs.json").read_text()
         return (tmp_path / "objects.json").read_text()
     read_outputs, read_objects = runs.live(run)
-    live_rows = runs.list_runs("team", STACKS, read_outputs, read_objects, NOW)
+    live_rows = runs.list_runs("team", STACKS, read_outputs, read_objects, NOW,
+                               runs.live_checkpoints(lambda argv: asked.append(argv) or ""))
     assert live_rows == list(listed(tmp_path).values())
+    assert ["gcloud", "storage", "ls", "gs://my-tpu-project-team-8b-ckpt/maxtext/team-8b/checkpoints/"] in asked
     assert ["pulumi", "stack", "output", "--json", "--stack", "team-8b"] in asked
     assert ["kubectl", "get", runs.OBJECT_KINDS, "-A", "-o", "json"] in asked
 
