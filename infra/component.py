@@ -11,5 +11,12 @@ def component_type(module: str, name: str) -> str:
     return f"{TYPE_PREFIX}:{module}:{name}"
 
 
+def deleted_with_cluster(cluster: pulumi.Resource) -> pulumi.Resource | None:
+    """What a Kubernetes object is deleted with: the cluster when the stack owns it (destroy skips the object,
+    which goes with the cluster), nothing when the cluster is another stack's (a run on a shared cluster,
+    infra/cluster_ref.py): the run's destroy must delete its objects, since the cluster stays."""
+    return None if isinstance(cluster, pulumi.StackReference) else cluster
+
+
 def child_options(parent: pulumi.Resource, **kwargs) -> pulumi.ResourceOptions:
     return pulumi.ResourceOptions(parent=parent, **kwargs)

@@ -9,7 +9,7 @@ import pulumi_gcp as gcp
 import pulumi_kubernetes as k8s
 
 from infra import naming
-from infra.component import child_options, component_type
+from infra.component import child_options, component_type, deleted_with_cluster
 from infra.config import StackConfig
 from infra.config.key_checks import split_gs_path
 
@@ -187,6 +187,22 @@ class NodeServiceAccount(pulumi.ComponentResource):
         self.register_outputs({"email": self.email})
 
 
+def goodput_reader_role(parent: pulumi.Resource, project: str, cluster_name: str,
+                        node_account_unique_id: pulumi.Input[str],
+                        services: list[pulumi.Resource] | None
+                        ) -> tuple[gcp.projects.IAMCustomRole, pulumi.Output[str]]:
+    """The custom role of GOODPUT_LOG_PERMISSIONS, its id new for every creation of the node account, and its
+    name projects/PROJECT/roles/ID, what a binding names it by."""
+    role_id = pulumi.Output.from_input(node_account_unique_id).apply(
+        lambda unique_id: goodput_role_id(cluster_name, unique_id))
+    # The role and the project grants need iam.googleapis.com / cloudresourcemanager: after the stack's APIs.
+    role = gcp.projects.IAMCustomRole(
+        "goodput-log-reader", project=project, role_id=role_id, title=GOODPUT_ROLE_TITLE,
+        description=goodput_role_description(cluster_name),
+        permissions=list(GOODPUT_LOG_PERMISSIONS), opts=child_options(parent, depends_on=list(services or [])))
+    return role, pulumi.Output.concat("projects/", project, "/roles/", role_id)
+
+
 class WorkloadIdentity(pulumi.ComponentResource):
     """Namespace + Kubernetes service account of the training pods, allowed to use the checkpoint bucket.
 
@@ -198,13 +214,16 @@ class WorkloadIdentity(pulumi.ComponentResource):
     def __init__(self, name: str, config: StackConfig, project_number: str, bucket: gcp.storage.Bucket,
                  cluster: pulumi.Resource, k8s_provider: k8s.Provider, node_service_account: pulumi.Input[str],
                  node_account_unique_id: pulumi.Input[str], services: list[pulumi.Resource] | None = None,
-                 read_granted: tuple[str, ...] | None = None, opts: pulumi.ResourceOptions | None = None):
+                 read_granted: tuple[str, ...] | None = None, opts: pulumi.ResourceOptions | None = None,
+                 shared_reader_role: pulumi.Input[str] | None = None):
+        """shared_reader_role: a run on a shared cluster binds to the cluster stack's goodput log role
+        (SharedGoodputRole) instead of creating one."""
         super().__init__(component_type("infra", "WorkloadIdentity"), name, None, opts)
         ns, ksa, project = config.kubernetes.namespace, config.kubernetes.service_account, config.gcp.project
 
         # Kubernetes objects go away with the cluster: deleting them one by one first would only make
         # `pulumi destroy` wait on an API server that is being torn down.
-        k8s_options = child_options(self, provider=k8s_provider, deleted_with=cluster)
+        k8s_options = child_options(self, provider=k8s_provider, deleted_with=deleted_with_cluster(cluster))
         self.namespace = k8s.core.v1.Namespace(
             "namespace", metadata=k8s.meta.v1.ObjectMetaArgs(name=ns, labels={"app": "tpu-multislice"}),
             opts=k8s_options)
@@ -217,20 +236,18 @@ class WorkloadIdentity(pulumi.ComponentResource):
         ]
         if config.gcp.admin_bootstrap:
             # The admin's step created the role under a fixed id (preview/deployer_roles.py admin_script).
-            role_id: pulumi.Input[str] = admin_goodput_role_id(config.cluster.name)
             self.goodput_reader_role = None
+            reader = pulumi.Output.concat("projects/", project, "/roles/",
+                                          admin_goodput_role_id(config.cluster.name))
+            reader_needs: list[pulumi.Resource] = list(services or [])
+        elif shared_reader_role is None:
+            self.goodput_reader_role, reader = goodput_reader_role(self, project, config.cluster.name,
+                                                                   node_account_unique_id, services)
+            reader_needs = [self.goodput_reader_role]
         else:
-            role_id = pulumi.Output.from_input(node_account_unique_id).apply(
-                lambda unique_id: goodput_role_id(config.cluster.name, unique_id))
-            # The role and the project grants need iam.googleapis.com / cloudresourcemanager: after the APIs.
-            self.goodput_reader_role = gcp.projects.IAMCustomRole(
-                "goodput-log-reader", project=project, role_id=role_id, title=GOODPUT_ROLE_TITLE,
-                description=goodput_role_description(config.cluster.name),
-                permissions=list(GOODPUT_LOG_PERMISSIONS), opts=child_options(self, depends_on=list(services or [])))
-        reader = pulumi.Output.concat("projects/", project, "/roles/", role_id)
+            self.goodput_reader_role, reader, reader_needs = None, shared_reader_role, []
         telemetry = [(f"goodput-{role.split('/')[-1]}", role, []) for role in TELEMETRY_ROLES]
-        telemetry.append(("goodput-log-reader", reader,
-                          [self.goodput_reader_role] if self.goodput_reader_role else list(services or [])))
+        telemetry.append(("goodput-log-reader", reader, reader_needs))
         self.telemetry_bindings = [
             gcp.projects.IAMMember(logical_name, project=project, role=role, member=self.principal,
                                    opts=child_options(self, depends_on=[cluster, *needs]))
@@ -245,8 +262,10 @@ class WorkloadIdentity(pulumi.ComponentResource):
                                             member=node_member, opts=child_options(self))
                 for logical_name, role in BUCKET_ROLES
             ]
-            # ... and the goodput roles, granted explicitly rather than assumed to be inside the node role.
-            self.telemetry_bindings += [
+            # ... and the goodput roles, granted explicitly rather than assumed to be inside the node role. On a
+            # shared cluster the node account is every run's: the cluster stack grants them once
+            # (workloads/stack_programs.py), never a run, whose destroy would take them from the others.
+            self.telemetry_bindings += [] if shared_reader_role is not None else [
                 gcp.projects.IAMMember(f"{logical_name}-nodes", project=project, role=role, member=node_member,
                                        opts=child_options(self, depends_on=needs))
                 for logical_name, role, needs in telemetry
@@ -263,7 +282,7 @@ class WorkloadIdentity(pulumi.ComponentResource):
         self.service_account = k8s.core.v1.ServiceAccount(
             "trainer", metadata=k8s.meta.v1.ObjectMetaArgs(
                 name=ksa, namespace=self.namespace.metadata.name, labels={"app": "tpu-multislice"}),
-            opts=child_options(self, provider=k8s_provider, deleted_with=cluster,
+            opts=child_options(self, provider=k8s_provider, deleted_with=deleted_with_cluster(cluster),
                                depends_on=[*self.bucket_bindings, *self.telemetry_bindings,
                                            *self.read_bindings]))
         self.namespace_name = self.namespace.metadata.name
@@ -298,9 +317,21 @@ def read_only_bindings(parent: pulumi.Resource, config: StackConfig, principal: 
     training identity (and the node account where the pods run on the host network, as for the checkpoint bucket).
     Logical names carry the bucket: another bucket is another binding, and the same bucket keeps its binding."""
     members = [("", principal, [cluster])]
-    if config.pods_use_host_network:
+    # On a shared cluster the node account is every run's: a run grants it nothing (shared_node_reads).
+    if config.pods_use_host_network and not config.stack.run:
         members.append(("-nodes", pulumi.Output.concat("serviceAccount:", node_service_account), []))
     return [gcp.storage.BucketIAMMember(f"read-{bucket}{suffix}", bucket=bucket, role=READ_ROLE, member=member,
                                         opts=child_options(parent, depends_on=needs))
             for bucket in read_buckets(config) if granted is None or bucket in granted
             for suffix, member, needs in members]
+
+
+def shared_node_reads(config: StackConfig) -> list[str]:
+    """A run on a shared cluster whose pods run on the host network reads its data as the cluster's node account,
+    which every run shares: the grant is the cluster owner's to make once (a run that made it would take it from
+    the others on destroy). The commands that make it."""
+    if not (config.stack.run and config.pods_use_host_network):
+        return []
+    account = f"{config.names.node_service_account}@{config.gcp.project}.iam.gserviceaccount.com"
+    return [f"gcloud storage buckets add-iam-policy-binding gs://{bucket} "
+            f"--member=serviceAccount:{account} --role={READ_ROLE}" for bucket in read_buckets(config)]

@@ -146,3 +146,19 @@ class Names:
     @property
     def services_range(self) -> str:
         return "services"
+
+
+class RunNames(Names):
+    """The names of a run on a shared cluster (infra/config/stack_role.py), from its run stack's name: its slice
+    pools and TPU7x workload policy, so two runs on one cluster never share one. The
+    cluster's own names (network, node account) are the cluster stack's, which a run never creates."""
+
+    def __init__(self, cluster: str, run: str):
+        super().__init__(cluster)
+        self.run = run
+
+    def workload_policy(self, topology: str) -> str:
+        return fit(f"{self.run}-{topology}", COMPUTE_NAME_MAX)
+
+    def slice_pool(self, index: int) -> str:
+        return fit(f"{self.run}-slice-{index}", NODE_POOL_MAX)

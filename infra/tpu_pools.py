@@ -111,7 +111,8 @@ class TpuSlicePools(pulumi.ComponentResource):
             threads_per_core=smt) if smt else None)
         self.pools: list[gcp.container.NodePool] = []
         for index in range(config.tpu.slices):
-            labels = {SLICE_LABEL: str(index)}
+            # A run on a shared cluster labels its pools for its own pods (infra/config/stack_role.py).
+            labels = {SLICE_LABEL: str(index), **config.stack.pool_labels}
             if config.network.dranet:
                 labels[DRANET_NODE_LABEL] = "true"
             self.pools.append(gcp.container.NodePool(

@@ -150,14 +150,9 @@ def render_cost(cost: CostSummary, out: TextIO) -> None:
         out.write("\n".join(fit_line(f"    note: {note}")) + "\n")
 
 
-def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
-    custom = [r for r in plan.resources if r.custom]
-    out.write(f"Offline plan of stack {plan.stack!r} (program run under Pulumi mocks: nothing was created)\n\n")
-    out.write(f"Resources: {len(custom)} to create, in {len(plan.resources) - len(custom)} components\n")
-    render_tree(plan.resources, out)
-
+def _render_tpu(plan: Plan, out: TextIO) -> None:
+    """The slices, their price and the TPU quota they need."""
     tpu = plan.tpu
-    out.write("\nSummary\n")
     out.write(f"  TPU: {tpu.slices} slice(s) of {tpu.generation} {tpu.topology} on {tpu.machine_type} "
               f"(from {tpu.source}); capacity {tpu.capacity}\n")
     out.write(f"  hosts {tpu.hosts}, chips {tpu.chips}, HBM {tpu.hbm_gib} GiB, "
@@ -182,6 +177,19 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
             out.write(f"    {need.request()}\n")
     if tpu.disk_quota:
         out.write(f"  {tpu.disk_quota}\n")
+
+
+def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
+    custom = [r for r in plan.resources if r.custom]
+    out.write(f"Offline plan of stack {plan.stack!r} (program run under Pulumi mocks: nothing was created)\n\n")
+    out.write(f"Resources: {len(custom)} to create, in {len(plan.resources) - len(custom)} components\n")
+    render_tree(plan.resources, out)
+
+    out.write("\nSummary\n")
+    if plan.shared_cluster:
+        out.write("  TPU: none of its own (a shared cluster: each run stack creates and bills its slices)\n")
+    else:
+        _render_tpu(plan, out)
     render_cost(plan.cost, out)
     if plan.planner:
         out.write("\nPlanner (the run's plan is the plan export):\n")
@@ -257,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         except OverrideError as error:
             refusals.append((error, ("--set", assignment)))
     try:
-        config = build(raw)
+        config = build(raw, stack=args.stack)
     except ConfigError as error:
         refusals.append((error, ("--stack", args.stack)))
     schemas_dir, crd_notice, refused = crd_schemas(args)

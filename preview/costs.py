@@ -15,7 +15,7 @@ from typing import Any
 
 from infra.config import Capacity, StackConfig
 from preview import prices as tpu_prices
-from workloads import fuse_cache
+from workloads import fuse_cache, shared_queue
 from workloads.backends import backend_for
 from workloads.common import data_buckets
 
@@ -116,6 +116,8 @@ def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
         chips = sum(p.max_nodes * p.tpu_chips_per_vm for p in tpu_pools)
         warm_chips = sum(p.idle_nodes * p.tpu_chips_per_vm for p in tpu_pools)
         warm_slices = sum(1 for p in tpu_pools if p.idle_nodes)
+    elif not config.stack.has_run:   # a shared cluster: its runs' stacks own and price the slices
+        chips, warm_chips, warm_slices = 0, 0, 0
     else:   # Autopilot: TPU nodes exist only while pods ask for them
         chips, warm_chips, warm_slices = config.tpu.total_chips, 0, 0
     tpu_training = capacity_usd_per_hour(tpu_prices.hourly_estimate(generation, chips), capacity)
@@ -131,12 +133,15 @@ def cost_summary(pools: list[PoolCost], config: StackConfig) -> CostSummary:
         unknown = sorted({p.machine_type for p in cpu_pools if p.usd_per_node_hour is None})
         if unknown:
             notes.append(f"no list price here for {', '.join(unknown)}: system pool cost unknown")
-    notes += backend_for(config).capacity_wait_notes(config)
+    notes += backend_for(config).capacity_wait_notes(config) if config.stack.has_run else []
+    notes += shared_queue.cost_notes(config)
     cache, cache_note = data_cache_cost(config)
     notes += [cache_note] if cache_note else []
     notes += worker_image_cost_notes(config)
     return CostSummary(capacity=capacity.value, tpu_training_usd_per_hour=tpu_training, tpu_idle_usd_per_hour=tpu_idle,
-                       system_usd_per_hour=system, gke_fee_usd_per_hour=GKE_FEE_USD_PER_HOUR, warm_chips=warm_chips,
+                       system_usd_per_hour=system, warm_chips=warm_chips,
+                       # A run on a shared cluster pays neither: the cluster stack does, once for every run.
+                       gke_fee_usd_per_hour=0.0 if config.stack.run else GKE_FEE_USD_PER_HOUR,
                        released=_released(config, warm_slices), notes=notes, data_cache_usd_per_hour=cache)
 
 

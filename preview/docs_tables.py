@@ -40,7 +40,11 @@ class StackFacts:
 
 
 def committed_stacks(repo: Path = REPO) -> list[str]:
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in repo.glob("Pulumi.*.yaml"))
+    """The committed single stacks (a cluster with its run), which the tables compare; the shared cluster and the
+    runs on it (stackRole, clusterStack) are priced in docs/shared-cluster.md."""
+    from preview.stack_files import is_single_stack
+    return sorted(name for p in repo.glob("Pulumi.*.yaml")
+                  if is_single_stack(name := p.name[len("Pulumi."):-len(".yaml")], repo))
 
 
 @functools.lru_cache(maxsize=None)

@@ -68,6 +68,8 @@ class GcpMocks(pulumi.runtime.Mocks):
             state["name"] = f"projects/{state['project']}/serviceAccounts/{state['email']}"
         elif token.startswith("gcp:compute/"):
             state["selfLink"] = f"https://www.googleapis.com/compute/v1/projects/{state.get('project')}/{name}"
+        if token == STACK_REFERENCE_TOKEN:                  # a run stack reading its cluster stack's exports
+            return args.resource_id or args.name, stack_reference_state(args.resource_id or args.name)
         if token == CRD_TOKEN and args.resource_id:       # CustomResourceDefinition.get: the served CRD
             return args.resource_id, served_crd(args.resource_id)
         resource_id = f"{name}-id" if token.startswith("kubernetes:") else name
@@ -148,6 +150,47 @@ EXISTING: dict[str, set[str]] = {"buckets": set(), "clusters": set()}
 READ_OBJECT_TOKEN = "gcp:storage/getBucketObjectContent:getBucketObjectContent"
 OFFLINE_STORAGE = "offline: no Cloud Storage"
 GCS_OBJECTS: dict[str, dict[str, str]] | None = None
+
+
+# What a StackReference reads under mocks: a cluster stack's exports (fully qualified stack name -> (outputs, the
+# names of its secret outputs)). run_program fills it from the cluster stack's own program run under mocks, read
+# from its Pulumi.<stack>.yaml beside the program, before it runs a run stack; tests may put other outputs here
+# (a cluster that is gone: no entry, which a real StackReference answers with an error).
+STACK_REFERENCE_TOKEN = "pulumi:pulumi:StackReference"
+STACK_OUTPUTS: dict[str, tuple[dict[str, Any], set[str]]] = {}
+# The cluster stacks' own program runs behind STACK_OUTPUTS, where the harness made them.
+CLUSTER_RUNS: dict[str, "ProgramRun"] = {}
+
+
+class MissingStack(AssertionError):
+    pass
+
+
+def stack_reference_state(name: str) -> dict:
+    if name not in STACK_OUTPUTS:
+        # What the engine says of a referenced stack that does not exist (pulumi/pulumi pkg/resource/deploy
+        # builtins.go: "unknown stack").
+        raise MissingStack(f"unknown stack {name!r}")
+    outputs, secret = STACK_OUTPUTS[name]
+    return {"name": name, "outputs": dict(outputs), "secretOutputNames": sorted(secret)}
+
+
+def play_cluster_stack(raw_config: dict[str, Any], program: Path) -> None:
+    """Before a run stack runs: its cluster stack's program under mocks, from the cluster stack's config file
+    beside the program, its exports kept in STACK_OUTPUTS (once per name; tests may have put their own)."""
+    reference = raw_config.get("clusterStack")
+    if not isinstance(reference, str) or reference in STACK_OUTPUTS or reference.count("/") != 2:
+        return
+    from preview.stack_files import StackFileError, load_stack_config
+
+    cluster = reference.rsplit("/", 1)[1]
+    try:
+        cluster_raw = load_stack_config(cluster, program.parent)
+    except StackFileError:
+        return          # no such stack here: the run's reference fails like a real one (unknown stack)
+    run = run_program(cluster_raw, stack=cluster, program=program)
+    STACK_OUTPUTS[reference] = (run.outputs, run.secret_outputs)
+    CLUSTER_RUNS[reference] = run
 
 
 class _WithoutOfflineStorage(logging.Filter):
@@ -378,6 +421,8 @@ class ProgramRun:
     resources: list[Registration]
     outputs: dict[str, Any]
     secret_outputs: set[str] = field(default_factory=set)
+    # The stacks a run stack's StackReference read, as their programs ran under mocks (fully qualified name).
+    referenced: dict[str, "ProgramRun"] = field(default_factory=dict)
 
     def of_type(self, token: str) -> list[Registration]:
         return [r for r in self.resources if r.type == token]
@@ -409,7 +454,8 @@ def run_program(raw_config: dict[str, Any], stack: str = "test",
     """Run the program once under mocks. Raises what the program raises (e.g. pulumi.RunError); pass
     your own `monitor` to inspect what was registered before a failure. `compile_step`: what the program's config
     build compiles with (workloads/compile_check.py for_program); None: it reads kept verdicts only, as the offline
-    plan compiles on its own."""
+    plan compiles on its own. A run stack's cluster stack is run first (play_cluster_stack)."""
+    play_cluster_stack(raw_config, program)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
@@ -423,8 +469,11 @@ def run_program(raw_config: dict[str, Any], stack: str = "test",
         data_lookups.storage_get = play_objects_list
         compile_check.for_program = compile_step
         loop.run_until_complete(run_in_stack(lambda: runpy.run_path(str(program), run_name="__main__")))
+        reference = raw_config.get("clusterStack")
         return ProgramRun(resources=monitor.registrations, outputs=monitor.stack_outputs,
-                          secret_outputs=monitor.secret_stack_outputs)
+                          secret_outputs=monitor.secret_stack_outputs,
+                          referenced={reference: CLUSTER_RUNS[reference]}
+                          if isinstance(reference, str) and reference in CLUSTER_RUNS else {})
     finally:
         data_lookups.storage_get = real_storage_get
         compile_check.for_program = compile_check.compile_step

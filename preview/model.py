@@ -355,6 +355,8 @@ class Plan:
     preemption: dict[str, Any] = field(default_factory=dict)
     # The planner's notes on the run (core/planner.py Plan.notes): largest batch, expected step, memory warnings.
     planner: list[str] = field(default_factory=list)
+    # A shared cluster (stackRole=cluster): no TPU and no run of its own; its runs' stacks have them.
+    shared_cluster: bool = False
     planner_fields: dict[str, Any] = field(default_factory=dict)   # the same as numbers (planner_fields below)
     compile: dict[str, Any] | None = None   # `--compile`: preview/compile/ CompileResult.as_dict()
     # From a cold node to the first step, per host, from benchmarks/startup_bench.py's figures (preview/startup.py).
@@ -423,8 +425,12 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
     pools = tpu_pools(run.resources)
     plain_objects = [k8s_manifests.object_from_inputs(unwrap_secrets(r.inputs), r.name)
                      for r in run.resources if k8s_manifests.is_kubernetes_type(r.type)]
+    # A run stack's objects may name what its cluster stack creates (the shared queue, the priority class).
+    provided = [k8s_manifests.object_from_inputs(unwrap_secrets(r.inputs), r.name)
+                for referenced in run.referenced.values() for r in referenced.resources
+                if k8s_manifests.is_kubernetes_type(r.type)]
     validation = validate_objects(plain_objects, schemas_dir, kubernetes_version=cluster_version(run, config),
-                                  tpu_pools=None if config.cluster.autopilot else pools)
+                                  tpu_pools=None if config.cluster.autopilot else pools, provided=provided)
     graph = DependencyGraph.from_registrations(run.resources)
     exports = {key: SECRET if key in run.secret_outputs else k8s_manifests.integral_floats_to_ints(mask_secrets(value))
                for key, value in sorted(run.outputs.items())}
@@ -436,7 +442,8 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
         deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
         dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config),
         recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology),
-        preemption=_preemption(config), planner=list(config.workload.plan.notes),
+        preemption=_preemption(config), planner=list(config.workload.plan.notes) if config.stack.has_run else [],
+        shared_cluster=not config.stack.has_run,
         planner_fields=planner_fields(config.workload.plan), startup=budget_lines(config))
 
 

@@ -13,6 +13,12 @@ class StackFileError(ValueError):
     pass
 
 
+def is_single_stack(stack: str, root: Path) -> bool:
+    """Whether a committed stack is a cluster with its one run (neither a shared cluster nor a run on one)."""
+    raw = load_stack_config(stack, root)
+    return "clusterStack" not in raw and raw.get("stackRole", "cluster-and-run") == "cluster-and-run"
+
+
 def load_stack_config(stack: str, root: Path) -> dict[str, Any]:
     """Pulumi.<stack>.yaml → {key without namespace: value}. Keys of other namespaces are ignored."""
     path = root / f"Pulumi.{stack}.yaml"

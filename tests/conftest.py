@@ -22,10 +22,14 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from preview.harness import ProgramRun, run_program  # noqa: E402
 from preview.k8s.validation import default_schemas_dir
-from preview.stack_files import load_stack_config
+from preview.stack_files import is_single_stack, load_stack_config
 
 REPO = Path(__file__).resolve().parent.parent
-COMMITTED_STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
+ALL_STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pulumi.*.yaml"))
+# The single stacks (a cluster with its one run), which most suites compare; the shared cluster and the runs on it
+# (stackRole=cluster, clusterStack) have their own (tests/infra/test_shared_cluster.py).
+COMMITTED_STACKS = [stack for stack in ALL_STACKS if is_single_stack(stack, REPO)]
+SPLIT_STACKS = [stack for stack in ALL_STACKS if stack not in COMMITTED_STACKS]
 
 
 @functools.lru_cache(maxsize=None)

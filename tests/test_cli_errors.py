@@ -27,6 +27,7 @@ BAD_INPUT = [
     ("preview.compile", ["--calibrate", "--model", "tiny"]),
     ("preview.deployer_roles", ["--no-such-flag"]),
     ("preview.docs_tables", ["--no-such-flag"]),
+    ("preview.runs", ["--cluster-stack", "team", "--stacks", "team-8b", "--now", "noon", "--recorded", "."]),
     ("preview.k8s.crd_fetch", ["--timeout", "soon"]),
     ("trainer.smoke", ["--expect-devices", "many"]),
     ("infra.config.docs", ["--no-such-flag"]),

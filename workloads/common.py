@@ -98,9 +98,10 @@ def tpu_pod_resources_memory_bounded(size: TpuPodSize) -> dict[str, dict[str, st
 
 
 def capacity_selectors(config: StackConfig) -> dict[str, str]:
-    """Autopilot picks TPU capacity from node selectors (Standard pools carry it in their node config)."""
+    """Autopilot picks TPU capacity from node selectors (Standard pools carry it in their node config). A run on a
+    shared cluster selects its own pools (infra/tpu_pools.py labels them), never another run's of its shape."""
     if not config.cluster.autopilot:
-        return {}
+        return dict(config.stack.pool_labels)
     capacity = config.tpu.capacity
     if capacity is Capacity.SPOT:
         return {"cloud.google.com/gke-spot": "true"}
@@ -338,7 +339,7 @@ def data_storage_classes(config: StackConfig, on_tpu: bool = True) -> dict[str, 
     if not data_buckets(config):
         return {}
     kind = fuse_cache.disk_type(config, on_tpu)
-    return {"fuse-cache-class": fuse_cache.storage_class(kind, labels())}
+    return {"fuse-cache-class": fuse_cache.storage_class(kind, labels(), config.stack.run)}
 
 
 def add_pod_annotations(pod_template: dict, annotations: dict[str, str]) -> None:

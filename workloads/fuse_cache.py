@@ -67,16 +67,18 @@ def cpu_disk_type(machine_type: str | None) -> str:
     return CPU_DISK_TYPE if series in PD_SERIES else "hyperdisk-balanced"
 
 
-def storage_class_name(kind: str) -> str:
-    return f"tpu-multislice-fuse-cache-{kind}"
+def storage_class_name(kind: str, run: str | None = None) -> str:
+    """Cluster-scoped: a run on a shared cluster has its own (named from its run stack), so destroying one run
+    never deletes the class another run's pods still claim disks of."""
+    return f"{run or 'tpu-multislice'}-fuse-cache-{kind}"
 
 
-def storage_class(kind: str, labels: dict[str, str]) -> dict:
+def storage_class(kind: str, labels: dict[str, str], run: str | None = None) -> dict:
     """The StorageClass of the cache disks: bound where the pod lands (its zone), deleted with its claim."""
     return {
         "apiVersion": "storage.k8s.io/v1",
         "kind": "StorageClass",
-        "metadata": {"name": storage_class_name(kind), "labels": dict(labels)},
+        "metadata": {"name": storage_class_name(kind, run), "labels": dict(labels)},
         "provisioner": PD_CSI_PROVISIONER,
         "parameters": {"type": kind, **(HYPERDISK_BASELINE if kind.startswith("hyperdisk") else {})},
         "volumeBindingMode": "WaitForFirstConsumer",
@@ -86,9 +88,10 @@ def storage_class(kind: str, labels: dict[str, str]) -> dict:
 
 def cache_volume(config: StackConfig, on_tpu: bool, labels: dict[str, str]) -> dict:
     """The pod's `gke-gcsfuse-cache` volume: its own disk of dataCacheGiB, created and deleted with the pod."""
+    class_name = storage_class_name(disk_type(config, on_tpu), config.stack.run)
     return {"name": CACHE_VOLUME, "ephemeral": {"volumeClaimTemplate": {
         "metadata": {"labels": dict(labels)},
-        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": storage_class_name(disk_type(config, on_tpu)),
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class_name,
                  "resources": {"requests": {"storage": f"{config.workload.run.data_cache_gib}Gi"}}},
     }}}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from core.compile_verdicts import CompileStep
-from infra.config import data_rules, rules, shape_changes
+from infra.config import data_rules, rules, shape_changes, stack_role
 from infra.config.model import (Capacity, ClusterMode, ClusterSettings, ConfigError, GcpSettings, JobSetSettings,
                                 KubernetesSettings, NetworkSettings, PathwaysSettings, RaySettings, StackConfig,
                                 StorageSettings, TpuSettings, WorkloadSettings, BackendSettings, WorkerImageSettings)
@@ -19,27 +19,30 @@ from infra.config.parse import parse_values
 from infra.config.preemption import stack_shutdown_budget
 
 
-def build(raw: Mapping[str, Any], compile_step: CompileStep | None = None) -> StackConfig:
+def build(raw: Mapping[str, Any], compile_step: CompileStep | None = None, stack: str | None = None) -> StackConfig:
     """Validate raw config (key without namespace → value as Pulumi stores it) into a StackConfig.
 
     compile_step: how the calling program compiles a step with XLA (the Pulumi program's, workloads/compile_check.py).
     With it, the steps compileCheck names that XLA has not judged yet are compiled here and their verdicts kept
     (infra/config/compile_check.py); the config is then built again on those verdicts, so a step XLA refuses is
-    refused like any other mistake, before anything registers. Without it, only kept verdicts are read."""
-    config = _build(raw)
+    refused like any other mistake, before anything registers. Without it, only kept verdicts are read.
+    stack: the Pulumi stack's name; a run stack (clusterStack) names what it creates from it."""
+    raw = stack_role.with_run_names(raw, stack)
+    config = _build(raw, stack=stack)
     if compile_step is None:
         return config
     from infra.config.compile_check import compile_undecided
 
     outcome = compile_undecided(config, compile_step)
-    return _build(raw, outcome) if outcome.fresh or outcome.not_decided else config
+    return _build(raw, outcome, stack) if outcome.fresh or outcome.not_decided else config
 
 
-def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
+def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None) -> StackConfig:
     """build() without compiling; `compiled`: what this build's compiles gave (compile_check.CompileOutcome)."""
     problems: list[str] = []
     v = parse_values(raw, problems)
     rules.check_applies(v, raw, problems)
+    role = stack_role.check_role(v, raw, stack, problems)
     region = rules.check_location(v, raw, problems)
     rules.check_tpu_zone(v, raw, region, problems)
     shape = rules.check_tpu(v, raw, problems)
@@ -59,6 +62,7 @@ def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
     changes: list[shape_changes.ShapeChange] = []
     workload_plan = rules.plan_workload(v, raw, shape, problems, maxtext_settings, changes)
     workload_plan = rules.check_xla_verdicts(v, workload_plan, problems, compiled)
+    stack_role.check_run_plan(role, v, workload_plan, problems)
     tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
     data_rules.check_data(v, raw, workload_plan, maxtext_settings, problems)
     if problems:
@@ -94,22 +98,25 @@ def _build(raw: Mapping[str, Any], compiled=None) -> StackConfig:
             run=data_rules.training_run(v, maxtext_settings, rules.checkpoint_period(v)),
             memory_check=v["memoryCheck"] is not False, compile_check=v["compileCheck"]),
         backend=_backend_settings(v, raw, shape.chips),
-        worker_image=_worker_image_settings(v, region),
+        # A shared cluster runs nothing, so builds no image; its runs build theirs.
+        worker_image=_worker_image_settings(v, role.run or v["clusterName"], region) if role.has_run else None,
         shape_changes=(*changes, *filter(None, [shape_changes.size_default(v, raw, workload_plan)])),
+        stack=role,
     )
 
 
-def _worker_image_settings(v: dict[str, Any], region: str) -> WorkerImageSettings | None:
-    """workerEnvironment=image on a backend that runs the workers' environment (Pathways runs its own images)."""
+def _worker_image_settings(v: dict[str, Any], stem: str, region: str) -> WorkerImageSettings | None:
+    """workerEnvironment=image on a backend that runs the workers' environment (Pathways runs its own images).
+    stem: what its names start with, the cluster's name (a run on a shared cluster: its run stack's)."""
     if v["workerEnvironment"] != "image" or v["workloadBackend"] not in ("rayjob", "jobset"):
         return None
     builder = v["imageBuilder"]
     return WorkerImageSettings(
-        repository_id=naming.fit(f"{v['clusterName']}-images", 63), builder=builder,
+        repository_id=naming.fit(f"{stem}-images", 63), builder=builder,
         # Bucket names are global: the project's ID keeps two projects' stacks of one cluster name apart.
-        staging_bucket=(naming.fit(f"{v['project']}-{v['clusterName']}-builds", 63)
+        staging_bucket=(naming.fit(f"{v['project']}-{stem}-builds", 63)
                         if builder == "cloud-build" else None),
-        build_account_id=(naming.Names(v["clusterName"]).build_service_account
+        build_account_id=(naming.Names(stem).build_service_account
                           if builder == "cloud-build" else None),
         build_region=build_region(v["imageBuildRegion"], region) if builder == "cloud-build" else None)
 

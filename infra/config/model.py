@@ -256,6 +256,39 @@ class PathwaysSettings:
 BackendSettings = Union[RaySettings, JobSetSettings, PathwaysSettings]
 
 
+class Role(str, enum.Enum):
+    CLUSTER_AND_RUN = "cluster-and-run"
+    CLUSTER = "cluster"
+    RUN = "run"
+
+
+# The node label each run's slice pools carry and its TPU pods select, so a run's pods never land on (or scale
+# up) another run's pools of the same TPU shape.
+RUN_POOL_LABEL = "tpu-multislice/run"
+
+
+@dataclass(frozen=True)
+class StackRole:
+    role: Role = Role.CLUSTER_AND_RUN
+    cluster_stack: str | None = None      # run: ORG/PROJECT/STACK of the cluster stack
+    run: str | None = None                # run: its stack name, the stem every name of the run is made from
+    tpu_quota: int | None = None          # cluster: the shared ClusterQueue's google.com/tpu quota
+    run_stacks: tuple[str, ...] = ()      # cluster: runs on it (the cluster is protected while any are listed)
+
+    @property
+    def owns_cluster(self) -> bool:
+        return self.role is not Role.RUN
+
+    @property
+    def has_run(self) -> bool:
+        return self.role is not Role.CLUSTER
+
+    @property
+    def pool_labels(self) -> dict[str, str]:
+        return {RUN_POOL_LABEL: self.run} if self.run else {}
+
+
+
 @dataclass(frozen=True)
 class StackConfig:
     gcp: GcpSettings
@@ -270,10 +303,13 @@ class StackConfig:
     # Changes of the run's shape the user did not ask for (shape_changes.py ShapeChange): warned at the top of the
     # plan and by `pulumi up`.
     shape_changes: tuple[Any, ...] = ()
+    # Which lifecycle the stack holds (infra/config/stack_role.py): default, the cluster with its one run.
+    stack: StackRole = StackRole()
 
     @property
     def names(self) -> naming.Names:
-        return naming.Names(self.cluster.name)
+        # A run on a shared cluster names what it creates from its run stack, so two runs never collide.
+        return naming.RunNames(self.cluster.name, self.stack.run) if self.stack.run else naming.Names(self.cluster.name)
 
     def _backend(self, kind: type):
         if not isinstance(self.backend, kind):

@@ -5,6 +5,7 @@ table by tests, so the three never drift. Defaults live here only (Pulumi.yaml c
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,8 @@ PATHWAYS_SYSTEM_POOL_MACHINE_TYPE = "n2-standard-64"
 # A training run's name (runName): a folder under the bucket's maxtext/ and, on Pathways, the JobSet's name when
 # pathwaysJobName is unset (at most naming.PATHWAYS_NAME_MAX there; infra/config/data_rules.py checks it).
 RUN_NAME_MAX = 40
+# A fully qualified Pulumi stack name, as a StackReference takes it (Pulumi "Stack references": "<organization>/<project>/<stack>").
+STACK_REFERENCE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 # Marks a default that is computed from other keys (documented in the description).
 DERIVED: Any = None
 
@@ -374,6 +377,24 @@ KEYS: tuple[Key, ...] = (
         "loadParametersPath or from scratch); the same name resumes from its own checkpoints; a finished run "
         "is trained again under a new name. Unset: the job name and the model, e.g. maxtext-train-llama3-8b.",
         DERIVED, check=check.run_name(RUN_NAME_MAX)),
+    # --- Many runs, one cluster (infra/config/stack_role.py; docs/shared-cluster.md) ---
+    Key("stackRole", "string", "What this stack is: cluster-and-run (one cluster with its one run, the default "
+        "without clusterStack), cluster (network, cluster, system pool and controllers that runs share, and no "
+        "run), or run (a run on the cluster stack clusterStack names; the default with clusterStack).", DERIVED,
+        ("cluster-and-run", "cluster", "run")),
+    Key("clusterStack", "string", "stackRole=run: the cluster stack this run lands on, as Pulumi's fully "
+        "qualified stack name ORG/PROJECT/STACK (organization/tpu-multislice/team on a self-managed backend); "
+        "read with a StackReference. Setting it makes the stack a run stack.", DERIVED,
+        check=check.matches(STACK_REFERENCE, "ORG/PROJECT/STACK, each letters, digits, '-', '_' or '.'")),
+    Key("clusterTpuQuota", "integer", "stackRole=cluster: TPU chips (google.com/tpu) the shared Kueue "
+        "ClusterQueue admits at once across all runs; a run that would go over it waits whole in the queue. Set "
+        "it to the chips your project's TPU quota (or reservation) holds in the zone.", DERIVED,
+        check=check.at_least(1),
+        applies_to=(AppliesTo("stackRole", ("cluster",), "only a cluster stack owns the shared queue"),)),
+    Key("runStacks", "array", "stackRole=cluster: the run stacks on this cluster (ORG/PROJECT/STACK). While it "
+        "is not empty the cluster, its network and its node account are protected: `pulumi destroy` of the "
+        "cluster stack refuses until they are destroyed and the list is emptied.", (),
+        applies_to=(AppliesTo("stackRole", ("cluster",), "only a cluster stack has runs on it"),)),
 )
 
 KEYS_BY_NAME = {key.name: key for key in KEYS}

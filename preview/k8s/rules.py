@@ -420,10 +420,12 @@ def _check_kueue(obj: Mapping[str, Any], index: ObjectIndex, out: _Collector) ->
 
 
 def check_objects(objects: Sequence[Mapping[str, Any]],
-                  tpu_pools: Sequence[TpuPool] | None = None) -> tuple[list[Finding], list[Finding]]:
+                  tpu_pools: Sequence[TpuPool] | None = None,
+                  provided: Sequence[Mapping[str, Any]] = ()) -> tuple[list[Finding], list[Finding]]:
     """(errors, warnings) of every rule over every object. `tpu_pools=None` means the TPU capacity is
-    not known (Autopilot, or objects checked on their own): pod-vs-pool matching is then skipped."""
-    index = ObjectIndex(objects)
+    not known (Autopilot, or objects checked on their own): pod-vs-pool matching is then skipped. `provided`:
+    objects another stack creates that these may name (a run's cluster stack's queue), not checked here."""
+    index = ObjectIndex([*objects, *provided])
     errors: list[Finding] = []
     warnings: list[Finding] = []
     for obj in objects:

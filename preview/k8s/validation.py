@@ -136,7 +136,8 @@ def _check_custom_resource(obj: Mapping[str, Any], ref: str, library: CrdLibrary
 
 def validate_objects(objects: Iterable[Mapping[str, Any]], schemas_dir: Path | str | None,
                      kubernetes_version: str | None = None,
-                     tpu_pools: Sequence[TpuPool] | None = None) -> ValidationReport:
+                     tpu_pools: Sequence[TpuPool] | None = None,
+                     provided: Sequence[Mapping[str, Any]] = ()) -> ValidationReport:
     """Check every object. `kubernetes_version` is the cluster's (e.g. '1.34' or '1.34.1-gke.1829001');
     None checks against the newest bundled schemas. `schemas_dir` holds CRD YAML files; when it is None
     or missing, custom resources get no schema check and the report says so (`cr_check_skipped`).
@@ -168,7 +169,7 @@ def validate_objects(objects: Iterable[Mapping[str, Any]], schemas_dir: Path | s
         else:
             _check_custom_resource(obj, ref, library, report)
     report.notes += report.cel_notes()
-    rule_errors, rule_warnings = check_objects(objects, tpu_pools)
+    rule_errors, rule_warnings = check_objects(objects, tpu_pools, provided)
     report.errors += rule_errors
     report.warnings += rule_warnings
     admission_errors, admission_notes = check_admission(objects)

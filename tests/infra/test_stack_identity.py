@@ -10,7 +10,7 @@ import json
 import pytest
 
 from preview.harness import ProgramRun
-from tests.conftest import COMMITTED_STACKS, assert_matches_golden, committed_stack_run
+from tests.conftest import ALL_STACKS, assert_matches_golden, committed_stack_run
 
 
 def identity(run: ProgramRun) -> dict[str, str]:
@@ -19,7 +19,7 @@ def identity(run: ProgramRun) -> dict[str, str]:
             for reg in run.resources}
 
 
-@pytest.mark.parametrize("stack", COMMITTED_STACKS)
+@pytest.mark.parametrize("stack", ALL_STACKS)     # the shared cluster and its runs too
 def test_committed_stack_resources_are_unchanged(stack):
     assert_matches_golden(f"stack-{stack}", identity(committed_stack_run(stack)))
 

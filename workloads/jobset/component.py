@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pulumi
 
-from infra.component import child_options, component_type
+from infra.component import child_options, component_type, deleted_with_cluster
 from infra.config import StackConfig
 from workloads.jobset import spec as jobset_inputs
 from workloads.controllers import WorkloadControllers
@@ -24,8 +24,10 @@ class JobSetWorkload(pulumi.ComponentResource):
                  nodes_ready: list[pulumi.Resource] | None = None):
         objects = jobset_inputs.jobset_objects(config, bundle, worker_image)
         super().__init__(component_type("workloads", "JobSetWorkload"), name, None, opts)
-        self.controllers = WorkloadControllers(
+        # A run on a shared cluster uses the cluster stack's controllers (workloads/stack_programs.py).
+        self.controllers = None if config.stack.run else WorkloadControllers(
             "controllers", config, nodes_ready, opts=child_options(self, deleted_with=cluster))
+        controllers_ready = self.controllers.ready if self.controllers else []
         # Everything goes away with the cluster, so destroy never waits on finalizers of a cluster being deleted.
         base = [namespace, service_account, *(worker_image_ready or [])]   # pods wait for their image's push
         self.resources: dict[str, pulumi.CustomResource] = {}
@@ -34,15 +36,16 @@ class JobSetWorkload(pulumi.ComponentResource):
             depends_on = list(base)
             extra: dict = {}
             if kind in _KUEUE_KINDS:
-                depends_on += self.controllers.ready
+                depends_on += controllers_ready
             if kind == "JobSet":
                 # Queued through the LocalQueue at the priority it names; the pods need the claim template,
                 # the code and the controllers' webhooks. A changed JobSet (new name) stops the old one first:
                 # both would ask for the same TPU hosts.
-                depends_on += self.controllers.ready + list(self.resources.values())
+                depends_on += controllers_ready + list(self.resources.values())
                 extra = dict(delete_before_replace=True)
             self.resources[logical_name] = register(
-                logical_name, obj, child_options(self, depends_on=depends_on, deleted_with=cluster, **extra))
+                logical_name, obj, child_options(self, depends_on=depends_on,
+                                                 deleted_with=deleted_with_cluster(cluster), **extra))
         self.jobset_name = objects["jobset"]["metadata"]["name"]
         # The smoke test runs at the start of the training JobSet's pods (jobset_inputs.jobset_objects).
         self.smoke_jobset_name = self.jobset_name if config.workload.smoke_test else None

@@ -31,6 +31,9 @@ EXCLUSIVE_TOPOLOGY = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.goog
 JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
 REPLICATED_JOB = "slice"
 DRANET_CLAIM = "dcn-nics"
+# The training JobSets' WorkloadPriorityClass (name, value, description); cluster-scoped, so a shared cluster's
+# stack owns it for every run (workloads/shared_queue.py).
+TRAINING_PRIORITY = ("tpu-training", 100, "Multislice MaxText training (JobSet backend).")
 # libtpu's TPU runtime port (also what xpk opens on TPU workload containers).
 TPU_RUNTIME_PORT = 8471
 

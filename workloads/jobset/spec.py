@@ -8,13 +8,13 @@ from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S
 from core.tpu_env import pod_dcn_nics
 from core.worker_lock import LOCK_PATH
 from infra.config import StackConfig
-from workloads import common, install_cache
+from workloads import common, install_cache, shared_queue
 from workloads.bundle import TrainerBundle, short_digest
 from workloads.jobset import manifests as jm
+from workloads.jobset.manifests import TRAINING_PRIORITY
 
 LOCAL_QUEUE = "tpu-training"
 CLUSTER_QUEUE = "tpu-slices"
-TRAINING_PRIORITY = ("tpu-training", 100, "Multislice MaxText training (JobSet backend).")
 BASE_CONFIG_PLACEHOLDER = "$BASE_CONFIG"
 
 
@@ -33,8 +33,9 @@ def jobset_spec(config: StackConfig, worker_image: str | None = None) -> jm.JobS
         pod_size=common.tpu_pod_size(config),
         model=config.workload.model,
         slices=config.tpu.slices,
-        local_queue=LOCAL_QUEUE,
-        cluster_queue=CLUSTER_QUEUE,
+        # A run on a shared cluster queues in the cluster stack's ClusterQueue through a LocalQueue of its own.
+        local_queue=shared_queue.LOCAL_QUEUE if config.stack.run else LOCAL_QUEUE,
+        cluster_queue=shared_queue.CLUSTER_QUEUE if config.stack.run else CLUSTER_QUEUE,
         flavor=flavor_name(config),
         tpu_quota=config.jobset.tpu_quota,
         dranet_claim_template=common.dranet_claim_template_name(config),
@@ -78,10 +79,14 @@ def jobset_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str
     if spec.dranet_claim_template:
         objects["dcn-netdevs"] = common.resource_claim_template(spec.dranet_claim_template, spec.namespace,
                                                          len(config.network.dcn_subnets))
-    objects["resource-flavor"] = jm.resource_flavor(spec.flavor, spec.shape)
-    objects["cluster-queue"] = jm.cluster_queue(spec)
-    objects["local-queue"] = jm.local_queue(spec)
-    objects["priority-training"] = jm.workload_priority_class(*TRAINING_PRIORITY)
+    if config.stack.run:
+        # The flavor, the ClusterQueue and the priority class are the cluster stack's (workloads/shared_queue.py).
+        objects["local-queue"] = jm.local_queue(spec)
+    else:
+        objects["resource-flavor"] = jm.resource_flavor(spec.flavor, spec.shape)
+        objects["cluster-queue"] = jm.cluster_queue(spec)
+        objects["local-queue"] = jm.local_queue(spec)
+        objects["priority-training"] = jm.workload_priority_class(*TRAINING_PRIORITY)
     # The shipped code holds the workers' lock (installed at start) and trainer/smoke.py, which runs at the start
     # of every training pod: training starts only where it passed, on the TPUs Kueue admitted once.
     code_name = f"{prefix}-code-{bundle.short_digest}"

@@ -130,6 +130,13 @@ class RayBackend:
                          "driver patched it and to create the other slices' pods (v1.7.0 source); check while it "
                          "runs: the driver log says `asked KubeRay for N slices` and `kubectl get raycluster -n "
                          "NAMESPACE -o jsonpath='{.items[*].spec.workerGroupSpecs[0].replicas}'` prints N")
+        if config.stack.run:
+            lines.append("shared queue: the add-on's KubeRay is assumed to create nothing for a RayJob created with "
+                         "spec.suspend true until Kueue's RayJob integration unsuspends it (KubeRay RayJob suspend; "
+                         "Kueue v0.19.2 pkg/controller/jobs/rayjob), and not to count the time it waits in the "
+                         "queue against preRunningDeadlineSeconds; check while it queues: `kubectl get rayjob -n "
+                         "NAMESPACE` shows JOB DEPLOYMENT STATUS Suspended and `kubectl get raycluster -n "
+                         "NAMESPACE` lists none")
         if config.workload.plan.elastic:
             lines.append("grow policy: the API server is assumed to evaluate the admission policy's CEL over the "
                          "RayCluster as JSON maps (Kubernetes >= 1.30 ValidatingAdmissionPolicy), so it compares "

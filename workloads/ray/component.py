@@ -5,9 +5,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.component import child_options, component_type
+from infra.component import child_options, component_type, deleted_with_cluster
 from infra.config import StackConfig
-from workloads import common
+from workloads import common, shared_queue
 from workloads.ray import manifests as ray_manifests
 from workloads.ray.served_schema import RAYJOB_CRD, unserved_problem
 from workloads.ray import spec as ray_inputs
@@ -42,9 +42,13 @@ def ray_objects(config: StackConfig, bundle: TrainerBundle, worker_image: str | 
     # The submitter asks KubeRay's objects, not the network, whether its cluster is gone: `get` on them first.
     objects["submitter-role"] = ray_manifests.submitter_role(spec, job_name)
     objects["submitter-binding"] = ray_manifests.submitter_role_binding(spec)
+    if config.stack.run:
+        objects["local-queue"] = shared_queue.run_local_queue(spec.namespace)
     objects["ray-job"] = ray_manifests.ray_job(
         name=job_name, spec=spec, cluster_spec=cluster_spec, entrypoint=job_inputs[0],
         runtime_env=job_inputs[1], code_config_map_name=code_name, code_files=list(bundle.code_files))
+    if config.stack.run:
+        objects["ray-job"] = shared_queue.queued_ray_job(objects["ray-job"])
     objects["head-service"] = ray_manifests.head_service(spec)
     if config.ray.dashboard_exposure == "internal-lb":
         # Never a dashboard reachable from outside the cluster without Ray's token auth in front of it.
@@ -68,7 +72,8 @@ class RayWorkload(pulumi.ComponentResource):
         # Everything lives in the namespace and runs as the Workload Identity service account; all of it goes
         # away with the cluster, so destroy never waits on KubeRay finalizers of a cluster being deleted.
         # Pods wait for their image's push (workerEnvironment=image).
-        base = dict(depends_on=[namespace, service_account, *(worker_image_ready or [])], deleted_with=cluster)
+        base = dict(depends_on=[namespace, service_account, *(worker_image_ready or [])],
+                    deleted_with=deleted_with_cluster(cluster))
         self.resources: dict[str, pulumi.CustomResource] = {}
         # The RayJob CRD the cluster's Ray add-on serves: the RayJob is created only if that schema declares every
         # field it sets (workloads/ray/served_schema.py), since the API server would drop an unknown authOptions
@@ -91,7 +96,7 @@ class RayWorkload(pulumi.ComponentResource):
                              depends_on=base["depends_on"] + [self.resources["trainer-code"]]
                              + [self.resources[n] for n in ("dcn-netdevs", "grow-slices-binding",
                                                             "grow-slices-policy-binding", "fuse-cache-class",
-                                                            "submitter-binding")
+                                                            "submitter-binding", "local-queue")
                                 if n in self.resources])
             if logical_name == "grow-slices-binding":
                 # Never a moment when the service account may patch its cluster without the policy in force.

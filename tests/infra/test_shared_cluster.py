@@ -1,0 +1,219 @@
+"""Many runs, one cluster: the cluster stack and the run stacks on it, under Pulumi mocks.
+
+A run stack's StackReference is played from the cluster stack's own program run under mocks (preview/harness.py
+play_cluster_stack): the committed Pulumi.team.yaml, and team-8b (Ray) and team-qwen (JobSet) on it. The single
+stacks' URNs are held by tests/infra/test_stack_identity.py (their goldens did not change with this split).
+"""
+from __future__ import annotations
+
+import pytest
+
+from infra.cluster_ref import RUN_EXPORTS
+from infra.config import ConfigError, build
+from preview import harness
+from preview.harness import MissingStack, ProgramRun, run_program
+from preview.stack_files import load_stack_config
+from tests.conftest import REPO, SPLIT_STACKS, committed_stack_run
+
+CLUSTER, RUNS = "team", ("team-8b", "team-qwen")
+REFERENCE = "organization/tpu-multislice/team"
+# What only a cluster stack may register: the network, the cluster and its system pool, the controllers, and the
+# cluster-scoped queue objects every run shares.
+CLUSTER_SIDE = {
+    "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/router:Router",
+    "gcp:compute/routerNat:RouterNat", "gcp:container/cluster:Cluster", "kubernetes:helm.sh/v3:Release",
+    "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue", "kubernetes:kueue.x-k8s.io/v1beta2:ResourceFlavor",
+    "kubernetes:kueue.x-k8s.io/v1beta2:WorkloadPriorityClass", "gcp:projects/iAMCustomRole:IAMCustomRole",
+    "tpu-multislice:infra:GkeCluster", "tpu-multislice:infra:ClusterNetwork",
+    "tpu-multislice:infra:NodeServiceAccount", "tpu-multislice:workloads:WorkloadControllers",
+}
+# What only a run registers.
+RUN_SIDE = {"kubernetes:core/v1:Namespace", "kubernetes:ray.io/v1:RayJob", "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet",
+            "gcp:storage/bucket:Bucket", "gcp:monitoring/dashboard:Dashboard", "tpu-multislice:infra:TpuSlicePools"}
+
+
+def test_the_committed_split_stacks_are_the_team_cluster_and_its_two_runs():
+    assert SPLIT_STACKS == [CLUSTER, *RUNS]
+    backends = {stack: build(load_stack_config(stack, REPO), stack=stack).workload.backend for stack in RUNS}
+    assert backends == {"team-8b": "rayjob", "team-qwen": "jobset"}
+
+
+def test_the_cluster_stack_registers_no_run_and_exports_what_runs_read():
+    run = committed_stack_run(CLUSTER)
+    types = {r.type for r in run.resources}
+    assert not types & RUN_SIDE
+    assert [r.inputs["name"] for r in run.of_type("gcp:container/nodePool:NodePool")] == ["system"]
+    assert {"gcp:container/cluster:Cluster", "kubernetes:helm.sh/v3:Release",
+            "kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue"} <= types
+    assert set(RUN_EXPORTS) <= set(run.outputs)
+    assert "kubeconfig" in run.secret_outputs
+    queue = run.one("kubernetes:kueue.x-k8s.io/v1beta2:ClusterQueue").inputs
+    tpu = next(r for r in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"] if r["name"] == "google.com/tpu")
+    assert tpu["nominalQuota"] == str(load_stack_config(CLUSTER, REPO)["clusterTpuQuota"])
+
+
+@pytest.mark.parametrize("stack", RUNS)
+def test_a_run_stack_registers_nothing_of_the_cluster(stack):
+    run = committed_stack_run(stack)
+    assert not {r.type for r in run.resources} & CLUSTER_SIDE
+    pools = [r.inputs["name"] for r in run.of_type("gcp:container/nodePool:NodePool")]
+    assert pools and all(name.startswith(f"{stack}-slice-") for name in pools)
+    # Its pools join the cluster the reference names, and its pods select only its own pools.
+    cluster = committed_stack_run(CLUSTER).outputs["clusterName"]
+    assert {r.inputs["cluster"] for r in run.of_type("gcp:container/nodePool:NodePool")} == {cluster}
+    assert all(r.inputs["nodeConfig"]["labels"]["tpu-multislice/run"] == stack
+               for r in run.of_type("gcp:container/nodePool:NodePool"))
+    assert run.outputs["clusterStack"] == REFERENCE
+
+
+@pytest.mark.parametrize("stack", RUNS)
+def test_destroying_a_run_deletes_its_objects_and_nothing_of_the_cluster(stack):
+    """A run's destroy deletes what its state holds: every one of its objects (none is skipped as `deleted_with`
+    a cluster it does not own), and of what both stacks declare (the project's APIs) nothing is disabled."""
+    run, cluster = committed_stack_run(stack), committed_stack_run(CLUSTER)
+    assert all(f"urn:pulumi:{stack}::" in r.urn for r in run.resources)
+    assert [r.name for r in run.resources if r.deleted_with] == []
+    assert [r.name for r in run.resources if r.protect] == []    # deletionProtection is false in the examples
+
+    def physical(program: ProgramRun) -> dict[tuple, object]:
+        """Each cloud object by what identifies it in the cloud (its name, or what a binding binds)."""
+        return {(r.type, *sorted((k, str(v)) for k, v in r.inputs.items() if k in IDENTITY)): r
+                for r in program.resources if r.custom and r.type.startswith("gcp:")}
+    shared = set(physical(run)) & set(physical(cluster))
+    assert shared and {key[0] for key in shared} == {"gcp:projects/service:Service"}
+    assert all(physical(run)[key].inputs.get("disableOnDestroy") is False for key in shared)
+
+
+def test_a_run_stops_before_its_cluster_side_resources_when_its_config_contradicts_the_cluster():
+    raw = {**load_stack_config("team-8b", REPO), "clusterName": "another-cluster"}
+    monitor = harness.RecordingMonitor(harness.GcpMocks())
+    with pytest.raises(Exception, match="clusterName='another-cluster' is not valid; allowed: 'tpu-multislice-team'"):
+        run_program(raw, stack="team-8b", monitor=monitor)
+    # No slice pool, Kubernetes provider or object was registered: all of them wait on the checked name.
+    assert not [r.name for r in monitor.registrations if r.type == "gcp:container/nodePool:NodePool"
+                or r.type.startswith("kubernetes:") or r.type == "pulumi:providers:kubernetes"]
+
+
+def test_a_run_whose_cluster_stack_is_gone_fails_at_the_reference():
+    raw = {**load_stack_config("team-8b", REPO), "clusterStack": "organization/tpu-multislice/gone"}
+    with pytest.raises(Exception, match="unknown stack"):
+        run_program(raw, stack="team-8b")
+    assert "organization/tpu-multislice/gone" not in harness.STACK_OUTPUTS
+
+
+# The inputs that identify a Google Cloud object or grant.
+IDENTITY = ("name", "service", "accountId", "roleId", "repositoryId", "repository", "bucket", "role", "member",
+            "serviceAccountId",
+            "project", "location", "cluster")
+
+
+def _names(run: ProgramRun) -> set[tuple]:
+    """Every cloud or Kubernetes object a program creates, by what identifies it there: a Kubernetes object by
+    kind, namespace and name; a Google Cloud object by its name, id or, for a grant, what it binds to whom."""
+    names = set()
+    for r in run.resources:
+        if r.type.startswith("kubernetes:") and isinstance(r.inputs.get("metadata"), dict):
+            meta = r.inputs["metadata"]
+            names.add((r.type, f"{meta.get('namespace', '')}/{meta.get('name')}"))
+        elif r.type.startswith("gcp:") and r.type != "gcp:monitoring/dashboard:Dashboard":   # ids are generated
+            names.add((r.type, *sorted((k, str(v)) for k, v in r.inputs.items() if k in IDENTITY)))
+    return names
+
+
+@pytest.mark.parametrize("backend", ["rayjob", "jobset"])
+def test_two_runs_with_the_longest_names_share_no_name_on_one_cluster(backend):
+    """Two run stacks named with 40 characters, the most a run stack's name may have, equal but for their last
+    character, on the same shape and backend, both reading the same data (the cache disks' StorageClass is
+    cluster-scoped; JobSet pods run on the host network as the cluster's shared node account)."""
+    stem = "team-" + "x" * 34
+    first, second = stem + "a", stem + "b"
+    assert len(first) == 40
+    raw = {**load_stack_config("team-qwen", REPO), "workloadBackend": backend, "capacity": "on-demand",
+           "datasetType": "grain", "datasetPath": "gs://team-data/c4/train-*.array_record"}
+    runs = [run_program(raw, stack=name) for name in (first, second)]
+    common = _names(runs[0]) & _names(runs[1])
+    # Only the project's APIs, which both stacks enable and neither disables on destroy.
+    assert {key[0] for key in common} <= {"gcp:projects/service:Service"}, sorted(common)
+    kinds = {key[0] for key in _names(runs[0])}
+    assert {"gcp:container/nodePool:NodePool", "gcp:storage/bucket:Bucket", "gcp:serviceaccount/account:Account",
+            "gcp:projects/iAMMember:IAMMember", "gcp:storage/bucketIAMMember:BucketIAMMember",
+            "kubernetes:core/v1:Namespace", "kubernetes:storage.k8s.io/v1:StorageClass",
+            "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue"} <= kinds
+    # Their goodput series (MaxText's job name is the run name) and dashboards are apart too.
+    assert [run.outputs["run"].split(":", 1)[0] for run in runs] == [f"name {first}", f"name {second}"]
+    with pytest.raises(ConfigError, match="1-40 lowercase"):
+        build(raw, stack=stem + "ab")
+
+
+@pytest.mark.parametrize("raw, stack, refused", [
+    ({"dcn": "true"}, "team-8b", "dcn='true' is not valid; unset it: the cluster stack"),
+    ({"namespace": "shared"}, "team-8b", "namespace='shared' is not valid; unset it: a run stack names it"),
+    ({"workloadBackend": "pathways"}, "team-8b", "workloadBackend='pathways' is not valid"),
+    ({"capacity": "spot"}, "team-8b", "elasticMinSlices='(unset: 1 on spot)' is not valid; 2 (all slices)"),
+    ({"clusterStack": "org/another-project/team"}, "team-8b", "a stack of this project"),
+    ({"clusterStack": "organization/tpu-multislice/team-8b"}, "team-8b", "another stack than"),
+])
+def test_a_run_stack_refuses_what_the_cluster_decides(raw, stack, refused):
+    with pytest.raises(ConfigError, match=refused.replace("(", r"\(").replace(")", r"\)")) as error:
+        build({**load_stack_config("team-8b", REPO), **raw}, stack=stack)
+    assert all(len(line) <= 100 for line in str(error.value).splitlines())
+
+
+@pytest.mark.parametrize("raw, refused", [
+    ({"model": "llama3-8b"}, "model='llama3-8b' is not valid; unset it: a cluster stack runs nothing"),
+    ({"dranet": "true"}, "dranet='true' is not valid; unset it: runs on a shared cluster do not use DCN"),
+    ({"clusterMode": "autopilot"}, "clusterMode='autopilot' is not valid; standard with stackRole=cluster"),
+    ({"clusterTpuQuota": "0"}, "clusterTpuQuota=0 is not valid"),
+])
+def test_a_cluster_stack_refuses_what_only_a_run_reads(raw, refused):
+    with pytest.raises(ConfigError, match=refused):
+        build({**load_stack_config(CLUSTER, REPO), **raw}, stack=CLUSTER)
+
+
+@pytest.mark.parametrize("key, value", [("clusterTpuQuota", "16"), ("runStacks", ["org/tpu-multislice/x"])])
+def test_a_single_stack_refuses_the_cluster_stacks_keys(key, value):
+    with pytest.raises(ConfigError, match=f"{key}=.* unset it: only a cluster stack"):
+        build({**load_stack_config("dev", REPO), key: value}, stack="dev")
+
+
+def test_a_cluster_stack_without_a_quota_is_refused():
+    raw = {k: v for k, v in load_stack_config(CLUSTER, REPO).items() if k != "clusterTpuQuota"}
+    with pytest.raises(ConfigError, match="stackRole=cluster needs tpu-multislice:clusterTpuQuota"):
+        build(raw, stack=CLUSTER)
+
+
+def test_a_cluster_stack_with_runs_listed_is_protected_from_destroy():
+    raw = {**load_stack_config(CLUSTER, REPO), "runStacks": ["organization/tpu-multislice/team-8b"]}
+    run = run_program(raw, stack="team-protected")
+    protected = {r.type for r in run.resources if r.protect}
+    assert {"gcp:container/cluster:Cluster", "gcp:compute/network:Network",
+            "gcp:serviceaccount/account:Account"} <= protected
+    assert not any(r.protect for r in committed_stack_run(CLUSTER).resources)
+
+
+def test_run_stacks_queue_in_the_clusters_queue():
+    ray, jobset = committed_stack_run("team-8b"), committed_stack_run("team-qwen")
+    job = ray.one("kubernetes:ray.io/v1:RayJob").inputs
+    # Kueue v0.19.2 pkg/controller/jobs/rayjob/rayjob_webhook.go: a queued RayJob is suspended and must delete its
+    # cluster when it finishes.
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "tpu-run"
+    assert job["spec"]["suspend"] is True and job["spec"]["shutdownAfterJobFinishes"] is True
+    for program in (ray, jobset):
+        local = program.one("kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue").inputs
+        assert local["spec"]["clusterQueue"] == committed_stack_run(CLUSTER).outputs["clusterQueue"]
+    labels = jobset.one("kubernetes:jobset.x-k8s.io/v1alpha2:JobSet").inputs["metadata"]["labels"]
+    assert labels["kueue.x-k8s.io/queue-name"] == "tpu-run"
+
+
+@pytest.mark.parametrize("stack", RUNS)
+def test_the_offline_plan_of_a_run_validates_against_its_cluster_stacks_objects(stack):
+    """Every object of the run against the pinned CRDs and the cross-object rules, where the LocalQueue's
+    ClusterQueue and the JobSet's priority class are the cluster stack's (played from its own program)."""
+    from preview.k8s.validation import default_schemas_dir
+    from preview.model import build_plan
+
+    run = committed_stack_run(stack)
+    assert set(run.referenced) == {REFERENCE}
+    plan = build_plan(run, build(load_stack_config(stack, REPO), stack=stack), stack, default_schemas_dir())
+    assert [str(e) for e in plan.validation.errors] == []
+    assert plan.cost.gke_fee_usd_per_hour == 0.0 and any(n.startswith("queue: joins LocalQueue") for n in plan.cost.notes)
