@@ -136,6 +136,18 @@ class CompileTarget:
                                    estimate_bytes=estimate_bytes)
 
 
+    def with_keys(self, keys: Mapping[str, str], plan: str = "",
+                  estimate_bytes: int | None = None) -> "CompileTarget":
+        """The same launch with some MaxText keys set otherwise (another batch: the keys its plan changes)."""
+        argv, seen = [*self.argv[:2]], set()
+        for item in self.argv[2:]:
+            key = item.partition("=")[0]
+            argv.append(f"{key}={keys[key]}" if key in keys else item)
+            seen.add(key)
+        argv += [f"{key}={value}" for key, value in keys.items() if key not in seen]
+        return dataclasses.replace(self, argv=tuple(argv), plan=plan or self.plan, estimate_bytes=estimate_bytes)
+
+
 def compile_topology(generation: Generation, topology: str, devices_per_slice: int) -> str:
     """MaxText's compile_topology name for one slice, looked up in MaxText's own table
     (maxtext/utils/accelerator_to_spec_map.py UserFacingNameToSystemCharacteristics: name "<generation>-<devices>",
@@ -200,6 +212,22 @@ def ray_target(entrypoint_args: Iterable[str], libtpu_args: str, root: Path = PR
                          devices_per_slice=printed["devices_per_slice"], slices=printed["slices"],
                          plan=printed["plan"], model=printed["model"], libtpu_init_args=libtpu_args,
                          estimate_bytes=printed["estimate_bytes"])
+
+
+# What the key of a verdict (core/compile_verdicts.CompileKey) has in place of this machine's scratch paths.
+KEY_BASE_CONFIG, KEY_SCRATCH = "<maxtext>/configs/base.yml", Path("<scratch>")
+
+
+def compile_key(target: CompileTarget) -> "CompileKey":
+    """The complete key of XLA's verdict on `target`: train_compile's argv as run_compile runs it (scratch paths as
+    placeholders), the pods' LIBTPU_INIT_ARGS, this process's XLA_FLAGS (they reach the compile), and the
+    MaxText, jax and libtpu versions that compile it."""
+    from core.compile_verdicts import CompileKey
+
+    argv, _ = aot_argv(target, KEY_BASE_CONFIG, KEY_SCRATCH / "out")
+    return CompileKey(argv=tuple(argv), libtpu_init_args=target.libtpu_init_args,
+                      xla_flags=os.environ.get("XLA_FLAGS", ""), maxtext=installed("maxtext"),
+                      jax=installed("jax"), libtpu=loaded_libtpu())
 
 
 def aot_argv(target: CompileTarget, base_config: str, out_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -332,6 +360,8 @@ class CompileResult:
     assigned: Mapping[str, int] | None = None     # memory_assignment(): XLA's figures when its HLO passes ended
     memory_only: bool = False                     # stopped after memory assignment (no code generation)
     cached: bool = False                          # read from compile-verdicts.json, not compiled now
+    key: Any = None                               # core.compile_verdicts.CompileKey it was compiled under
+    timed_out_after_s: float | None = None        # ran out of time: no verdict ("undecided after N s")
 
     @property
     def error_code(self) -> str | None:
@@ -364,13 +394,20 @@ def verdict_of(result: CompileResult, resized) -> "Verdict":
                    libtpu=result.libtpu, maxtext=installed("maxtext"), reason=result.reason,
                    error_code=result.error_code, required_bytes=result.required_bytes,
                    peak_bytes=result.peak_bytes_per_device, hbm_bytes=result.hbm_bytes,
-                   per_device_batch_size=resized.per_device_batch_size)
+                   per_device_batch_size=resized.per_device_batch_size, jax=installed("jax"),
+                   undecided_after_s=result.timed_out_after_s)
 
 
 def decided(result: CompileResult) -> bool:
     """Whether the result is XLA's own verdict: it compiled, or XLA refused it (its bytes or its error code), not a
-    compile that was stopped, timed out or failed for another reason."""
+    compile that was stopped, timed out or failed for another reason (a timeout is kept as undecided: kept())."""
     return result.compiled or bool(result.required_bytes) or bool(result.error_code)
+
+
+def kept(result: CompileResult) -> bool:
+    """Whether compile-verdicts.json keeps the result: XLA's verdict, or a compile that ran out of time (kept as
+    "undecided after N s", so that the next preview does not silently start it again)."""
+    return decided(result) or result.timed_out_after_s is not None
 
 
 def _clock(seconds: float) -> str:
@@ -512,9 +549,13 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     log_dir, out_dir = work / "libtpu_logs", work / "out"
     log_dir.mkdir(exist_ok=True)
     argv, dropped = aot_argv(target, base_config, out_dir)
+    key = compile_key(target)
     env = {**os.environ, **COMPILE_ENV, "TPU_LOG_DIR": str(log_dir), "LIBTPU_INIT_ARGS": target.libtpu_init_args}
     env.pop("PYTHONPATH", None)
     command = [*(compiler or (sys.executable, "-m", AOT_MODULE)), *argv]
+    # Started through aot/guard.py (a file, not `-m`: the compile runs without PYTHONPATH): the guard gets a
+    # parent-death signal and then ends the whole compile, so a program killed by SIGKILL leaves no compile behind.
+    guard = [sys.executable, str(Path(__file__).with_name("guard.py"))]
     name = argv[-2].partition("=")[2]
     output_path = work / "compile.log"
     start = time.monotonic()
@@ -522,8 +563,10 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     with open(output_path, "w") as output, _Ticker(f"{name} x {target.slices}", progress, tick_s) as ticker:
         # Its own process group: train_compile may start helpers of its own, and a stop (timeout, Ctrl-C,
         # SIGTERM) must end them all, not only the direct child.
-        proc = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace", start_new_session=True)
+        from aot.guard import parent_death_preexec
+        proc = subprocess.Popen([*guard, *command], env=env, cwd=work, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
+                                preexec_fn=parent_death_preexec())
         timed_out = threading.Event()
 
         def expire() -> None:
@@ -595,7 +638,8 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         command=" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(COMPILE_ENV.items()) if k != "PYTHONUNBUFFERED")
         + (f" LIBTPU_INIT_ARGS={shlex.quote(target.libtpu_init_args)}" if target.libtpu_init_args else "")
         + " python -m " + shlex.join([AOT_MODULE, *argv]),
-        argv=tuple(argv), libtpu=loaded_libtpu(), assigned=assigned, memory_only=memory_only)
+        argv=tuple(argv), libtpu=key.libtpu, assigned=assigned, memory_only=memory_only, key=key,
+        timed_out_after_s=round(timeout) if killed else None)
     if verdict.compiled and keep_dir is None:
         shutil.rmtree(work, ignore_errors=True)
     else:
