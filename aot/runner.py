@@ -69,6 +69,9 @@ from typing import Any, Iterable, Mapping, TextIO
 from core.tpu_catalog import Generation
 
 AOT_MODULE = "maxtext.trainers.pre_train.train_compile"
+# Another module instead of train_compile, for this process and the ones it starts: the test suite points it at a
+# module that does not exist, so that no plan a test runs as a subprocess starts a real compile (tests/conftest.py).
+AOT_MODULE_ENV = "TPU_MULTISLICE_AOT_MODULE"
 GIB = 1024**3
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TIMEOUT_S = 3600.0
@@ -183,17 +186,26 @@ def installed(package: str) -> str:
         return "not installed"
 
 
-def loaded_libtpu() -> str:
-    """The libtpu the compile loads: the package next to TPU_LIBRARY_PATH when that is set (jax loads that .so
-    instead of its own libtpu package; the .so does not depend on the Python version, so the workers' libtpu can
-    compile here under the jax this Python can install), else the installed libtpu package."""
+def compile_libtpu():
+    """The libtpu the compile loads (aot/workers_libtpu.py Found): the .so TPU_LIBRARY_PATH names when the user set
+    it (jax then loads it instead of its own libtpu package), else the workers' pinned libtpu from the override or
+    the user's cache, else the libtpu installed here, with the one line saying it is not the workers'."""
+    from aot.workers_libtpu import Found, find, lock_pin, so_version
+
     so = os.environ.get("TPU_LIBRARY_PATH")
     if not so:
-        return installed("libtpu")
-    infos = sorted(Path(so).resolve().parents[1].glob("libtpu-*.dist-info"))
-    if not infos:
+        return find(PROJECT_ROOT)
+    version = so_version(Path(so))
+    if version is None:
         raise CompileSetupError(f"TPU_LIBRARY_PATH={so}: no libtpu-*.dist-info next to it to say its version")
-    return infos[-1].name[len("libtpu-"):-len(".dist-info")]
+    pinned = lock_pin(PROJECT_ROOT).version
+    return Found(Path(so), version, None if version == pinned else
+                 f"TPU_LIBRARY_PATH: libtpu {version} compiled, not the workers' {pinned}")
+
+
+def loaded_libtpu() -> str:
+    """The version of the libtpu the compile loads (compile_libtpu)."""
+    return compile_libtpu().version
 
 
 def ray_target(entrypoint_args: Iterable[str], libtpu_args: str, root: Path = PROJECT_ROOT) -> CompileTarget:
@@ -410,6 +422,22 @@ def kept(result: CompileResult) -> bool:
     return decided(result) or result.timed_out_after_s is not None
 
 
+def expected_time(model: str, memory_only: bool = False) -> str:
+    """About how long one compile of `model` takes on this machine, from the compiles kept in
+    core/xla_calibration.json (their `seconds`, on this project's 2-core machine): the median of that model's rows
+    of the same mode, else "time not measured for MODEL"."""
+    path = PROJECT_ROOT / "core" / "xla_calibration.json"
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        rows = []
+    seconds = sorted(row["seconds"] for row in rows if row.get("model") == model and row.get("seconds")
+                     and bool(row.get("memory_only")) == memory_only)
+    if not seconds:
+        return f"time not measured for {model}"
+    return f"about {_clock(seconds[len(seconds) // 2])} each here (xla_calibration.json)"
+
+
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
@@ -551,8 +579,12 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     argv, dropped = aot_argv(target, base_config, out_dir)
     key = compile_key(target)
     env = {**os.environ, **COMPILE_ENV, "TPU_LOG_DIR": str(log_dir), "LIBTPU_INIT_ARGS": target.libtpu_init_args}
+    libtpu = compile_libtpu()
+    if libtpu.so is not None:      # the workers' libtpu (or the user's TPU_LIBRARY_PATH), not jax[tpu]'s own
+        env["TPU_LIBRARY_PATH"] = str(libtpu.so)
     env.pop("PYTHONPATH", None)
-    command = [*(compiler or (sys.executable, "-m", AOT_MODULE)), *argv]
+    module = os.environ.get(AOT_MODULE_ENV) or AOT_MODULE
+    command = [*(compiler or (sys.executable, "-m", module)), *argv]
     # Started through aot/guard.py (a file, not `-m`: the compile runs without PYTHONPATH): the guard gets a
     # parent-death signal and then ends the whole compile, so a program killed by SIGKILL leaves no compile behind.
     guard = [sys.executable, str(Path(__file__).with_name("guard.py"))]
@@ -637,7 +669,8 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         libtpu_init_args=target.libtpu_init_args,
         command=" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(COMPILE_ENV.items()) if k != "PYTHONUNBUFFERED")
         + (f" LIBTPU_INIT_ARGS={shlex.quote(target.libtpu_init_args)}" if target.libtpu_init_args else "")
-        + " python -m " + shlex.join([AOT_MODULE, *argv]),
+        + (f" TPU_LIBRARY_PATH={shlex.quote(str(libtpu.so))}" if libtpu.so is not None else "")
+        + " python -m " + shlex.join([module, *argv]),
         argv=tuple(argv), libtpu=key.libtpu, assigned=assigned, memory_only=memory_only, key=key,
         timed_out_after_s=round(timeout) if killed else None)
     if verdict.compiled and keep_dir is None:

@@ -327,7 +327,15 @@ def main(argv: list[str] | None = None) -> int:
             print(fit(f"compile: undecided after {compiled.timed_out_after_s:.0f} s on {compiled.num_slices} slice(s)"
                       f" (kept; the next preview does not compile it again; {RETRY_ENV}=1 does)"), file=sys.stderr)
             return EXIT_COMPILE
-        for line in xla_refusal(config, compiled, args.root, compiler):
+        lines = xla_refusal(config, compiled, args.root, compiler)
+        from aot.runner import decided
+        if not decided(compiled) and not args.compile and config.workload.compile_check == "auto":
+            # No verdict (no compiler here, a compile that could not run): compileCheck=auto warns, as the
+            # program's config build does; XLA's own refusal, --compile and always exit 4.
+            for line in lines:
+                print(line, file=sys.stderr)
+            return EXIT_OK
+        for line in lines:
             print(line, file=sys.stderr)
         return EXIT_COMPILE
     return EXIT_OK
@@ -415,7 +423,7 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, c
     again, nor one kept as undecided (unless compile_verdicts.RETRY_ENV); a new verdict is added to it.
     Returns the results and the compiler (its keys find the nearest batch XLA compiled)."""
     from core import compile_verdicts
-    from aot.runner import compile_key, kept, verdict_of
+    from aot.runner import compile_key, expected_time, kept, verdict_of
     from preview.compile import CompileSetupError, failed_setup, run_compile, stack_target
     from workloads.compile_check import ProgramCompiler
 
@@ -438,6 +446,8 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, c
                 results.append(from_verdict(known, resized, key.digest()))
             else:
                 print(fit(f"compile: {target.plan}"), file=sys.stderr)
+                print(fit(f"compile: {expected_time(resized.model.name)}; skip: --set compileCheck=off"),
+                      file=sys.stderr)
                 result = run_compile(target, timeout=timeout, progress=sys.stderr)
                 results.append(result)
                 if kept(result):

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 HEARTBEAT_S=${SETUP_HEARTBEAT_S:-30}
-STEPS=5
+STEPS=6
 started=$SECONDS
 
 elapsed() { local s=$((SECONDS - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
@@ -60,6 +60,7 @@ step 2 "pinned packages: requirements.txt and requirements-trainer.txt (the long
 step 3 "MaxText 0.2.5 (scripts/install_maxtext.sh)" bash scripts/install_maxtext.sh .venv/bin/python
 step 4 "Graphviz for the plan's --graph (optional)" install_graphviz
 step 5 "pinned CRDs for the plan's schema check (from GitHub; optional)" fetch_crds
+step 6 "the workers' libtpu for the pre-flight compile (PyPI, ~215 MB; optional)" bash -c ".venv/bin/python -m aot.workers_libtpu --fetch >/dev/null || true"
 echo "setup done in $(elapsed "$started"): $(.venv/bin/python --version), venv in .venv"
 # The last line is what to run next: the main job on this machine (README's quick start).
 echo "setup: next, the training job on this machine (fake TPU slices): .venv/bin/python -m trainer.local"

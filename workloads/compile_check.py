@@ -19,8 +19,8 @@ import textwrap
 from pathlib import Path
 from typing import Callable, TextIO
 
-from aot.runner import (DEFAULT_TIMEOUT_S, PROJECT_ROOT, CompileSetupError, CompileTarget, compile_key, kept,
-                        missing_compiler, ray_target, run_compile, verdict_of)
+from aot.runner import (DEFAULT_TIMEOUT_S, PROJECT_ROOT, CompileSetupError, CompileTarget, compile_key,
+                        expected_time, kept, missing_compiler, ray_target, run_compile, verdict_of)
 from core.compile_verdicts import CompileKey, NotDecided, Verdict
 from infra.config import StackConfig
 from workloads.backends import backend_for
@@ -88,10 +88,13 @@ class ProgramCompiler:
         out = self.progress or sys.stderr
         target = self.target(config, slices)
         resized = config.workload.plan.at_slices(slices)
+        # Before it starts: what, about how long here, and how to skip it (each line within 100 columns).
         print(textwrap.shorten(
             f"compile: XLA decides {slices} x {resized.shape.pod_type} at perDeviceBatchSize="
             f"{resized.per_device_batch_size:g} before anything is created (compileCheck="
             f"{config.workload.compile_check})", 100), file=out, flush=True)
+        print(textwrap.shorten(f"compile: {expected_time(resized.model.name)}; skip: tpu-multislice:compileCheck=off",
+                               100), file=out, flush=True)
         try:
             result = run_compile(target, timeout=self.timeout, progress=out, compiler=self.compiler,
                                  tick_s=self.tick_s)

@@ -543,11 +543,12 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
         lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {count} x "
                  f"{workload_plan.shape.pod_type}: {kept.what_failed()}"]
         if nearest:
-            lines.append(f"nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g}")
+            lines.append(f"nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g} (kept: no compile)")
         else:
             # None compiled yet: the largest smaller batch the planner lays out, which the next preview compiles.
             retry = next_smaller_batch(workload_plan)
-            lines.append(f"nearest to try: {NAMESPACE}:perDeviceBatchSize={retry:g} (not compiled yet)" if retry
+            lines.append(f"nearest to try: {NAMESPACE}:perDeviceBatchSize={retry:g} (not compiled yet: choosing it "
+                         "means a compile)" if retry
                          else f"nearest to try: a smaller {NAMESPACE}:perDeviceBatchSize (none lays out)")
         lines.append(f"(XLA's verdict, libtpu {kept.libtpu}, MaxText {kept.maxtext}, kept in "
                      f"{compile_verdicts.COMPILE_VERDICTS} on {kept.date})")
@@ -557,6 +558,12 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
                 line, 98, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")]))
         return None
     notes = []
+    if workload_plan.evaluates:
+        # maxtext 0.2.5 trainers/pre_train/train_compile.py main compiles train.train_step only
+        # (maxtext_utils.get_functional_train_with_signature); no key selects eval_step, which the workers compile
+        # at start (trainers/pre_train/train.py jit_train_and_eval_step).
+        notes.append("memory: the eval step is estimated, not compiled: MaxText's train_compile compiles the "
+                     "train step only")
     if compiled.file_note:
         notes.append(f"memory: {compiled.file_note}")
     if compiled.not_kept:
@@ -568,10 +575,22 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
         decided = next(iter(compiled.verdicts.values()))
         notes.append(f"memory: XLA compiled the run's step at {', '.join(map(str, sorted(compiled.verdicts)))} "
                      f"slice(s) (libtpu {decided.libtpu}, MaxText {decided.maxtext}, jax {decided.jax or '?'})")
+        notes.append(_front_end_assumption(decided))
         # The notes follow the compile that ran: the estimate's "compile it first" advice is answered.
         kept_notes = tuple(_answered(note) for note in workload_plan.notes)
         workload_plan = dataclasses.replace(workload_plan, notes=tuple(note for note in kept_notes if note))
     return dataclasses.replace(workload_plan, notes=workload_plan.notes + tuple(notes)) if notes else workload_plan
+
+
+def _front_end_assumption(verdict) -> str:
+    """What the verdict assumes of the workers' XLA: the jax that traced the step here is not the workers' (their
+    jax needs Python >= 3.12, worker_env/requirements.lock), and the libtpu is theirs only when fetched
+    (aot/workers_libtpu.py)."""
+    pins = load_pins(REPO_ROOT)
+    libtpu = (f"the workers' libtpu {verdict.libtpu}" if verdict.libtpu == pins["libtpu"] else
+              f"libtpu {verdict.libtpu}, not the workers' {pins['libtpu']} (python -m aot.workers_libtpu --fetch)")
+    return (f"assumption: XLA's verdict came from jax {verdict.jax or '?'}'s front end here (the workers run jax "
+            f"{pins['jax']}) with {libtpu}: the same step is assumed to compile the same")
 
 
 def _answered(note: str) -> str | None:

@@ -73,12 +73,15 @@ def test_a_near_limit_step_xla_refuses_is_compiled_once_and_refused_before_anyth
     said = " ".join(line.strip() for line in lines[1:])
     assert said.startswith("tpu-multislice:perDeviceBatchSize=9 is refused by XLA on 1 x v6e-8: XLA needs "
                            "32.51 GiB per device of 31.24 (E1000 CompileTimeHbmOom) nearest to try: "
-                           "tpu-multislice:perDeviceBatchSize=8 (not compiled yet)"), said
+                           "tpu-multislice:perDeviceBatchSize=8 (not compiled yet: choosing it means a compile)"), said
     assert "Traceback" not in said
     assert all(len(line) <= 100 for line in str(refused.value).split("\n")), lines
     # While it compiled: what XLA decides, then the ticker (every 30 s where the output is not a terminal).
     ticks = progress.getvalue().splitlines()
     assert ticks[0].startswith("compile: XLA decides 1 x v6e-8 at perDeviceBatchSize=9 before anything is created")
+    # Before it starts: about how long here (the calibration's full compile of the model) and how to skip it.
+    assert ticks[1] == ("compile: about 16m06s each here (xla_calibration.json); skip: "
+                        "tpu-multislice:compileCheck=off"), ticks[1]
     assert any(line.startswith("compile: v6e-8 x 1: ") and "elapsed" in line for line in ticks), ticks
     assert aot_runner._Ticker("a step", io.StringIO()).interval == 30.0
 
@@ -254,3 +257,16 @@ def test_a_compile_that_runs_out_of_time_is_kept_as_undecided_and_not_restarted(
     retried = build(near, compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
     assert calls == [2, 2]
     assert not [note for note in retried.workload.plan.notes if "XLA did not decide" in note]
+
+
+def test_a_run_with_an_eval_step_says_its_eval_step_is_estimated_not_compiled(monkeypatch, tmp_path):
+    """MaxText 0.2.5's train_compile compiles train_step only (trainers/pre_train/train_compile.py main): the
+    plan says the eval step is estimated, not compiled, rather than letting XLA's train-step verdict stand for it."""
+    raw = {**_near(), "perDeviceBatchSize": "4", "datasetType": "grain",
+           "datasetPath": "gs://my-data/c4/train-*.array_record",
+           "evalDatasetPath": "gs://my-data/c4/eval-*.array_record"}
+    calls: list[int] = []
+    config = build(raw, compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
+    assert config.workload.plan.evaluates and calls == [1, 2]
+    assert ("memory: the eval step is estimated, not compiled: MaxText's train_compile compiles the train step "
+            "only") in config.workload.plan.notes

@@ -452,7 +452,7 @@ def test_compile_check_auto_compiles_every_step_without_a_verdict_and_says_when_
     """compileCheck: auto, the default, has XLA decide every distinct step the run takes that has no kept
     verdict, "fits" by the estimate included (the estimate models HBM only, not XLA's other refusals): dev at
     batch 9 is compiled at 1 slice (nearest the limit) then 2; at batch 4 too; off compiles nothing; without
-    MaxText or libtpu here the preview says so in one line and does not accept silently."""
+    MaxText or libtpu here the preview says so in one line (a warning with auto, exit 4 with always)."""
     seen = []
     monkeypatch.setattr(pf, "run_compile", lambda target, **kw: seen.append(target) or dataclasses.replace(
         _canned(True), num_slices=target.slices))
@@ -475,7 +475,10 @@ def test_compile_check_auto_compiles_every_step_without_a_verdict_and_says_when_
     # a real compile, tests/conftest.py), with MaxText missing, on a batch no compile above has decided.
     monkeypatch.setattr(pf, "run_compile", aot_runner.run_compile)
     monkeypatch.setattr(aot_runner, "installed", lambda package: "not installed")
-    assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=11"]) == cli.EXIT_COMPILE
+    # auto: a warning in one line, as the program's config build gives (exit 0); always: exit 4.
+    assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=11"]) == cli.EXIT_OK
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == ("compile: maxtext is not installed here: bash scripts/setup.sh installs it, or set "
                        "compileCheck=off"), err
+    assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=11", "--set", "compileCheck=always"]) == (
+        cli.EXIT_COMPILE)
