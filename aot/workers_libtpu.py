@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.metadata
 import os
 import re
 import shutil
@@ -73,10 +74,11 @@ def so_version(so: Path) -> str | None:
 
 def find(root: Path = PROJECT_ROOT) -> Found:
     """The libtpu the pre-flight compile loads (see the module docstring)."""
-    from aot.runner import installed
-
     pin = lock_pin(root)
-    local = installed("libtpu")
+    try:
+        local = importlib.metadata.version("libtpu")
+    except importlib.metadata.PackageNotFoundError:
+        local = "not installed"
     override = os.environ.get(ENV_OVERRIDE, "")
     if override == "local":
         return Found(None, local, f"the local libtpu {local} compiled ({ENV_OVERRIDE}=local), not the "
