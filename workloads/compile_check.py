@@ -1,15 +1,17 @@
-"""The Pulumi program's compiler, handed to its config build (infra/config/compile_check.py): the run's exact
-training step at one slice count, compiled ahead of time with MaxText's train_compile and the libtpu installed
-where `pulumi preview`/`pulumi up` runs (aot/runner.py), from the backend's own launch argv and its TPU pods'
-LIBTPU_INIT_ARGS (workloads/backend.py TrainingLaunch).
+"""The Pulumi program's compiler, handed to its config build (infra/config/compile_check.py): the complete key of
+the run's exact training step at one slice count (core/compile_verdicts.py CompileKey) and its ahead-of-time
+compile with MaxText's train_compile and the workers' pinned libtpu (aot/workers_libtpu.py; the local one, said in
+the plan, when it is not fetched), from the backend's own launch argv and its TPU pods' LIBTPU_INIT_ARGS
+(workloads/backend.py TrainingLaunch).
 
 Here, not in infra/config: the argv is the backend's (workloads/) and the compiler is aot/'s, neither of which the
 config layer may import; __main__.py passes `compile_step` to `build`, which calls it before anything registers.
 
 What the user sees while it compiles (the program's stderr, which Pulumi shows): one line saying what XLA
-decides, then a line every 30 s (aot/runner.py's ticker). Ctrl-C or SIGTERM to the program stops the compile and
-what it started (run_compile kills its process group; Pulumi runs the program in its main thread, where the
-runner can take SIGTERM).
+decides, one with about how long it takes here and how to skip it, then a line every 30 s (aot/runner.py's
+ticker). Ctrl-C or SIGTERM to the program stops the compile and what it started (run_compile kills its process
+group; Pulumi runs the program in its main thread, where the runner can take SIGTERM); SIGKILL too, through the
+compile's guard and its parent-death signal (aot/guard.py).
 """
 from __future__ import annotations
 

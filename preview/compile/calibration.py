@@ -206,6 +206,8 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
     # Held out, chosen after the freeze (issue 44): compiled memory only with the workers' libtpu 0.0.50.1.
     CalibrationCase("qwen3-0.6b-1xv5e-16-b5", "qwen3-0.6b", "v5e", "4x4", 1, 5, held_out=True,
                     why="held out: one v5e-16 slice at batch 5, near the limit by the estimate"),
+    CalibrationCase("qwen3-0.6b-2xv5e-8-b5", "qwen3-0.6b", "v5e", "2x4", 2, 5, held_out=True,
+                    why="held out: a tied head on two v5e-8 slices at batch 5, near the limit at its 46 % error"),
     CalibrationCase("qwen3-0.6b-2xv5e-16-b11", "qwen3-0.6b", "v5e", "4x4", 2, 11, held_out=True,
                     why="held out: the pathways stack at its elastic minimum at batch 11, one past its largest"),
 )
