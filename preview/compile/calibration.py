@@ -208,6 +208,8 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                     why="held out: one v5e-16 slice at batch 5, near the limit by the estimate"),
     CalibrationCase("qwen3-0.6b-2xv5e-8-b5", "qwen3-0.6b", "v5e", "2x4", 2, 5, held_out=True,
                     why="held out: a tied head on two v5e-8 slices at batch 5, near the limit at its 46 % error"),
+    CalibrationCase("llama3-8b-2xv5e-16-b2", "llama3-8b", "v5e", "4x4", 2, 2, held_out=True,
+                    why="held out: Llama (untied head) on two v5e-16 slices at batch 2, near the limit"),
     CalibrationCase("qwen3-0.6b-2xv5e-16-b11", "qwen3-0.6b", "v5e", "4x4", 2, 11, held_out=True,
                     why="held out: the pathways stack at its elastic minimum at batch 11, one past its largest"),
 )
