@@ -212,6 +212,8 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                     why="held out: Llama (untied head) on two v5e-16 slices at batch 2, near the limit"),
     CalibrationCase("llama3-8b-1xv6e-16-tp4-b6", "llama3-8b", "v6e", "4x4", 1, 6, ici_tensor=4, held_out=True,
                     why="held out: tensor parallelism 4 on one v6e-16 at batch 6, near the limit"),
+    CalibrationCase("llama3-70b-2xv6e-64-b3", "llama3-70b", "v6e", "8x8", 2, 3, held_out=True,
+                    why="held out: 70B on two v6e-64 slices (data parallel across them) at batch 3, near the limit"),
     CalibrationCase("qwen3-0.6b-2xv5e-16-b11", "qwen3-0.6b", "v5e", "4x4", 2, 11, held_out=True,
                     why="held out: the pathways stack at its elastic minimum at batch 11, one past its largest"),
 )
