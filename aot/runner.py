@@ -69,6 +69,9 @@ from typing import Any, Iterable, Mapping, TextIO
 from core.tpu_catalog import Generation
 
 AOT_MODULE = "maxtext.trainers.pre_train.train_compile"
+# Another module instead of train_compile, for this process and the ones it starts: the test suite points it at a
+# module that does not exist, so that no plan a test runs as a subprocess starts a real compile (tests/conftest.py).
+AOT_MODULE_ENV = "TPU_MULTISLICE_AOT_MODULE"
 GIB = 1024**3
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TIMEOUT_S = 3600.0
@@ -136,6 +139,18 @@ class CompileTarget:
                                    estimate_bytes=estimate_bytes)
 
 
+    def with_keys(self, keys: Mapping[str, str], plan: str = "",
+                  estimate_bytes: int | None = None) -> "CompileTarget":
+        """The same launch with some MaxText keys set otherwise (another batch: the keys its plan changes)."""
+        argv, seen = [*self.argv[:2]], set()
+        for item in self.argv[2:]:
+            key = item.partition("=")[0]
+            argv.append(f"{key}={keys[key]}" if key in keys else item)
+            seen.add(key)
+        argv += [f"{key}={value}" for key, value in keys.items() if key not in seen]
+        return dataclasses.replace(self, argv=tuple(argv), plan=plan or self.plan, estimate_bytes=estimate_bytes)
+
+
 def compile_topology(generation: Generation, topology: str, devices_per_slice: int) -> str:
     """MaxText's compile_topology name for one slice, looked up in MaxText's own table
     (maxtext/utils/accelerator_to_spec_map.py UserFacingNameToSystemCharacteristics: name "<generation>-<devices>",
@@ -171,17 +186,26 @@ def installed(package: str) -> str:
         return "not installed"
 
 
-def loaded_libtpu() -> str:
-    """The libtpu the compile loads: the package next to TPU_LIBRARY_PATH when that is set (jax loads that .so
-    instead of its own libtpu package; the .so does not depend on the Python version, so the workers' libtpu can
-    compile here under the jax this Python can install), else the installed libtpu package."""
+def compile_libtpu():
+    """The libtpu the compile loads (aot/workers_libtpu.py Found): the .so TPU_LIBRARY_PATH names when the user set
+    it (jax then loads it instead of its own libtpu package), else the workers' pinned libtpu from the override or
+    the user's cache, else the libtpu installed here, with the one line saying it is not the workers'."""
+    from aot.workers_libtpu import Found, find, lock_pin, so_version
+
     so = os.environ.get("TPU_LIBRARY_PATH")
     if not so:
-        return installed("libtpu")
-    infos = sorted(Path(so).resolve().parents[1].glob("libtpu-*.dist-info"))
-    if not infos:
+        return find(PROJECT_ROOT)
+    version = so_version(Path(so))
+    if version is None:
         raise CompileSetupError(f"TPU_LIBRARY_PATH={so}: no libtpu-*.dist-info next to it to say its version")
-    return infos[-1].name[len("libtpu-"):-len(".dist-info")]
+    pinned = lock_pin(PROJECT_ROOT).version
+    return Found(Path(so), version, None if version == pinned else
+                 f"TPU_LIBRARY_PATH: libtpu {version} compiled, not the workers' {pinned}")
+
+
+def loaded_libtpu() -> str:
+    """The version of the libtpu the compile loads (compile_libtpu)."""
+    return compile_libtpu().version
 
 
 def ray_target(entrypoint_args: Iterable[str], libtpu_args: str, root: Path = PROJECT_ROOT) -> CompileTarget:
@@ -200,6 +224,22 @@ def ray_target(entrypoint_args: Iterable[str], libtpu_args: str, root: Path = PR
                          devices_per_slice=printed["devices_per_slice"], slices=printed["slices"],
                          plan=printed["plan"], model=printed["model"], libtpu_init_args=libtpu_args,
                          estimate_bytes=printed["estimate_bytes"])
+
+
+# What the key of a verdict (core/compile_verdicts.CompileKey) has in place of this machine's scratch paths.
+KEY_BASE_CONFIG, KEY_SCRATCH = "<maxtext>/configs/base.yml", Path("<scratch>")
+
+
+def compile_key(target: CompileTarget) -> "CompileKey":
+    """The complete key of XLA's verdict on `target`: train_compile's argv as run_compile runs it (scratch paths as
+    placeholders), the pods' LIBTPU_INIT_ARGS, this process's XLA_FLAGS (they reach the compile), and the
+    MaxText, jax and libtpu versions that compile it."""
+    from core.compile_verdicts import CompileKey
+
+    argv, _ = aot_argv(target, KEY_BASE_CONFIG, KEY_SCRATCH / "out")
+    return CompileKey(argv=tuple(argv), libtpu_init_args=target.libtpu_init_args,
+                      xla_flags=os.environ.get("XLA_FLAGS", ""), maxtext=installed("maxtext"),
+                      jax=installed("jax"), libtpu=loaded_libtpu())
 
 
 def aot_argv(target: CompileTarget, base_config: str, out_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -332,6 +372,8 @@ class CompileResult:
     assigned: Mapping[str, int] | None = None     # memory_assignment(): XLA's figures when its HLO passes ended
     memory_only: bool = False                     # stopped after memory assignment (no code generation)
     cached: bool = False                          # read from compile-verdicts.json, not compiled now
+    key: Any = None                               # core.compile_verdicts.CompileKey it was compiled under
+    timed_out_after_s: float | None = None        # ran out of time: no verdict ("undecided after N s")
 
     @property
     def error_code(self) -> str | None:
@@ -364,13 +406,36 @@ def verdict_of(result: CompileResult, resized) -> "Verdict":
                    libtpu=result.libtpu, maxtext=installed("maxtext"), reason=result.reason,
                    error_code=result.error_code, required_bytes=result.required_bytes,
                    peak_bytes=result.peak_bytes_per_device, hbm_bytes=result.hbm_bytes,
-                   per_device_batch_size=resized.per_device_batch_size)
+                   per_device_batch_size=resized.per_device_batch_size, jax=installed("jax"),
+                   undecided_after_s=result.timed_out_after_s)
 
 
 def decided(result: CompileResult) -> bool:
     """Whether the result is XLA's own verdict: it compiled, or XLA refused it (its bytes or its error code), not a
-    compile that was stopped, timed out or failed for another reason."""
+    compile that was stopped, timed out or failed for another reason (a timeout is kept as undecided: kept())."""
     return result.compiled or bool(result.required_bytes) or bool(result.error_code)
+
+
+def kept(result: CompileResult) -> bool:
+    """Whether compile-verdicts.json keeps the result: XLA's verdict, or a compile that ran out of time (kept as
+    "undecided after N s", so that the next preview does not silently start it again)."""
+    return decided(result) or result.timed_out_after_s is not None
+
+
+def expected_time(model: str, memory_only: bool = False) -> str:
+    """About how long one compile of `model` takes on this machine, from the compiles kept in
+    core/xla_calibration.json (their `seconds`, on this project's 2-core machine): the median of that model's rows
+    of the same mode, else "time not measured for MODEL"."""
+    path = PROJECT_ROOT / "core" / "xla_calibration.json"
+    try:
+        rows = json.loads(path.read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        rows = []
+    seconds = sorted(row["seconds"] for row in rows if row.get("model") == model and row.get("seconds")
+                     and bool(row.get("memory_only")) == memory_only)
+    if not seconds:
+        return f"time not measured for {model}"
+    return f"about {_clock(seconds[len(seconds) // 2])} each here (xla_calibration.json)"
 
 
 def _clock(seconds: float) -> str:
@@ -512,9 +577,17 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     log_dir, out_dir = work / "libtpu_logs", work / "out"
     log_dir.mkdir(exist_ok=True)
     argv, dropped = aot_argv(target, base_config, out_dir)
+    key = compile_key(target)
     env = {**os.environ, **COMPILE_ENV, "TPU_LOG_DIR": str(log_dir), "LIBTPU_INIT_ARGS": target.libtpu_init_args}
+    libtpu = compile_libtpu()
+    if libtpu.so is not None:      # the workers' libtpu (or the user's TPU_LIBRARY_PATH), not jax[tpu]'s own
+        env["TPU_LIBRARY_PATH"] = str(libtpu.so)
     env.pop("PYTHONPATH", None)
-    command = [*(compiler or (sys.executable, "-m", AOT_MODULE)), *argv]
+    module = os.environ.get(AOT_MODULE_ENV) or AOT_MODULE
+    command = [*(compiler or (sys.executable, "-m", module)), *argv]
+    # Started through aot/guard.py (a file, not `-m`: the compile runs without PYTHONPATH): the guard gets a
+    # parent-death signal and then ends the whole compile, so a program killed by SIGKILL leaves no compile behind.
+    guard = [sys.executable, str(Path(__file__).with_name("guard.py"))]
     name = argv[-2].partition("=")[2]
     output_path = work / "compile.log"
     start = time.monotonic()
@@ -522,8 +595,10 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     with open(output_path, "w") as output, _Ticker(f"{name} x {target.slices}", progress, tick_s) as ticker:
         # Its own process group: train_compile may start helpers of its own, and a stop (timeout, Ctrl-C,
         # SIGTERM) must end them all, not only the direct child.
-        proc = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace", start_new_session=True)
+        from aot.guard import parent_death_preexec
+        proc = subprocess.Popen([*guard, *command], env=env, cwd=work, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True,
+                                preexec_fn=parent_death_preexec())
         timed_out = threading.Event()
 
         def expire() -> None:
@@ -594,8 +669,10 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         libtpu_init_args=target.libtpu_init_args,
         command=" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(COMPILE_ENV.items()) if k != "PYTHONUNBUFFERED")
         + (f" LIBTPU_INIT_ARGS={shlex.quote(target.libtpu_init_args)}" if target.libtpu_init_args else "")
-        + " python -m " + shlex.join([AOT_MODULE, *argv]),
-        argv=tuple(argv), libtpu=loaded_libtpu(), assigned=assigned, memory_only=memory_only)
+        + (f" TPU_LIBRARY_PATH={shlex.quote(str(libtpu.so))}" if libtpu.so is not None else "")
+        + " python -m " + shlex.join([module, *argv]),
+        argv=tuple(argv), libtpu=key.libtpu, assigned=assigned, memory_only=memory_only, key=key,
+        timed_out_after_s=round(timeout) if killed else None)
     if verdict.compiled and keep_dir is None:
         shutil.rmtree(work, ignore_errors=True)
     else:

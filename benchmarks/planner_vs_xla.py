@@ -18,8 +18,9 @@ Columns:
                (a memory-only compile that stopped before XLA's rematerialization pass, the only place it prints
                them: the planner's params + optimizer stand in, equal to libtpu's to 1 % wherever both exist),
                refused (XLA refused the step and stated one figure);
-  set          fitted (the terms were chosen on it), margin (ESTIMATE_ERROR was set from it) or held out
-               (compiled after the model was frozen, in a shape chosen after it: it measures the error);
+  set          fitted (the terms were chosen on it), margin (ESTIMATE_ERROR was set from it), sets CONSTANT
+               (that constant of core/memory.py was set from it) or held out (compiled after the model was
+               frozen, in a shape chosen after it, setting nothing: it measures the error);
   est/need     the planner's bytes per device over XLA's need; est/peak likewise over the peak;
   near         XLA's peak is at least 75 % of the limit XLA compiles against (where the planner's verdict
                matters; below it XLA spends spare HBM on its schedule and an upper bound is fine);
@@ -41,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.memory import ESTIMATE_ERROR, GIB, TIED_HEAD_MULTISLICE_ERROR  # noqa: E402
 from core.planner import PlanRequest, plan  # noqa: E402
-from preview.compile.calibration import (HELD_OUT, MARGIN_ROWS, arguments_source, fill_limits, row_need,  # noqa: E402
+from preview.compile.calibration import (CONSTANT_ROWS, HELD_OUT, MARGIN_ROWS, arguments_source, fill_limits, row_need,  # noqa: E402
                                  row_peak)
 
 NEAR_LIMIT = 0.75
@@ -89,7 +90,9 @@ def rows(path: Path) -> list[dict]:
         out.append({"row": row, "memory": memory, "need": need, "peak": peak, "est_need": memory.total / need,
                     "est_peak": memory.total / peak, "near": near_limit(row, data),
                     "xla": xla_verdict(row), "planner": planner_verdict(row), "state": arguments_source(row),
-                    "held_out": row["case"] in HELD_OUT, "margin": row["case"] in MARGIN_ROWS})
+                    "held_out": row["case"] in HELD_OUT, "margin": row["case"] in MARGIN_ROWS,
+                    "sets": next((name for name, cases in CONSTANT_ROWS.items()
+                                  if row["case"] in cases and name != "ESTIMATE_ERROR"), "")})
     return out
 
 
@@ -103,6 +106,13 @@ def shape(row: dict) -> str:
             f"{remat} {'fp32' if row['weight_dtype'] == 'float32' else 'bf16'}")
 
 
+def set_label(r: dict) -> str:
+    """The row's part in the model: held out (measures it), margin (set ESTIMATE_ERROR), sets CONSTANT, fitted."""
+    if r["held_out"]:
+        return "held out"
+    return "margin" if r["margin"] else f"sets {r['sets']}" if r["sets"] else "fitted"
+
+
 def table(results: list[dict], terms: bool = False) -> str:
     lines = ["| case | shape | XLA peak GiB | XLA need GiB | estimate GiB | est/need | est/peak | near | XLA | planner "
              "| agree | state | set | jax / libtpu |",
@@ -114,12 +124,12 @@ def table(results: list[dict], terms: bool = False) -> str:
             f"| {row['case']} | {shape(row)} | {r['peak'] / GIB:.2f}{measured} | {r['need'] / GIB:.2f}{measured} | "
             f"{memory.total / GIB:.2f} | {r['est_need']:.2f} | {r['est_peak']:.2f} | {'yes' if r['near'] else ''} | "
             f"{r['xla']} | {r['planner']} | {'yes' if agree(r['xla'], r['planner']) else 'NO'} | "
-            f"{r['state']} | {'held out' if r['held_out'] else 'margin' if r['margin'] else 'fitted'} | "
+            f"{r['state']} | {set_label(r)} | "
             f"{row['jax']} / {row['libtpu']}"
             f"{' (memory only)' if row.get('memory_only') else ''} |")
         if terms:
             lines.append(f"|  | {' + '.join(f'{n} {v / GIB:.2f}' for n, v in memory.terms())} | | | | | | | | | | | | |")
-    near = [r for r in results if r["near"] and r["xla"] != "refused" and not r["held_out"] and not r["margin"]]
+    near = [r for r in results if r["near"] and r["xla"] != "refused" and set_label(r) == "fitted"]
     margin = [r for r in results if r["margin"] and r["xla"] != "refused"]
     held = [r for r in results if r["held_out"] and r["xla"] != "refused"]
     lines.append("")
@@ -144,6 +154,9 @@ def table(results: list[dict], terms: bool = False) -> str:
     if margin:
         lines.append("margin rows (ESTIMATE_ERROR set from them): " + ", ".join(
             f"{r['row']['case']} {r['est_need'] - 1:+.1%}" for r in margin))
+    for constant, cases in CONSTANT_ROWS.items():
+        lines.append(f"rows that set {constant}: {', '.join(cases)}"
+                     + (" (and the fitted rows near the limit, each left out)" if constant == "ESTIMATE_ERROR" else ""))
     held_all = [r for r in results if r["held_out"]]
     if held_all:
         lines.append("held out (compiled after the model was frozen; need from XLA only unless marked *): " + ", ".join(
@@ -152,7 +165,7 @@ def table(results: list[dict], terms: bool = False) -> str:
         lines.append(f"held out, worst error where XLA compiled: "
                      f"{max(abs(r['est_need'] - 1) for r in held) if held else 0:.1%} (the stated margin: "
                      f"{ESTIMATE_ERROR:.0%}; a tied head on more than one slice: "
-                     f"{TIED_HEAD_MULTISLICE_ERROR:.0%}, set from the held-out rows of that kind)")
+                     f"{TIED_HEAD_MULTISLICE_ERROR:.0%}, set from the rows named above, none held out)")
     wrong = [r["row"]["case"] for r in results if r["xla"] == "refused" and r["planner"] != "does not fit"]
     lines.append(f"accepted by the planner but refused by XLA: {', '.join(wrong) or 'none'}")
     refused_fits = [r["row"]["case"] for r in results if r["xla"] != "refused" and r["planner"] == "does not fit"]

@@ -5,14 +5,19 @@ have no verdict here (infra/config/compile_check.py, with the compiler the progr
 verdict; `python -m preview --stack NAME` does the same (preview/cli.py). A step XLA refused is refused before
 anything registers, and a second preview of an unchanged stack does not compile again.
 
-A verdict is keyed by a digest of what decides the compiled program: the MaxText keys the plan gives the step
-(core/planner.py Plan.overrides at that slice count, and the MaxText keys the planner does not model), the TPU
-generation, slice topology and slice count, and the libtpu version that compiled it. The run's own keys (run name,
-output directory, steps, data paths) do not change the step and are not in it; nor are the pods' LIBTPU_INIT_ARGS,
-which follow from the same plan (core/tpu_env.py).
+A verdict is keyed by a digest of everything that changes the compiled program or the compiler's answer
+(CompileKey): train_compile's exact argv after every override (the backend's launch argv resized to the slice
+count, the compile topology, with this machine's scratch paths replaced by fixed placeholders), the pods'
+LIBTPU_INIT_ARGS, the user's XLA_FLAGS, and the MaxText, jax and libtpu versions that compile it. The look-up
+takes only an entry recorded under the same complete key: a verdict recorded under another version or other
+flags is never used, the step is compiled again. The run's own keys (run name, output directory) are the
+placeholders; a file written before the complete key (no "format": FORMAT) is read as no verdict, said once.
+
+A compile that runs out of time is kept too, as "undecided after N s" (Verdict.undecided_after_s): the next
+preview says so once and does not start the same compile again unless RETRY_ENV is set.
 
 The file (COMPILE_VERDICTS, at the project's root) is the user's to keep or commit: a verdict depends only on
-its key, so it stays true until MaxText or libtpu changes (each entry names both).
+its key, so it stays true on any machine that compiles with the same versions and flags.
 """
 from __future__ import annotations
 
@@ -23,11 +28,15 @@ import os
 import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 COMPILE_VERDICTS = "compile-verdicts.json"
 # Another file instead of <project>/compile-verdicts.json (the test suite points it at a scratch file).
 PATH_ENV = "TPU_MULTISLICE_COMPILE_VERDICTS"
+# Compile again the steps kept as "undecided after N s" (a compile that ran out of time).
+RETRY_ENV = "TPU_MULTISLICE_RETRY_UNDECIDED"
+# The file's format: 2 = entries under complete keys (CompileKey). Older files are read as no verdict.
+FORMAT = 2
 # XLA's own error code and name in a refusal: "RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory
 # ..." (libtpu 0.0.50.1; a scoped-VMEM refusal says "E1001: CompileTimeScopedVmemOom").
 _ERROR_CODE = re.compile(r"\b(E\d{3,5}):\s*([A-Z]\w+)")
@@ -45,18 +54,23 @@ def error_code(reason: str | None) -> str | None:
     return f"{match.group(1)} {match.group(2)}" if match else None
 
 
-def step_digest(maxtext_keys: dict[str, str], generation: str, topology: str, slices: int, libtpu: str) -> str:
-    """The key of one compiled step (see the module docstring)."""
-    document = {"maxtext": dict(sorted(maxtext_keys.items())), "generation": generation, "topology": topology,
-                "slices": slices, "libtpu": libtpu}
-    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32]
+@dataclass(frozen=True)
+class CompileKey:
+    """Everything that changes a compiled step or the compiler's answer on it (see the module docstring)."""
 
+    argv: tuple[str, ...]       # train_compile's argv after every override, scratch paths as placeholders
+    libtpu_init_args: str       # the TPU pods' LIBTPU_INIT_ARGS, passed to the compile as the pods get them
+    xla_flags: str              # the user's XLA_FLAGS, which reach the compile process
+    maxtext: str
+    jax: str
+    libtpu: str
 
-def plan_digest(plan, slices: int, libtpu: str) -> str:
-    """step_digest of a core.planner.Plan at `slices` (an elastic run's resize)."""
-    resized = plan.at_slices(slices)
-    keys = {**resized.overrides(), **dict(resized.unmodeled)}
-    return step_digest(keys, resized.shape.generation.name, resized.shape.topology, slices, libtpu)
+    def digest(self) -> str:
+        document = {**asdict(self), "argv": list(self.argv)}
+        return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "argv": list(self.argv)}
 
 
 @dataclass(frozen=True)
@@ -73,9 +87,19 @@ class Verdict:
     hbm_bytes: int | None = None
     per_device_batch_size: float | None = None
     date: str = ""
+    jax: str = ""
+    # Set when the compile ran out of time: no verdict from XLA, kept so the next preview does not restart it.
+    undecided_after_s: float | None = None
+    key: dict[str, Any] | None = None    # the CompileKey it was recorded under (CompileKey.as_dict)
+
+    @property
+    def undecided(self) -> bool:
+        return self.undecided_after_s is not None
 
     def what_failed(self) -> str:
         """One phrase: the bytes XLA needed, else its error code, else its line."""
+        if self.undecided:
+            return f"undecided after {self.undecided_after_s:.0f} s (the compile ran out of time)"
         gib = 1024**3
         if self.required_bytes and self.hbm_bytes:
             return (f"XLA needs {self.required_bytes / gib:.2f} GiB per device of {self.hbm_bytes / gib:.2f}"
@@ -101,50 +125,76 @@ class NotDecided(Exception):
     one that did not finish. The message is one line saying why (and what to install)."""
 
 
-# How a program compiles one of its steps: (the stack's config, slice count) -> XLA's verdict, or NotDecided. The
-# config build (infra/config/) is handed one by the program that runs it (workloads/compile_check.py) and never
-# imports a compiler itself.
-CompileStep = Callable[[Any, int], Verdict]
+class Compiler(Protocol):
+    """How a program compiles the run's steps (infra/config/ is handed one by the program that runs it,
+    workloads/compile_check.py ProgramCompiler, and never imports a compiler itself)."""
+
+    def key(self, config: Any, slices: int, per_device_batch_size: float | None = None) -> CompileKey:
+        """The complete key of the run's step at `slices` (at another batch: the nearest-batch look-up);
+        raises NotDecided when it cannot be known here (no MaxText, no compile topology)."""
+
+    def __call__(self, config: Any, slices: int) -> Verdict:
+        """XLA's verdict (or undecided after N s) on the run's step at `slices`, or NotDecided."""
+
+
+CompileStep = Compiler
 
 
 def slices_to_compile(plan, check: str, asked: bool = False) -> list[int]:
-    """The slice counts whose step is compiled, fewest first: `asked` (--compile) or check "always": every distinct
-    shape the run takes (an elastic run at its fewest slices, then its full group: between the two the per-device
-    step is the same with data parallelism across slices and smaller with FSDP across more of them, so the fewest
-    slices hold the most bytes per device); "auto": the counts the estimate puts near the limit (where its
-    measured error leaves the verdict open); "off": none."""
-    from core.memory import NEAR_LIMIT
-
-    if asked or check == "always":
-        return sorted({plan.min_slices, plan.slices})
-    if check == "auto":
-        return [n for n in range(plan.min_slices, plan.slices + 1) if plan.at_slices(n).memory.verdict == NEAR_LIMIT]
-    return []
+    """The slice counts whose step is compiled: with compileCheck auto or always (or `asked`, --compile) every
+    distinct step the run takes, i.e. each slice count of an elastic run (the DCN axis, and with FSDP across
+    slices each device's share, differ between counts), the ones the estimate puts nearest the limit first (the
+    likeliest refusal decides soonest; fewer slices first on a tie); "off": none. What the estimate refuses
+    outright never gets here (the config build refuses it first)."""
+    if not (asked or check in ("auto", "always")):
+        return []
+    counts = range(plan.min_slices, plan.slices + 1)
+    return sorted(counts, key=lambda n: (-plan.at_slices(n).memory.total, n))
 
 
-def kept_verdict(verdicts: dict[str, Verdict], plan, slices: int, libtpus: list[str]) -> Verdict | None:
-    """The kept verdict on `plan` at `slices` by the first of `libtpus` that compiled it (the workers' first)."""
-    for libtpu in libtpus:
-        kept = verdicts.get(plan_digest(plan, slices, libtpu))
-        if kept is not None:
-            return kept
-    return None
+def lookup(verdicts: dict[str, Verdict], key: CompileKey) -> Verdict | None:
+    """The verdict kept under exactly `key`: same argv, flags and versions (never one recorded under others)."""
+    kept = verdicts.get(key.digest())
+    return kept if kept is not None and kept.key == key.as_dict() else None
+
+
+def retry_undecided() -> bool:
+    """Whether the user asked to compile again the steps kept as undecided (RETRY_ENV=1)."""
+    return os.environ.get(RETRY_ENV, "") not in ("", "0")
+
+
+def read(path: Path) -> tuple[dict[str, Verdict], str | None]:
+    """The verdicts in `path` and one line when the file holds none this program can use (an older format,
+    not JSON): it is then read as no verdict, never as an error."""
+    if not path.is_file():
+        return {}, None
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        return {}, f"{path.name} is not readable JSON ({str(error)[:30]}): read as no verdict"
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        return {}, f"{path.name} predates complete keys: its verdicts are not used (compiled again)"
+    verdicts: dict[str, Verdict] = {}
+    for digest, entry in (document.get("verdicts") or {}).items():
+        try:
+            verdicts[digest] = Verdict(**entry)
+        except TypeError:
+            continue                     # an entry this version does not know: no verdict for that step
+    return verdicts, None
 
 
 def load(path: Path) -> dict[str, Verdict]:
-    """The verdicts in `path` ({} when there is no file)."""
-    if not path.is_file():
-        return {}
-    document = json.loads(path.read_text())
-    return {digest: Verdict(**entry) for digest, entry in document.get("verdicts", {}).items()}
+    """The verdicts in `path` ({} when there is no file or none this program can use; see read)."""
+    return read(path)[0]
 
 
-def record(path: Path, digest: str, verdict: Verdict) -> None:
-    """Add or replace one verdict, keeping the others."""
+def record(path: Path, key: CompileKey, verdict: Verdict) -> None:
+    """Add or replace one verdict under its complete key, keeping the others (an older file's are dropped)."""
     verdicts = load(path)
-    verdicts[digest] = verdict if verdict.date else Verdict(**{**asdict(verdict),
-                                                               "date": datetime.date.today().isoformat()})
+    verdicts[key.digest()] = replace(verdict, key=key.as_dict(),
+                                     date=verdict.date or datetime.date.today().isoformat())
     document: dict[str, Any] = {
         "about": "XLA's verdicts on compiled training steps (core/compile_verdicts.py); keep or commit it",
-        "verdicts": {key: asdict(value) for key, value in sorted(verdicts.items())}}
+        "format": FORMAT,
+        "verdicts": {digest: asdict(value) for digest, value in sorted(verdicts.items())}}
     path.write_text(json.dumps(document, indent=1) + "\n")

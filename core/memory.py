@@ -62,6 +62,9 @@ from core.errors import PlanError
 from core.presets import ModelPreset
 
 GIB = 1024**3
+# The estimate's advice where it leaves the verdict open; a plan whose steps XLA has compiled drops it
+# (infra/config/rules.py check_xla_verdicts: the notes follow the compile that ran).
+COMPILE_FIRST = "compile it before you pay"
 ACTIVATION_BYTES = 2   # MaxText `dtype: bfloat16` activations
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
 # bf16 logits (MaxText logits_dot_in_fp32=False) kept for the backward pass; the fp32 cast (cast_logits_to_fp32),
@@ -277,7 +280,7 @@ class MemoryEstimate:
         return (f"near the limit: the step may need {low / GIB:.1f}-{high / GIB:.1f} GiB per device (estimate "
                 f"{self.total / GIB:.1f} +- {self.error:.0%}), past the {self.recompute_point / GIB:.2f} GiB where "
                 f"XLA starts recomputing tensors (95 % of {self.hbm / GIB:.2f}): XLA may fit it only by recomputing "
-                "(slower steps) or refuse it; compile it before you pay: --compile in the offline plan "
+                f"(slower steps) or refuse it; {COMPILE_FIRST}: --compile in the offline plan "
                 "(python -m preview --stack NAME --compile) or python -m preview.compile")
 
     def describe(self) -> str:
@@ -291,7 +294,7 @@ class MemoryEstimate:
         elif self.verdict == NEAR_LIMIT:
             tail = (f"near the limit: {low / GIB:.1f}-{high / GIB:.1f} GiB ({self.error:.0%} error) crosses "
                     f"the {self.recompute_point / GIB:.2f} GiB where XLA starts recomputing (95 % of the "
-                    f"{self.hbm / GIB:.2f} GiB XLA compiles against {where}); compile it before you pay")
+                    f"{self.hbm / GIB:.2f} GiB XLA compiles against {where}); {COMPILE_FIRST}")
         else:
             tail = f"does not fit: the estimate is over the {self.hbm / GIB:.2f} GiB XLA compiles against {where}"
         return f"{terms} = {self.total / GIB:.1f} GiB per device (estimated); {tail}"

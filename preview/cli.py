@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     if counts:
         from preview.compile import CompileStopped
         try:
-            shapes = compile_stack(config, plan, args.root, args.compile_timeout, counts)
+            shapes, compiler = compile_stack(config, plan, args.root, args.compile_timeout, counts)
         except (KeyboardInterrupt, CompileStopped) as stop:
             # run_compile has already ended the compile's process group.
             print("compile: stopped (Ctrl-C or SIGTERM); the compile worker was stopped too", file=sys.stderr)
@@ -313,10 +313,11 @@ def main(argv: list[str] | None = None) -> int:
             plan.compile["nearest_to_try"] = {"perDeviceBatchSize": retry}
 
     crd_missing = bool(crd_notice) and not args.no_crd_check
+    refusal_lines: list[str] = []
     if not plan.validation.ok or crd_missing:
         code = EXIT_INVALID
     elif compiled is not None and not compiled.compiled:
-        code = EXIT_COMPILE
+        code, refusal_lines = compile_outcome(config, compiled, compiler, args)
     else:
         code = EXIT_OK
     verdict = verdict_lines(plan, args.stack, code, crd_missing, args.no_crd_check)
@@ -347,10 +348,25 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(fit(text.getvalue()))
     if crd_notice and args.json:
         print(f"python -m preview: {crd_notice[0]}", file=sys.stderr)
-    if code == EXIT_COMPILE:
-        for line in xla_refusal(config, compiled, args.root):
+    for line in refusal_lines:
             print(line, file=sys.stderr)
     return code
+
+
+def compile_outcome(config: StackConfig, compiled, compiler, args: argparse.Namespace) -> tuple[int, list[str]]:
+    """The exit code of a shape XLA did not pass, and the lines (stderr, after the plan) that say why."""
+    if compiled.timed_out_after_s is not None:
+        from core.compile_verdicts import RETRY_ENV
+        return EXIT_COMPILE, [fit(f"compile: undecided after {compiled.timed_out_after_s:.0f} s on "
+                                  f"{compiled.num_slices} slice(s) (kept; the next preview does not compile it "
+                                  f"again; {RETRY_ENV}=1 does)").rstrip("\n")]
+    lines = xla_refusal(config, compiled, args.root, compiler)
+    from aot.runner import decided
+    if not decided(compiled) and not args.compile and config.workload.compile_check == "auto":
+        # No verdict (no compiler here, a compile that could not run): compileCheck=auto warns, as the program's
+        # config build does; XLA's own refusal, --compile and always exit 4.
+        return EXIT_OK, lines
+    return EXIT_COMPILE, lines
 
 
 def refuse_all(args: argparse.Namespace, refusals: list[tuple[Exception, tuple[str | None, Any]]],
@@ -384,7 +400,7 @@ def print_json(document: dict[str, Any]) -> None:
     sys.stdout.write("\n")
 
 
-def xla_refusal(config: StackConfig, refused, root: Path) -> list[str]:
+def xla_refusal(config: StackConfig, refused, root: Path, compiler=None) -> list[str]:
     """A step XLA refused, in lines of at most 100 columns: the key (perDeviceBatchSize), what failed (XLA's bytes
     or its error code), and the nearest batch XLA compiled (from compile-verdicts.json) or the one to try next."""
     import textwrap
@@ -410,9 +426,11 @@ def xla_refusal(config: StackConfig, refused, root: Path) -> list[str]:
     lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {refused.num_slices} x "
              f"{planned.shape.pod_type}: {failed}"]
     verdicts = compile_verdicts.load(compile_verdicts.verdicts_path(root))
-    nearest = compile_verdicts.nearest_compiled(
-        planned, refused.num_slices,
-        lambda plan, count: verdicts.get(compile_verdicts.plan_digest(plan, count, refused.libtpu)))
+    nearest = None
+    if compiler is not None:
+        nearest = compile_verdicts.nearest_compiled(
+            planned, refused.num_slices, lambda plan, count: compile_verdicts.lookup(
+                verdicts, compiler.key(config, count, plan.per_device_batch_size)))
     if nearest is not None:
         lines.append(f"    nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g} (compile-verdicts.json)")
     else:
@@ -439,41 +457,50 @@ def slices_to_compile(config: StackConfig, asked: bool) -> list[int]:
     return counts(config.workload.plan, config.workload.compile_check, asked)
 
 
-def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, counts: list[int]) -> list:
+def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, counts: list[int]):
     """preview/compile/ on the stack's own argv and its TPU pods' LIBTPU_INIT_ARGS (from the manifests), at each
-    of `counts` slices, fewest first, stopping at a refusal (the run's verdict). A step whose verdict is in
-    compile-verdicts.json (core/compile_verdicts.py) is not compiled again; a new verdict is added to it."""
+    of `counts` slices in slices_to_compile's order, stopping at a refusal (the run's verdict). A step whose
+    verdict is kept under its complete key in compile-verdicts.json (core/compile_verdicts.py) is not compiled
+    again, nor one kept as undecided (unless compile_verdicts.RETRY_ENV); a new verdict is added to it.
+    Returns the results and the compiler (its keys find the nearest batch XLA compiled)."""
     from core import compile_verdicts
-    from aot.runner import decided, verdict_of
-    from preview.compile import CompileSetupError, failed_setup, loaded_libtpu, run_compile, stack_target
+    from aot.runner import compile_key, expected_time, kept, verdict_of
+    from preview.compile import CompileSetupError, failed_setup, run_compile, stack_target
+    from workloads.compile_check import ProgramCompiler
 
     planned = config.workload.plan
     cache = compile_verdicts.verdicts_path(root)
+    compiler = ProgramCompiler(launch=lambda c: stack_target(c, [entry.obj for entry in plan.manifests], root))
     results = []
     try:
-        libtpu = loaded_libtpu()
-        full = None
+        verdicts, note = compile_verdicts.read(cache)
+        if note:
+            print(fit(f"compile: {note}"), file=sys.stderr)
         for count in counts:
             resized = planned.at_slices(count)
-            digest = compile_verdicts.plan_digest(planned, count, libtpu)
-            known = compile_verdicts.load(cache).get(digest)
+            target = compiler.target(config, count)
+            key = compile_key(target)
+            known = compile_verdicts.lookup(verdicts, key)
+            if known is not None and known.undecided and compile_verdicts.retry_undecided():
+                known = None
             if known is not None:
-                results.append(from_verdict(known, resized, digest))
+                results.append(from_verdict(known, resized, key.digest()))
             else:
-                if full is None:
-                    full = stack_target(config, [entry.obj for entry in plan.manifests], root)
-                target = full.at_slices(count, plan=resized.describe(), estimate_bytes=resized.memory.total)
                 print(fit(f"compile: {target.plan}"), file=sys.stderr)
+                print(fit(f"compile: {expected_time(resized.model.name)}; skip: --set compileCheck=off"),
+                      file=sys.stderr)
                 result = run_compile(target, timeout=timeout, progress=sys.stderr)
                 results.append(result)
-                if decided(result):
-                    # XLA's own verdict (not a timeout or a set-up failure): kept for the next preview.
-                    compile_verdicts.record(cache, digest, verdict_of(result, resized))
+                if kept(result):
+                    # XLA's own verdict, or "undecided after N s": kept for the next preview.
+                    compile_verdicts.record(cache, key, verdict_of(result, resized))
             if not results[-1].compiled:
-                break            # a refusal at the fewest slices is the run's verdict
+                break            # a refusal (or no verdict) at the riskiest count is the run's verdict
     except CompileSetupError as error:
         results.append(failed_setup(config, str(error)))
-    return results
+    except compile_verdicts.NotDecided as error:
+        results.append(failed_setup(config, str(error)))
+    return results, compiler
 
 
 def from_verdict(verdict, resized: Plan, digest: str):
@@ -483,7 +510,8 @@ def from_verdict(verdict, resized: Plan, digest: str):
         compiled=verdict.compiled, peak_bytes_per_device=verdict.peak_bytes, hbm_bytes=verdict.hbm_bytes,
         topology=f"{resized.shape.pod_type}", num_slices=verdict.slices, seconds=0.0, reason=verdict.reason,
         required_bytes=verdict.required_bytes, source=f"compile-verdicts.json {digest} ({verdict.date})",
-        plan=resized.describe(), estimate_bytes=resized.memory.total, libtpu=verdict.libtpu, cached=True)
+        plan=resized.describe(), estimate_bytes=resized.memory.total, libtpu=verdict.libtpu, cached=True,
+        timed_out_after_s=verdict.undecided_after_s)
 
 
 if __name__ == "__main__":

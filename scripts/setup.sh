@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 HEARTBEAT_S=${SETUP_HEARTBEAT_S:-30}
-STEPS=5
+STEPS=6
 started=$SECONDS
 
 elapsed() { local s=$((SECONDS - $1)); printf '%dm%02ds' $((s / 60)) $((s % 60)); }
@@ -63,6 +63,7 @@ step 4 "Graphviz for the plan's --graph (optional)" install_graphviz
 CRDS_MISSING=$(mktemp)
 rm -f "$CRDS_MISSING"
 step 5 "pinned CRDs for the plan's schema check (from GitHub; optional)" fetch_crds
+step 6 "the workers' libtpu for the pre-flight compile (PyPI, ~215 MB; optional)" bash -c ".venv/bin/python -m aot.workers_libtpu --fetch >/dev/null || true"
 echo "setup done in $(elapsed "$started"): $(.venv/bin/python --version), venv in .venv"
 if [ -e "$CRDS_MISSING" ]; then
   rm -f "$CRDS_MISSING"

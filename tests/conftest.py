@@ -80,13 +80,31 @@ def _scratch_compile_verdicts(tmp_path, monkeypatch):
     monkeypatch.setenv(PATH_ENV, str(tmp_path / "compile-verdicts.json"))
 
 
+def _real_compile_allowed(request) -> bool:
+    """`compile` (pytest -m compile) and `ci_compile` (the one real compile every run makes) reach train_compile."""
+    return any(request.node.get_closest_marker(name) is not None for name in ("compile", "ci_compile"))
+
+
+@pytest.fixture(autouse=True)
+def _local_libtpu_outside_real_compiles(request, monkeypatch):
+    """Keys and notes do not depend on whether this machine fetched the workers' libtpu (aot/workers_libtpu.py):
+    outside the tests marked `compile`, the local libtpu is named on purpose."""
+    if _real_compile_allowed(request) is False:
+        from aot.workers_libtpu import ENV_OVERRIDE
+        monkeypatch.setenv(ENV_OVERRIDE, "local")
+
+
 @pytest.fixture(autouse=True)
 def _no_real_compile(request, monkeypatch):
     """Only the tests marked `compile` run MaxText's train_compile (minutes of both cores): elsewhere a compile that
     a stand-in does not replace runs a module that does not exist and ends at once without a verdict."""
-    if request.node.get_closest_marker("compile") is None:
-        from aot import runner
+    from aot import runner
+    if _real_compile_allowed(request) is False:
         monkeypatch.setattr(runner, "AOT_MODULE", "tests.no_real_compile_outside_the_compile_marker")
+        # The plans and programs tests start as subprocesses (python -m preview ...) inherit it.
+        monkeypatch.setenv(runner.AOT_MODULE_ENV, "tests.no_real_compile_outside_the_compile_marker")
+    else:
+        monkeypatch.delenv(runner.AOT_MODULE_ENV, raising=False)
 
 
 # --- `python -m trainer.local` runs of the end-to-end tests (tests/trainer/test_local_*.py) ---------------------

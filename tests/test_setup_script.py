@@ -41,10 +41,10 @@ def test_every_step_is_announced_timed_and_long_ones_keep_talking(tmp_path):
     proc = _run(tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    for number in range(1, 6):
-        assert any(line.startswith(f"setup [{number}/5] ") for line in lines), proc.stdout
-        assert any(line.startswith(f"setup [{number}/5]   done in ") for line in lines), proc.stdout
-    assert any(line.startswith("setup [2/5]   still running (") for line in lines), proc.stdout
+    for number in range(1, 7):
+        assert any(line.startswith(f"setup [{number}/6] ") for line in lines), proc.stdout
+        assert any(line.startswith(f"setup [{number}/6]   done in ") for line in lines), proc.stdout
+    assert any(line.startswith("setup [2/6]   still running (") for line in lines), proc.stdout
     assert lines[-2].startswith("setup done in ")
     # The last line names the next command, the README's quick start.
     assert lines[-1].endswith(": .venv/bin/python -m trainer.local"), lines[-1]
@@ -93,8 +93,8 @@ def test_install_maxtext_shows_them_within_100_columns_when_the_import_fails(tmp
 def test_a_failed_step_is_named_with_its_exit_status(tmp_path):
     proc = _run(tmp_path, STUB_PIP_EXIT="3")
     assert proc.returncode == 3
-    assert "setup [2/5] failed (exit 3)" in proc.stderr
-    assert "setup [3/5]" not in proc.stdout
+    assert "setup [2/6] failed (exit 3)" in proc.stderr
+    assert "setup [3/6]" not in proc.stdout
 
 
 def test_crds_not_fetched_do_not_fail_the_setup(tmp_path):
@@ -103,7 +103,7 @@ def test_crds_not_fetched_do_not_fail_the_setup(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     at = lines.index("CRDs not fetched (stub)")
-    assert lines[at - 1].startswith("setup [5/5] pinned CRDs") and lines[at + 1].startswith("setup [5/5]   done in ")
+    assert lines[at - 1].startswith("setup [5/6] pinned CRDs") and lines[at + 1].startswith("setup [5/6]   done in ")
     # Setup's end says what that means for the plans, and the command that fetches them, before the next step.
     done = next(i for i, line in enumerate(lines) if line.startswith("setup done in "))
     said = " ".join(line.removeprefix("setup:").strip() for line in lines[done + 1:-1])

@@ -1,26 +1,29 @@
-"""The Pulumi program's compiler, handed to its config build (infra/config/compile_check.py): the run's exact
-training step at one slice count, compiled ahead of time with MaxText's train_compile and the libtpu installed
-where `pulumi preview`/`pulumi up` runs (aot/runner.py), from the backend's own launch argv and its TPU pods'
-LIBTPU_INIT_ARGS (workloads/backend.py TrainingLaunch).
+"""The Pulumi program's compiler, handed to its config build (infra/config/compile_check.py): the complete key of
+the run's exact training step at one slice count (core/compile_verdicts.py CompileKey) and its ahead-of-time
+compile with MaxText's train_compile and the workers' pinned libtpu (aot/workers_libtpu.py; the local one, said in
+the plan, when it is not fetched), from the backend's own launch argv and its TPU pods' LIBTPU_INIT_ARGS
+(workloads/backend.py TrainingLaunch).
 
 Here, not in infra/config: the argv is the backend's (workloads/) and the compiler is aot/'s, neither of which the
 config layer may import; __main__.py passes `compile_step` to `build`, which calls it before anything registers.
 
 What the user sees while it compiles (the program's stderr, which Pulumi shows): one line saying what XLA
-decides, then a line every 30 s (aot/runner.py's ticker). Ctrl-C or SIGTERM to the program stops the compile and
-what it started (run_compile kills its process group; Pulumi runs the program in its main thread, where the
-runner can take SIGTERM).
+decides, one with about how long it takes here and how to skip it, then a line every 30 s (aot/runner.py's
+ticker). Ctrl-C or SIGTERM to the program stops the compile and what it started (run_compile kills its process
+group; Pulumi runs the program in its main thread, where the runner can take SIGTERM); SIGKILL too, through the
+compile's guard and its parent-death signal (aot/guard.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import textwrap
 from pathlib import Path
 from typing import Callable, TextIO
 
-from aot.runner import (DEFAULT_TIMEOUT_S, PROJECT_ROOT, CompileSetupError, CompileTarget, decided, missing_compiler,
-                        ray_target, run_compile, verdict_of)
-from core.compile_verdicts import NotDecided, Verdict
+from aot.runner import (DEFAULT_TIMEOUT_S, PROJECT_ROOT, CompileSetupError, CompileTarget, compile_key,
+                        expected_time, kept, missing_compiler, ray_target, run_compile, verdict_of)
+from core.compile_verdicts import CompileKey, NotDecided, Verdict
 from infra.config import StackConfig
 from workloads.backends import backend_for
 
@@ -37,32 +40,75 @@ def stack_target(config: StackConfig, root: Path = PROJECT_ROOT) -> CompileTarge
                          estimate_bytes=plan.memory.total)
 
 
-def compile_step(config: StackConfig, slices: int, *, progress: TextIO | None = None,
-                 compiler: tuple[str, ...] | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 tick_s: float | None = None) -> Verdict:
-    """XLA's verdict on the run's step at `slices` slices (core/compile_verdicts.CompileStep). Raises NotDecided
-    with one line when there is no verdict: no MaxText or libtpu here, a compile that cannot be set up, or one that
-    did not finish. `compiler`, `tick_s`: for tests (a stand-in for train_compile, a faster ticker)."""
-    missing = missing_compiler()
-    if missing:
-        raise NotDecided(missing)
-    out = progress or sys.stderr
-    resized = config.workload.plan.at_slices(slices)
-    print(textwrap.shorten(
-        f"compile: XLA decides {slices} x {resized.shape.pod_type} at perDeviceBatchSize="
-        f"{resized.per_device_batch_size:g} before anything is created (compileCheck="
-        f"{config.workload.compile_check})", 100), file=out, flush=True)
-    try:
-        target = stack_target(config).at_slices(slices, plan=resized.describe(),
-                                                estimate_bytes=resized.memory.total)
-        result = run_compile(target, timeout=timeout, progress=out, compiler=compiler, tick_s=tick_s)
-    except CompileSetupError as error:
-        raise NotDecided(textwrap.shorten(f"the compile could not be set up: {error}", 90)) from None
-    if not decided(result):
-        raise NotDecided(textwrap.shorten(f"no verdict from the compile: {result.reason}", 90))
-    return verdict_of(result, resized)
+class ProgramCompiler:
+    """The program's compiler (core/compile_verdicts.Compiler): the complete key of the run's step at a slice count
+    (and at another batch, for the nearest batch XLA compiled) and XLA's verdict on it. The backend's launch argv
+    is built once per config (the Ray backend's comes from a subprocess, trainer.entrypoint --print-argv) and
+    resized, so a look-up costs no compile. `compiler`, `tick_s`: for tests (a stand-in for train_compile, a
+    faster ticker)."""
 
+    def __init__(self, *, progress: TextIO | None = None, compiler: tuple[str, ...] | None = None,
+                 timeout: float = DEFAULT_TIMEOUT_S, tick_s: float | None = None,
+                 launch: Callable[[StackConfig], CompileTarget] | None = None):
+        self.progress, self.compiler, self.timeout, self.tick_s = progress, compiler, timeout, tick_s
+        # The full group's launch (default stack_target; the offline plan's reads the pods' LIBTPU_INIT_ARGS from
+        # its rendered manifests, preview/compile/runner.py stack_target).
+        self.launch = launch or stack_target
+        self._launched: dict[int, tuple[StackConfig, CompileTarget]] = {}
+
+    def target(self, config: StackConfig, slices: int, per_device_batch_size: float | None = None) -> CompileTarget:
+        """The compile target of the run's step at `slices` (and `per_device_batch_size`, default the run's)."""
+        missing = missing_compiler()
+        if missing:
+            raise NotDecided(missing)
+        plan = config.workload.plan
+        try:
+            if id(config) not in self._launched:
+                self._launched[id(config)] = (config, self.launch(config))
+            full = self._launched[id(config)][1]
+            resized = plan.at_slices(slices)
+            target = full.at_slices(slices, plan=resized.describe(), estimate_bytes=resized.memory.total)
+            if per_device_batch_size is None or per_device_batch_size == plan.per_device_batch_size:
+                return target
+            other = dataclasses.replace(plan, per_device_batch_size=per_device_batch_size).at_slices(slices)
+            changed = {key: value for key, value in other.overrides().items()
+                       if resized.overrides().get(key) != value}
+            return target.with_keys(changed, plan=other.describe(), estimate_bytes=other.memory.total)
+        except CompileSetupError as error:
+            raise NotDecided(textwrap.shorten(f"the compile could not be set up: {error}", 90)) from None
+
+    def key(self, config: StackConfig, slices: int, per_device_batch_size: float | None = None) -> CompileKey:
+        try:
+            return compile_key(self.target(config, slices, per_device_batch_size))
+        except CompileSetupError as error:
+            raise NotDecided(textwrap.shorten(f"the compile could not be set up: {error}", 90)) from None
+
+    def __call__(self, config: StackConfig, slices: int) -> Verdict:
+        """XLA's verdict on the run's step at `slices` slices, or "undecided after N s" when the compile ran out of
+        time. Raises NotDecided with one line when there is no verdict: no MaxText or libtpu here, a compile that
+        cannot be set up or that failed for another reason than XLA's."""
+        out = self.progress or sys.stderr
+        target = self.target(config, slices)
+        resized = config.workload.plan.at_slices(slices)
+        # Before it starts: what, about how long here, and how to skip it (each line within 100 columns).
+        print(textwrap.shorten(
+            f"compile: XLA decides {slices} x {resized.shape.pod_type} at perDeviceBatchSize="
+            f"{resized.per_device_batch_size:g} before anything is created (compileCheck="
+            f"{config.workload.compile_check})", 100), file=out, flush=True)
+        print(textwrap.shorten(f"compile: {expected_time(resized.model.name)}; skip: tpu-multislice:compileCheck=off",
+                               100), file=out, flush=True)
+        try:
+            result = run_compile(target, timeout=self.timeout, progress=out, compiler=self.compiler,
+                                 tick_s=self.tick_s)
+        except CompileSetupError as error:
+            raise NotDecided(textwrap.shorten(f"the compile could not be set up: {error}", 90)) from None
+        if not kept(result):
+            raise NotDecided(textwrap.shorten(f"no verdict from the compile: {result.reason}", 90))
+        return verdict_of(result, resized)
+
+
+compile_step = ProgramCompiler()
 
 # What __main__.py hands its config build. The offline plan sets it to None for the program it runs under mocks
 # (preview/harness.py: `python -m preview` compiles on its own, after the plan) or to a stand-in (the tests).
-for_program: Callable[[StackConfig, int], Verdict] | None = compile_step
+for_program: ProgramCompiler | None = compile_step

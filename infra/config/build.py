@@ -23,9 +23,10 @@ def build(raw: Mapping[str, Any], compile_step: CompileStep | None = None, stack
     """Validate raw config (key without namespace → value as Pulumi stores it) into a StackConfig.
 
     compile_step: how the calling program compiles a step with XLA (the Pulumi program's, workloads/compile_check.py).
-    With it, the steps compileCheck names that XLA has not judged yet are compiled here and their verdicts kept
-    (infra/config/compile_check.py); the config is then built again on those verdicts, so a step XLA refuses is
-    refused like any other mistake, before anything registers. Without it, only kept verdicts are read.
+    With it, the run's steps are looked up under their complete keys and those XLA has not judged are compiled
+    here, their verdicts kept (infra/config/compile_check.py); the config is then built again on those verdicts,
+    so a step XLA refuses is refused like any other mistake, before anything registers. Without it no verdict
+    is read (a verdict's key is the backend's argv, which only a compiler builds).
     stack: the Pulumi stack's name; a run stack (clusterStack) names what it creates from it."""
     raw = stack_role.with_run_names(raw, stack)
     config = _build(raw, stack=stack)
@@ -33,8 +34,7 @@ def build(raw: Mapping[str, Any], compile_step: CompileStep | None = None, stack
         return config
     from infra.config.compile_check import compile_undecided
 
-    outcome = compile_undecided(config, compile_step)
-    return _build(raw, outcome, stack) if outcome.fresh or outcome.not_decided else config
+    return _build(raw, compile_undecided(config, compile_step), stack)
 
 
 def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None) -> StackConfig:

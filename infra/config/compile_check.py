@@ -1,10 +1,11 @@
-"""XLA decides before anything registers: the config build compiles the steps the stack's compileCheck names
-(core/compile_verdicts.py slices_to_compile: auto, the slice counts the estimate puts near the HBM limit; always,
-every distinct shape; off, none) that have no kept verdict, and keeps each verdict, so `pulumi preview` and
-`pulumi up` refuse a step XLA refuses (rules.check_xla_verdicts, on the build that follows) and a second preview
-of an unchanged stack compiles nothing.
+"""XLA decides before anything registers: the config build compiles every distinct step the run takes (each slice
+count of an elastic run, core/compile_verdicts.py slices_to_compile) that has no verdict kept under its complete
+key, unless compileCheck is off, and keeps each verdict, so `pulumi preview` and `pulumi up` refuse a step XLA
+refuses (rules.check_xla_verdicts, on the build that follows) and a second preview of an unchanged stack compiles
+nothing. A compile that ran out of time is kept as undecided and not started again unless asked
+(compile_verdicts.RETRY_ENV).
 
-The compiler is handed in (core/compile_verdicts.CompileStep): compiling needs the backend's launch argv
+The compiler is handed in (core/compile_verdicts.Compiler): the key and the compile need the backend's launch argv
 (workloads/) and MaxText's compiler (aot/), which this layer does not import. The Pulumi program passes
 workloads/compile_check.py's; the offline plan passes none to the program it runs under mocks (it compiles on its
 own, preview/cli.py), and the tests pass stand-ins.
@@ -16,7 +17,6 @@ import datetime
 from dataclasses import dataclass, field
 
 from core import compile_verdicts
-from core.worker_lock import load_pins
 from infra.config.model import StackConfig
 
 # compile-verdicts.json lives at the project's root (compile_verdicts.verdicts_path; the tests point it elsewhere).
@@ -25,37 +25,54 @@ from infra.config.rules import REPO_ROOT
 
 @dataclass(frozen=True)
 class CompileOutcome:
-    """What this build's compiles gave: XLA's verdicts by digest (they decide this build even when the file could
-    not be written), the one line saying why XLA did not decide a step, and why the verdicts were not kept."""
-    fresh: dict[str, compile_verdicts.Verdict] = field(default_factory=dict)
+    """What the compiler decided for this build: the verdict by slice count (kept or compiled now; "undecided
+    after N s" included), the nearest batch XLA compiled where it refused, the one line saying why XLA did not
+    decide a step, why the verdicts were not kept, and what was wrong with the file (said once)."""
+    verdicts: dict[int, compile_verdicts.Verdict] = field(default_factory=dict)
+    nearest: dict[int, float | None] = field(default_factory=dict)
+    compiled_now: tuple[int, ...] = ()
     not_decided: str | None = None
     not_kept: str | None = None
+    file_note: str | None = None
 
 
-def compile_undecided(config: StackConfig, compile_step: compile_verdicts.CompileStep) -> CompileOutcome:
-    """Compile, fewest slices first, each step compileCheck names that has no kept verdict, keeping XLA's verdicts;
-    stop at the first refusal (the run's verdict)."""
+def compile_undecided(config: StackConfig, compiler: compile_verdicts.Compiler) -> CompileOutcome:
+    """Read or compile, in slices_to_compile's order, each step of the run, keeping XLA's new verdicts; stop at the
+    first refusal (the run's verdict)."""
     plan = config.workload.plan
     path = compile_verdicts.verdicts_path(REPO_ROOT)
-    fresh: dict[str, compile_verdicts.Verdict] = {}
+    kept_file, file_note = compile_verdicts.read(path)
+    verdicts: dict[int, compile_verdicts.Verdict] = {}
+    nearest: dict[int, float | None] = {}
+    compiled_now: list[int] = []
     not_kept = None
-    for count in compile_verdicts.slices_to_compile(plan, config.workload.compile_check):
-        verdicts = {**compile_verdicts.load(path), **fresh}
-        libtpus = [load_pins(REPO_ROOT)["libtpu"]] + sorted({kept.libtpu for kept in verdicts.values()})
-        kept = compile_verdicts.kept_verdict(verdicts, plan, count, libtpus)
-        if kept is None:
-            try:
-                kept = compile_step(config, count)
-            except compile_verdicts.NotDecided as why:
-                return CompileOutcome(fresh, str(why), not_kept)
-            kept = dataclasses.replace(kept, date=kept.date or datetime.date.today().isoformat())
-            digest = compile_verdicts.plan_digest(plan, count, kept.libtpu)
-            fresh[digest] = kept
-            try:
-                compile_verdicts.record(path, digest, kept)
-            except OSError as error:
-                # XLA's verdict still decides this build; the next one compiles again.
-                not_kept = f"{path.name}: {error.strerror or error}"
-        if not kept.compiled:
-            break
-    return CompileOutcome(fresh, None, not_kept)
+
+    def outcome(not_decided: str | None = None) -> CompileOutcome:
+        return CompileOutcome(verdicts, nearest, tuple(compiled_now), not_decided, not_kept, file_note)
+
+    try:
+        for count in compile_verdicts.slices_to_compile(plan, config.workload.compile_check):
+            key = compiler.key(config, count)
+            kept = compile_verdicts.lookup(kept_file, key)
+            if kept is not None and kept.undecided and compile_verdicts.retry_undecided():
+                kept = None
+            if kept is None:
+                kept = compiler(config, count)
+                kept = dataclasses.replace(kept, date=kept.date or datetime.date.today().isoformat(),
+                                           key=key.as_dict())
+                compiled_now.append(count)
+                kept_file[key.digest()] = kept
+                try:
+                    compile_verdicts.record(path, key, kept)
+                except OSError as error:
+                    # XLA's verdict still decides this build; the next one compiles again.
+                    not_kept = f"{path.name}: {error.strerror or error}"
+            verdicts[count] = kept
+            if not kept.compiled and not kept.undecided:
+                nearest[count] = compile_verdicts.nearest_compiled(
+                    plan, count, lambda chosen, n: compile_verdicts.lookup(
+                        kept_file, compiler.key(config, n, chosen.per_device_batch_size)))
+                break
+    except compile_verdicts.NotDecided as why:
+        return outcome(str(why))
+    return outcome()

@@ -190,7 +190,7 @@ class WorkloadSettings:
     # False: the plan is kept over XLA's HBM limit (memoryCheck: false, after a compile that fits); the Ray
     # entrypoint, which plans again, is told so.
     memory_check: bool = True
-    # compileCheck: which of the run's steps `python -m preview` compiles before you pay (auto: near the limit).
+    # compileCheck: which of the run's steps are compiled before you pay (auto: each without a kept verdict).
     compile_check: str = "auto"
 
     @property

@@ -523,72 +523,96 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
 
 def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: list[str],
                        compiled=None) -> Plan | None:
-    """XLA decides where it has compiled the run's steps (core/compile_verdicts.py, written by this build's compiles
-    (infra/config/compile_check.py) and by `python -m preview`): a step XLA refused at any slice count the run takes
-    is refused here, before anything registers, naming the batch, what failed and the nearest batch XLA compiled.
-    A step near the limit that XLA has not compiled is named in the plan's notes (a warning where the Pulumi program
-    shows it): with the command that compiles it, or with the one line saying why this build's compile gave no
-    verdict, which compileCheck=always refuses (compileCheck off: nothing of this). `compiled`: what this build's
-    compiles gave (infra/config/compile_check.py CompileOutcome), None when it compiled nothing."""
+    """XLA decides where the program's compiler has a verdict on the run's steps (infra/config/compile_check.py
+    CompileOutcome `compiled`: kept under the step's complete key in compile-verdicts.json, or compiled by this
+    build): a step XLA refused at any slice count the run takes is refused here, before anything registers,
+    naming the batch, what failed and the nearest batch XLA compiled. A step XLA did not decide is named once in
+    the plan's notes (a warning where the Pulumi program shows it) with why: a compile that ran out of time (kept
+    as undecided) or no compiler here; compileCheck=always refuses it. `compiled` None: this build had no
+    compiler (the offline plan compiles after it, preview/cli.py) and says nothing of XLA."""
     from core import compile_verdicts
     from core.advice import next_smaller_batch
-    from core.memory import GIB, NEAR_LIMIT
 
-    if workload_plan is None or v["compileCheck"] == "off":
+    if workload_plan is None or v["compileCheck"] == "off" or compiled is None:
         return workload_plan
-    not_decided = compiled.not_decided if compiled is not None else None
+    undecided = [count for count, kept in sorted(compiled.verdicts.items()) if kept.undecided]
+    not_decided = compiled.not_decided
+    if not_decided is None and undecided:
+        seconds = compiled.verdicts[undecided[0]].undecided_after_s
+        retried = "" if set(undecided) <= set(compiled.compiled_now) else " (kept; not compiled again"
+        not_decided = (f"undecided after {seconds:.0f} s, the compile ran out of time{retried}"
+                       + (f": {compile_verdicts.RETRY_ENV}=1 compiles it again)" if retried else ""))
     if not_decided is not None and v["compileCheck"] == "always":
         problems.append("\n".join(textwrap.wrap(
             f"{NAMESPACE}:compileCheck=always needs XLA's verdict on every step and got none: {not_decided}; "
             "or set compileCheck=auto (a warning instead) or off", 98, subsequent_indent=_INDENT)))
         return None
-    verdicts = {**compile_verdicts.load(compile_verdicts.verdicts_path(REPO_ROOT)),
-                **(compiled.fresh if compiled is not None else {})}
-    # The workers' libtpu first (what the run compiles with), then any other that compiled the step.
-    libtpus = [load_pins(REPO_ROOT)["libtpu"]] + sorted({kept.libtpu for kept in verdicts.values()})
-
-    def kept_for(chosen: Plan, count: int):
-        return compile_verdicts.kept_verdict(verdicts, chosen, count, libtpus)
-
-    uncompiled = []
-    for count in range(workload_plan.min_slices, workload_plan.slices + 1):
-        kept = kept_for(workload_plan, count)
-        if kept is not None and not kept.compiled:
-            nearest = compile_verdicts.nearest_compiled(workload_plan, count, kept_for)
-            batch = f"{workload_plan.per_device_batch_size:g}"
-            lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {count} x "
-                     f"{workload_plan.shape.pod_type}: {kept.what_failed()}"]
-            if nearest:
-                lines.append(f"nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g}")
-            else:
-                # None compiled yet: the largest smaller batch the planner lays out, which the next preview compiles.
-                retry = next_smaller_batch(workload_plan)
-                lines.append(f"nearest to try: {NAMESPACE}:perDeviceBatchSize={retry:g} (not compiled yet)" if retry
-                             else f"nearest to try: a smaller {NAMESPACE}:perDeviceBatchSize (none lays out)")
-            lines.append(f"(XLA's verdict, libtpu {kept.libtpu}, kept in {compile_verdicts.COMPILE_VERDICTS} on "
-                         f"{kept.date})")
-            # 98: ConfigError lays each problem out two columns in (within 100 as pulumi up prints it).
-            problems.append("\n".join(textwrap.wrap(lines[0], 98, subsequent_indent=_INDENT + "  ") + [
-                piece for line in lines[1:] for piece in textwrap.wrap(
-                    line, 98, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")]))
-            return None
-        if kept is None and workload_plan.at_slices(count).memory.verdict == NEAR_LIMIT:
-            uncompiled.append(count)
-    if compiled is not None and compiled.not_kept:
-        workload_plan = dataclasses.replace(workload_plan, notes=workload_plan.notes + (
-            f"memory: XLA's verdict was not kept ({compiled.not_kept}): the next preview compiles it again",))
-    if uncompiled:
-        worst = workload_plan.at_slices(uncompiled[0]).memory.total / GIB
-        counts = ", ".join(map(str, uncompiled))
-        if not_decided is not None:
-            # One line: XLA did not decide, where, and why (what to install).
-            note = f"memory: XLA did not decide {counts} slice(s) near the limit: {not_decided}"
+    for count, kept in compiled.verdicts.items():
+        if kept.compiled or kept.undecided:
+            continue
+        nearest = compiled.nearest.get(count)
+        batch = f"{workload_plan.per_device_batch_size:g}"
+        lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {count} x "
+                 f"{workload_plan.shape.pod_type}: {kept.what_failed()}"]
+        if nearest:
+            lines.append(f"nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g} (kept: no compile)")
         else:
-            note = (f"memory: near the limit at {counts} slice(s) ({worst:.1f} GiB estimated) and not compiled yet: "
-                    f"python -m preview --stack NAME compiles it and keeps XLA's verdict "
-                    f"(compileCheck={v['compileCheck']})")
-        return dataclasses.replace(workload_plan, notes=workload_plan.notes + (note,))
-    return workload_plan
+            # None compiled yet: the largest smaller batch the planner lays out, which the next preview compiles.
+            retry = next_smaller_batch(workload_plan)
+            lines.append(f"nearest to try: {NAMESPACE}:perDeviceBatchSize={retry:g} (not compiled yet: choosing it "
+                         "means a compile)" if retry
+                         else f"nearest to try: a smaller {NAMESPACE}:perDeviceBatchSize (none lays out)")
+        lines.append(f"(XLA's verdict, libtpu {kept.libtpu}, MaxText {kept.maxtext}, kept in "
+                     f"{compile_verdicts.COMPILE_VERDICTS} on {kept.date})")
+        # 98: ConfigError lays each problem out two columns in (within 100 as pulumi up prints it).
+        problems.append("\n".join(textwrap.wrap(lines[0], 98, subsequent_indent=_INDENT + "  ") + [
+            piece for line in lines[1:] for piece in textwrap.wrap(
+                line, 98, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")]))
+        return None
+    notes = []
+    if workload_plan.evaluates:
+        # maxtext 0.2.5 trainers/pre_train/train_compile.py main compiles train.train_step only
+        # (maxtext_utils.get_functional_train_with_signature); no key selects eval_step, which the workers compile
+        # at start (trainers/pre_train/train.py jit_train_and_eval_step).
+        notes.append("memory: the eval step is estimated, not compiled: MaxText's train_compile compiles the "
+                     "train step only")
+    if compiled.file_note:
+        notes.append(f"memory: {compiled.file_note}")
+    if compiled.not_kept:
+        notes.append(f"memory: XLA's verdict was not kept ({compiled.not_kept}): the next preview compiles it again")
+    if not_decided is not None:
+        counts = ", ".join(map(str, undecided)) if undecided and compiled.not_decided is None else "the run's"
+        notes.append(f"memory: XLA did not decide {counts} slice(s): {not_decided}")
+    elif compiled.verdicts:
+        decided = next(iter(compiled.verdicts.values()))
+        notes.append(f"memory: XLA compiled the run's step at {', '.join(map(str, sorted(compiled.verdicts)))} "
+                     f"slice(s) (libtpu {decided.libtpu}, MaxText {decided.maxtext}, jax {decided.jax or '?'})")
+        notes.append(_front_end_assumption(decided))
+        # The notes follow the compile that ran: the estimate's "compile it first" advice is answered.
+        kept_notes = tuple(_answered(note) for note in workload_plan.notes)
+        workload_plan = dataclasses.replace(workload_plan, notes=tuple(note for note in kept_notes if note))
+    return dataclasses.replace(workload_plan, notes=workload_plan.notes + tuple(notes)) if notes else workload_plan
+
+
+def _front_end_assumption(verdict) -> str:
+    """What the verdict assumes of the workers' XLA: the jax that traced the step here is not the workers' (their
+    jax needs Python >= 3.12, worker_env/requirements.lock), and the libtpu is theirs only when fetched
+    (aot/workers_libtpu.py)."""
+    pins = load_pins(REPO_ROOT)
+    libtpu = (f"the workers' libtpu {verdict.libtpu}" if verdict.libtpu == pins["libtpu"] else
+              f"libtpu {verdict.libtpu}, not the workers' {pins['libtpu']} (python -m aot.workers_libtpu --fetch)")
+    return (f"assumption: XLA's verdict came from jax {verdict.jax or '?'}'s front end here (the workers run jax "
+            f"{pins['jax']}) with {libtpu}: the same step is assumed to compile the same")
+
+
+def _answered(note: str) -> str | None:
+    """A plan note once XLA compiled every step of the run: the estimate's near-limit warning (which asks for the
+    compile, core/memory.py COMPILE_FIRST) goes; the shape note's request to compile says it was compiled."""
+    from core.memory import COMPILE_FIRST
+
+    if note.startswith("memory") and COMPILE_FIRST in note:
+        return None
+    return note.replace("; compile before you pay", "; XLA compiled it")
 
 
 # Continuation lines of a multi-line refusal: indented under the first, wrapped so each fits 100 columns.

@@ -208,9 +208,10 @@ KEYS: tuple[Key, ...] = (
         "checked). A step that does not fit ends the run with exit 6 (out of HBM), never retried.", True),
     Key("compileCheck", "string", "Which of the run's steps XLA compiles before you pay, in pulumi preview, pulumi "
         "up and python -m preview --stack NAME (every slice count of an elastic run; needs MaxText and libtpu where they "
-        "run, scripts/setup.sh): auto compiles the steps the estimate puts near the HBM limit (a warning when it "
-        "cannot), always every step (a refusal when it cannot), off none. Verdicts are kept in "
-        "compile-verdicts.json (keep or commit it: a step is compiled once); a step XLA refused is refused.", "auto",
+        "run, scripts/setup.sh): auto compiles every step that has no kept verdict (a warning when it "
+        "cannot), always the same (a refusal when it cannot), off none. Verdicts are kept in "
+        "compile-verdicts.json under the step's argv, flags and versions (keep or commit it: a step is compiled "
+        "once per key); a step XLA refused is refused.", "auto",
         choices=("auto", "always", "off")),
     Key("elasticMinSlices", "integer", "Elastic training: the fewest slices the job keeps running on. Unset: on "
         "spot, the fewest slices the model fits on; otherwise all slices (fixed size).", DERIVED,

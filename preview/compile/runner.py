@@ -82,6 +82,9 @@ def render(result: CompileResult, out: TextIO) -> None:
         if result.before_remat_bytes:
             out.write(f"  XLA recomputed tensors to get there: the step needed {gib(result.before_remat_bytes)} "
                       "before (slower steps; little headroom)\n")
+    elif result.timed_out_after_s is not None:
+        out.write(f"  UNDECIDED after {result.timed_out_after_s:.0f} s: the compile ran out of time; kept, so the "
+                  "next preview does not start it again\n")
     else:
         verb = "DOES NOT FIT" if result.required_bytes else "DOES NOT COMPILE"
         out.write(f"  {verb}: {result.reason}\n")

@@ -45,7 +45,8 @@ from core.presets import preset
 from core.recipes import PUBLISHED_RUNS
 from core.worker_lock import load_pins
 from infra.config import build
-from preview.compile.calibration import HELD_OUT, MARGIN_ROWS, arguments_source, row_need, row_peak
+from preview.compile.calibration import (CONSTANT_ROWS, HELD_OUT, MARGIN_ROWS, arguments_source, row_need,
+                                         row_peak, rows_setting, SET_ROWS)
 from preview.stack_files import load_stack_config
 from tests.conftest import COMMITTED_STACKS, REPO
 
@@ -88,7 +89,7 @@ def estimated(row: dict) -> int:
 # dev stack's qwen3-0.6b on 2 x v6e-8.
 assert set(MARGIN_ROWS) == {"llama3-8b-1xv6e-64-b13", "llama3-70b-1xv6e-32-b3", "llama3-8b-1xv6e-16-b9",
                             "qwen3-0.6b-2xv6e-8-b20"}
-FITTED = [row for row in ROWS if row["case"] not in HELD_OUT + MARGIN_ROWS]
+FITTED = [row for row in ROWS if row["case"] not in HELD_OUT + MARGIN_ROWS + SET_ROWS]
 MARGIN = [row for row in ROWS if row["case"] in MARGIN_ROWS]
 HELD = [row for row in ROWS if row["case"] in HELD_OUT]
 NEAR = [row for row in FITTED if near_limit(row)]
@@ -160,7 +161,7 @@ def test_the_one_margin_is_the_worst_error_left_out_and_on_the_margin_rows():
     """ESTIMATE_ERROR is the worst error of each fitted near-limit row against the margin the others give
     (leave-one-out) and of each margin row (all near the limit), rounded up to a whole percent: the margin rows set
     it (0.09 -> 0.19), so it is not a held-out figure; the held-out compiles measure it (docs/planner.md)."""
-    held = {row["case"]: error(row) for row in MARGIN if row["compiled"]}
+    held = {row["case"]: error(row) for row in rows_setting("ESTIMATE_ERROR", MARGIN) if row["compiled"]}
     loo = leave_one_out()
     worst = max([abs(own) for _, own in loo.values()] + [abs(e) for e in held.values()])
     assert ESTIMATE_ERROR == math.ceil(worst * 100) / 100, f"measured {worst:.3f}, stated {ESTIMATE_ERROR}"
@@ -399,6 +400,22 @@ def test_the_held_out_error_is_reported_as_measured():
     assert f"worst held-out error: {worst['case']} {error(worst):+.1%}" in text, (worst["case"], error(worst))
 
 
+def test_no_constant_is_computed_from_a_row_labelled_held_out():
+    """A held-out row measures the model; the moment a constant is set from it, it is no longer held out
+    (issue: TIED_HEAD_MULTISLICE_ERROR was the maximum of rows still labelled held out). Every constant's rows
+    (calibration.CONSTANT_ROWS, from which the tests above compute them) are outside HELD_OUT, and rows_setting
+    refuses a constant computed from one."""
+    for constant, names in CONSTANT_ROWS.items():
+        assert names and not set(names) & set(HELD_OUT), constant
+        assert {row["case"] for row in rows_setting(constant, ROWS)} == set(names), constant
+    with pytest.raises(ValueError, match="TIED_HEAD_MULTISLICE_ERROR is computed from rows labelled held out"):
+        rows_setting("TIED_HEAD_MULTISLICE_ERROR", ROWS, held_out=HELD_OUT + ("qwen3-0.6b-2xv6e-8-b1-s32k",))
+    # docs/planner.md and the benchmark say which rows set which constant.
+    text = " ".join((REPO / "docs" / "planner.md").read_text().split())
+    for constant, names in CONSTANT_ROWS.items():
+        assert f"rows that set {constant}: {', '.join(names)}" in text, constant
+
+
 def test_a_tied_head_on_more_than_one_slice_takes_the_error_measured_there():
     """Where the held-out compiles found the estimate furthest off (a tied output head on more than one slice,
     the logits resharded between slices: no term models it), the planner's error for such a step is the worst
@@ -407,11 +424,12 @@ def test_a_tied_head_on_more_than_one_slice_takes_the_error_measured_there():
     from core.memory import TIED_HEAD_MULTISLICE_ERROR
     from core.presets import preset
 
-    tied_multislice = [row for row in HELD + MARGIN if row["compiled"] and row["slices"] > 1
-                       and preset(row["model"]).tied_embeddings]
+    tied_multislice = rows_setting("TIED_HEAD_MULTISLICE_ERROR", ROWS)
+    assert tied_multislice and all(row["compiled"] and row["slices"] > 1 and preset(row["model"]).tied_embeddings
+                                   for row in tied_multislice)
     worst = max(abs(error(row)) for row in tied_multislice)
     assert TIED_HEAD_MULTISLICE_ERROR == math.ceil(worst * 100) / 100, (worst, [r["case"] for r in tied_multislice])
-    (row,) = [row for row in HELD if row["case"] == "qwen3-0.6b-2xv6e-8-b1-s32k"]
+    (row,) = [row for row in ROWS if row["case"] == "qwen3-0.6b-2xv6e-8-b1-s32k"]
     assert plan(request_of(row, memory_check=False)).memory.error == TIED_HEAD_MULTISLICE_ERROR
     assert plan(request_of(row, memory_check=False, slices=1, dcn_data=1)).memory.error == ESTIMATE_ERROR
     assert plan(request_of(row, memory_check=False, model="llama3-8b", ici_fsdp=16, topology="4x4")).memory.error \

@@ -37,21 +37,29 @@ def _near() -> dict:
     return {**load_stack_config("dev", REPO), "perDeviceBatchSize": "9"}
 
 
-def _stand_in(monkeypatch, tmp_path, case: str, calls: list[int], progress: io.StringIO | None = None):
-    """The program's compile step with train_compile replaced by the stand-in playing `case`; records each call."""
+class _Recording(compile_check.ProgramCompiler):
+    """The program's compiler with train_compile replaced by the stand-in; records each compile's slice count."""
+
+    def __init__(self, calls: list[int], **kwargs):
+        super().__init__(compiler=(sys.executable, str(FAKE)), tick_s=0.5, **kwargs)
+        self.calls = calls
+
+    def __call__(self, config, slices):
+        self.calls.append(slices)
+        return super().__call__(config, slices)
+
+
+def _stand_in(monkeypatch, tmp_path, case: str, calls: list[int], progress: io.StringIO | None = None, **kwargs):
+    """The program's compiler with train_compile replaced by the stand-in playing `case`; records each call."""
     monkeypatch.setenv("FAKE_COMPILE", case)
     monkeypatch.setenv("FAKE_COMPILE_RECORD", str(tmp_path / "record.json"))
-
-    def step(config, slices):
-        calls.append(slices)
-        return compile_check.compile_step(config, slices, compiler=(sys.executable, str(FAKE)),
-                                          progress=progress or io.StringIO(), tick_s=0.5)
-    return step
+    return _Recording(calls, progress=progress or io.StringIO(), **kwargs)
 
 
 def test_a_near_limit_step_xla_refuses_is_compiled_once_and_refused_before_anything_registers(monkeypatch, tmp_path):
     near = _near()
-    assert slices_to_compile(build(near).workload.plan, "auto") == [1]
+    # Every step the run takes, the one nearest the limit first (1 slice); the refusal there ends the compiles.
+    assert slices_to_compile(build(near).workload.plan, "auto") == [1, 2]
     calls: list[int] = []
     progress = io.StringIO()
     monitor = RecordingMonitor(GcpMocks())
@@ -65,12 +73,15 @@ def test_a_near_limit_step_xla_refuses_is_compiled_once_and_refused_before_anyth
     said = " ".join(line.strip() for line in lines[1:])
     assert said.startswith("tpu-multislice:perDeviceBatchSize=9 is refused by XLA on 1 x v6e-8: XLA needs "
                            "32.51 GiB per device of 31.24 (E1000 CompileTimeHbmOom) nearest to try: "
-                           "tpu-multislice:perDeviceBatchSize=8 (not compiled yet)"), said
+                           "tpu-multislice:perDeviceBatchSize=8 (not compiled yet: choosing it means a compile)"), said
     assert "Traceback" not in said
     assert all(len(line) <= 100 for line in str(refused.value).split("\n")), lines
     # While it compiled: what XLA decides, then the ticker (every 30 s where the output is not a terminal).
     ticks = progress.getvalue().splitlines()
     assert ticks[0].startswith("compile: XLA decides 1 x v6e-8 at perDeviceBatchSize=9 before anything is created")
+    # Before it starts: about how long here (the calibration's full compile of the model) and how to skip it.
+    assert ticks[1] == ("compile: about 16m06s each here (xla_calibration.json); skip: "
+                        "tpu-multislice:compileCheck=off"), ticks[1]
     assert any(line.startswith("compile: v6e-8 x 1: ") and "elapsed" in line for line in ticks), ticks
     assert aot_runner._Ticker("a step", io.StringIO()).interval == 30.0
 
@@ -87,21 +98,28 @@ def test_a_step_xla_compiles_is_kept_and_not_compiled_again(monkeypatch, tmp_pat
     step = _stand_in(monkeypatch, tmp_path, "fits", calls)
     with caplog.at_level(logging.WARNING):
         run = run_program(near, stack="dev", compile_step=step)
-    assert calls == [1] and any(r.custom for r in run.resources)
+    assert calls == [1, 2] and any(r.custom for r in run.resources)
     # XLA's verdict replaced the estimate's doubt: no "not compiled yet" warning.
     assert not [r for r in caplog.records if "not compiled" in r.getMessage()]
     run_program(near, stack="dev", compile_step=step)
-    assert calls == [1]                                   # the second preview compiled nothing
+    assert calls == [1, 2]                                # the second preview compiled nothing
+    # The notes follow the compile that ran: XLA's verdict with what decided it, not the estimate's advice.
+    notes = build(near, compile_step=step).workload.plan.notes
+    assert "memory: XLA compiled the run's step at 1, 2 slice(s) (libtpu 0.0.42.1, MaxText 0.2.5, jax 0.10.2)" \
+        in notes, notes
+    assert not [note for note in notes if "before you pay" in note], notes
 
 
 def test_compile_check_names_the_steps_compiled(monkeypatch, tmp_path):
     calls: list[int] = []
     step = _stand_in(monkeypatch, tmp_path, "fits", calls)
     build({**_near(), "compileCheck": "off"}, compile_step=step)
-    build({**_near(), "perDeviceBatchSize": "4"}, compile_step=step)          # fits at every count: auto compiles none
     assert calls == []
+    # "Fits" by the estimate is not the last word: auto compiles every distinct step too.
+    build({**_near(), "perDeviceBatchSize": "4"}, compile_step=step)
+    assert calls == [1, 2]
     build({**_near(), "perDeviceBatchSize": "4", "compileCheck": "always"}, compile_step=step)
-    assert calls == [1, 2]                                # every distinct shape, the fewest slices first
+    assert calls == [1, 2]                                # kept: not compiled again
 
 
 def test_without_maxtext_or_libtpu_here_it_says_so_in_one_line(monkeypatch, caplog):
@@ -109,7 +127,7 @@ def test_without_maxtext_or_libtpu_here_it_says_so_in_one_line(monkeypatch, capl
     with caplog.at_level(logging.WARNING):
         run_program(_near(), stack="dev", compile_step=compile_check.compile_step)
     said = [r.getMessage() for r in caplog.records if "maxtext" in r.getMessage()]
-    assert said == ["plan: memory: XLA did not decide 1 slice(s) near the limit: no maxtext here "
+    assert said == ["plan: memory: XLA did not decide the run's slice(s): no maxtext here "
                     "(bash scripts/setup.sh)"], said
     assert all(len(line) <= 100 for line in said)
     with pytest.raises(ConfigError) as refused:
@@ -124,10 +142,9 @@ import functools, sys
 from aot.runner import CompileStopped
 from preview.harness import run_program
 from tests.infra.test_compile_check import FAKE, _near
-from workloads.compile_check import compile_step
+from workloads.compile_check import ProgramCompiler
 try:
-    run_program(_near(), stack="dev",
-                compile_step=functools.partial(compile_step, compiler=(sys.executable, str(FAKE))))
+    run_program(_near(), stack="dev", compile_step=ProgramCompiler(compiler=(sys.executable, str(FAKE))))
 except (KeyboardInterrupt, CompileStopped):
     sys.exit(9)
 """
@@ -178,6 +195,78 @@ def test_a_verdict_that_cannot_be_kept_still_decides_and_says_so(monkeypatch, tm
         build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "slow_oom", calls))
     assert calls == [1] and "is refused by XLA on 1 x v6e-8" in refused.value.problems[0]
     kept = build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
-    assert calls == [1, 1]
+    assert calls == [1, 1, 2]
     assert any("XLA's verdict was not kept (verdicts.json: No such file or directory)" in note
                for note in kept.workload.plan.notes), kept.workload.plan.notes
+
+
+def test_a_program_killed_by_sigkill_leaves_no_compile_behind(tmp_path):
+    """SIGKILL (no handler runs: Pulumi's second Ctrl-C) to the program while its config build compiles: the
+    compile's guard gets its parent-death signal (aot/guard.py, prctl PR_SET_PDEATHSIG) and ends train_compile
+    and the helper it started. Polled with a generous bound: the machine may be loaded."""
+    pids = tmp_path / "pids"
+    env = {**os.environ, "FAKE_COMPILE": "helper", "FAKE_COMPILE_RECORD": str(tmp_path / "record.json"),
+           "FAKE_COMPILE_PIDS": str(pids), "PYTHONPATH": str(REPO),
+           "TPU_MULTISLICE_COMPILE_VERDICTS": str(tmp_path / "verdicts.json")}
+    program = subprocess.Popen([sys.executable, "-c", _STOPPABLE], cwd=REPO, env=env)
+    deadline = time.monotonic() + 120
+    while not pids.exists() or len(pids.read_text().split()) < 2:
+        assert program.poll() is None and time.monotonic() < deadline, "the stand-in compile never started"
+        time.sleep(0.2)
+    worker, helper = (int(pid) for pid in pids.read_text().split())
+    try:
+        assert _alive(worker) and _alive(helper)
+        program.kill()
+        program.wait(timeout=60)
+        deadline = time.monotonic() + 60
+        while (_alive(worker) or _alive(helper)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(worker) and not _alive(helper), "the compile outlived the killed program"
+    finally:
+        for pid in (worker, helper):
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_compile_that_runs_out_of_time_is_kept_as_undecided_and_not_restarted(monkeypatch, tmp_path):
+    """A compile that does not finish within its time is kept as "undecided after N s": the plan says so in one
+    note, the next build does not start the same compile again, compileCheck=always refuses it, and
+    TPU_MULTISLICE_RETRY_UNDECIDED=1 compiles it again."""
+    from core import compile_verdicts
+
+    calls: list[int] = []
+    near = {**_near(), "elasticMinSlices": "2"}           # one step: 2 slices
+    hang = _stand_in(monkeypatch, tmp_path, "hang", calls, timeout=1.0)
+    first = build(near, compile_step=hang)
+    assert calls == [2]
+    said = [note for note in first.workload.plan.notes if "XLA did not decide" in note]
+    assert said == ["memory: XLA did not decide 2 slice(s): undecided after 1 s, the compile ran out of time"], said
+    [kept] = compile_verdicts.load(compile_verdicts.verdicts_path(REPO)).values()
+    assert kept.undecided_after_s == 1 and not kept.compiled
+
+    again = build(near, compile_step=hang)
+    assert calls == [2]                                   # not restarted
+    said = [note for note in again.workload.plan.notes if "XLA did not decide" in note]
+    assert said == ["memory: XLA did not decide 2 slice(s): undecided after 1 s, the compile ran out of time (kept;"
+                    " not compiled again: TPU_MULTISLICE_RETRY_UNDECIDED=1 compiles it again)"], said
+    with pytest.raises(ConfigError) as refused:
+        build({**near, "compileCheck": "always"}, compile_step=hang)
+    assert "compileCheck=always needs XLA's verdict" in refused.value.problems[0] and calls == [2]
+
+    monkeypatch.setenv(compile_verdicts.RETRY_ENV, "1")
+    retried = build(near, compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
+    assert calls == [2, 2]
+    assert not [note for note in retried.workload.plan.notes if "XLA did not decide" in note]
+
+
+def test_a_run_with_an_eval_step_says_its_eval_step_is_estimated_not_compiled(monkeypatch, tmp_path):
+    """MaxText 0.2.5's train_compile compiles train_step only (trainers/pre_train/train_compile.py main): the
+    plan says the eval step is estimated, not compiled, rather than letting XLA's train-step verdict stand for it."""
+    raw = {**_near(), "perDeviceBatchSize": "4", "datasetType": "grain",
+           "datasetPath": "gs://my-data/c4/train-*.array_record",
+           "evalDatasetPath": "gs://my-data/c4/eval-*.array_record"}
+    calls: list[int] = []
+    config = build(raw, compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
+    assert config.workload.plan.evaluates and calls == [1, 2]
+    assert ("memory: the eval step is estimated, not compiled: MaxText's train_compile compiles the train step "
+            "only") in config.workload.plan.notes

@@ -161,36 +161,42 @@ def test_an_elastic_pathways_run_is_planned_at_its_fewest_slices():
 
 
 def test_a_step_xla_refused_is_refused_by_the_config_build(tmp_path, monkeypatch):
-    """XLA's verdict decides. A kept refusal (compile-verdicts.json, written by `python -m preview`) at
-    any slice count the run takes refuses the stack before anything registers: the key, XLA's bytes and error
-    code, the nearest batch XLA compiled, in lines of at most 100 columns. A step near the limit that XLA has not
-    compiled is named in the plan's notes; compileCheck=off reads no verdict."""
+    """XLA's verdict decides. A kept refusal (compile-verdicts.json, under the step's complete key) at any slice
+    count the run takes refuses the stack before anything registers: the key, XLA's bytes and error code, the
+    nearest batch XLA compiled, in lines of at most 100 columns. Without a compiler the build says nothing of
+    XLA (the offline plan compiles after it); compileCheck=off reads no verdict."""
     import os
 
     from core import compile_verdicts
-    from core.worker_lock import load_pins
+    from workloads.compile_check import ProgramCompiler
+
+    class LookUpOnly(ProgramCompiler):
+        def __call__(self, config, slices):
+            raise AssertionError(f"compiled {slices} slice(s): the kept verdict should have decided")
 
     raw = {**load_stack_config("dev", REPO), "perDeviceBatchSize": "10", "elasticMinSlices": "1"}
-    chosen = build(raw).workload.plan
-    assert any("not compiled yet" in note for note in chosen.notes)
+    config = build(raw)
+    assert not any("XLA did not decide" in note or "XLA compiled" in note for note in config.workload.plan.notes)
     path = compile_verdicts.verdicts_path(REPO)
     assert str(path) == os.environ[compile_verdicts.PATH_ENV]          # a scratch file (tests/conftest.py)
-    libtpu = load_pins(REPO)["libtpu"]
+    compiler = LookUpOnly()
     refused = compile_verdicts.Verdict(
-        compiled=False, shape="dev at 1 slice", slices=1, libtpu=libtpu, maxtext="0.2.5",
+        compiled=False, shape="dev at 1 slice", slices=1, libtpu="0.0.50.1", maxtext="0.2.5",
         reason="RESOURCE_EXHAUSTED: E1001: CompileTimeScopedVmemOom: Ran out of memory in memory space vmem",
         error_code="E1001 CompileTimeScopedVmemOom", per_device_batch_size=10)
-    compile_verdicts.record(path, compile_verdicts.plan_digest(chosen, 1, libtpu), refused)
-    smaller = build({**raw, "perDeviceBatchSize": "8"}).workload.plan
-    compile_verdicts.record(path, compile_verdicts.plan_digest(smaller, 1, libtpu), dataclasses.replace(
+    compile_verdicts.record(path, compiler.key(config, 1), refused)
+    compile_verdicts.record(path, compiler.key(config, 1, 8), dataclasses.replace(
         refused, compiled=True, reason=None, error_code=None, per_device_batch_size=8))
-    [problem] = _problems(raw)
+    with pytest.raises(ConfigError) as error:
+        build(raw, compile_step=compiler)
+    [problem] = error.value.problems
     lines = problem.split("\n")
     assert lines[0].startswith("tpu-multislice:perDeviceBatchSize=10 is refused by XLA on 1 x v6e-8")
     assert "E1001 CompileTimeScopedVmemOom" in " ".join(problem.split())
     assert "nearest that compiled: tpu-multislice:perDeviceBatchSize=8" in problem
     assert all(len(line) <= 100 for line in lines), lines
-    assert build({**raw, "compileCheck": "off"}).workload.plan.per_device_batch_size == 10
+    built = build({**raw, "compileCheck": "off"}, compile_step=compiler)
+    assert built.workload.plan.per_device_batch_size == 10
 
 
 def test_a_run_with_an_eval_split_has_its_eval_step_planned_by_the_stack_and_the_trainer():

@@ -1,0 +1,101 @@
+"""A verdict's key is everything that changes the compiled program or the compiler's answer
+(core/compile_verdicts.py CompileKey, built by aot/runner.py compile_key from the program's compile target):
+each of them changing gives another key, a look-up never takes a verdict recorded under another, and a file of an
+older format is read as no verdict with one line, never a crash."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from aot import runner
+from core import compile_verdicts
+from infra.config import build
+from preview.stack_files import load_stack_config
+from tests.conftest import REPO
+from workloads.compile_check import ProgramCompiler
+
+
+@pytest.fixture(scope="module")
+def dev_target():
+    config = build({**load_stack_config("dev", REPO), "perDeviceBatchSize": "9"})
+    return config, ProgramCompiler().target(config, 1)
+
+
+def _versions(monkeypatch, maxtext="0.2.5", jax="0.10.2", libtpu="0.0.50.1"):
+    monkeypatch.setattr(runner, "installed", {"maxtext": maxtext, "jax": jax, "libtpu": libtpu}.get)
+    monkeypatch.setattr(runner, "loaded_libtpu", lambda: libtpu)
+
+
+# Each row changes one thing the key must cover; the key must change.
+CHANGES = {
+    "an argv override": lambda t, mp: t.with_keys({"sa_block_q": "1024"}),
+    "a changed argv value": lambda t, mp: t.with_keys({"remat_policy": "minimal"}),
+    "the slice count": lambda t, mp: t.at_slices(2) if t.slices == 1 else t.at_slices(1),
+    "LIBTPU_INIT_ARGS": lambda t, mp: dataclasses.replace(
+        t, libtpu_init_args=t.libtpu_init_args + " --xla_tpu_scoped_vmem_limit_kib=98304"),
+    "XLA_FLAGS": lambda t, mp: mp.setenv("XLA_FLAGS", "--xla_dump_to=/nowhere") or t,
+    "the MaxText version": lambda t, mp: _versions(mp, maxtext="0.2.6") or t,
+    "the jax version": lambda t, mp: _versions(mp, jax="0.12.0.1") or t,
+    "the libtpu version": lambda t, mp: _versions(mp, libtpu="0.0.42.1") or t,
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_each_thing_that_changes_the_program_changes_the_key(change, dev_target, monkeypatch, tmp_path):
+    config, target = dev_target
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    _versions(monkeypatch)
+    before = runner.compile_key(target)
+    changed_target = CHANGES[change](target, monkeypatch)
+    after = runner.compile_key(changed_target)
+    assert after.digest() != before.digest(), change
+    # A verdict recorded under the old key is not the new key's verdict.
+    path = tmp_path / "verdicts.json"
+    verdict = compile_verdicts.Verdict(compiled=False, shape="dev", slices=1, libtpu="0.0.50.1", maxtext="0.2.5",
+                                       error_code="E1000 CompileTimeHbmOom")
+    compile_verdicts.record(path, before, verdict)
+    verdicts = compile_verdicts.load(path)
+    assert compile_verdicts.lookup(verdicts, before) is not None
+    assert compile_verdicts.lookup(verdicts, after) is None
+
+
+def test_the_same_step_on_another_machine_has_the_same_key(dev_target, monkeypatch):
+    """Scratch paths are placeholders: the key does not change with where the compile's scratch directory is."""
+    config, target = dev_target
+    _versions(monkeypatch)
+    key = runner.compile_key(target)
+    assert "base_output_directory=<scratch>/out" in key.argv and key.argv[0] == runner.KEY_BASE_CONFIG
+    assert runner.compile_key(ProgramCompiler().target(config, 1)) == key
+
+
+def test_a_look_up_checks_the_whole_key_not_only_the_digest(tmp_path):
+    """An entry whose recorded key differs from the asked key (a hand-edited or colliding digest) is no verdict."""
+    key = compile_verdicts.CompileKey(argv=("base.yml", "a=1"), libtpu_init_args="", xla_flags="",
+                                      maxtext="0.2.5", jax="0.10.2", libtpu="0.0.50.1")
+    other = dataclasses.replace(key, libtpu="0.0.42.1")
+    verdict = compile_verdicts.Verdict(compiled=True, shape="s", slices=1, libtpu="0.0.42.1", maxtext="0.2.5")
+    forged = {key.digest(): dataclasses.replace(verdict, key=other.as_dict())}
+    assert compile_verdicts.lookup(forged, key) is None
+
+
+@pytest.mark.parametrize("content", [
+    '{"about": "old", "verdicts": {"0123": {"compiled": true, "shape": "s", "slices": 1, "libtpu": "0.0.42.1",'
+    ' "maxtext": "0.2.5"}}}',
+    "not json {",
+    "[1, 2]",
+])
+def test_an_old_or_broken_file_is_no_verdict_with_one_line(content, tmp_path):
+    path = tmp_path / "compile-verdicts.json"
+    path.write_text(content)
+    verdicts, note = compile_verdicts.read(path)
+    assert verdicts == {} and note is not None and "\n" not in note and len(note) <= 100, note
+    # Recording replaces what could not be read, under the current format.
+    key = compile_verdicts.CompileKey(argv=("b",), libtpu_init_args="", xla_flags="", maxtext="m", jax="j",
+                                      libtpu="l")
+    compile_verdicts.record(path, key, compile_verdicts.Verdict(compiled=True, shape="s", slices=1, libtpu="l",
+                                                                maxtext="m"))
+    document = json.loads(path.read_text())
+    assert document["format"] == compile_verdicts.FORMAT and list(document["verdicts"]) == [key.digest()]
+    assert compile_verdicts.read(path)[1] is None
