@@ -264,7 +264,7 @@ def test_a_run_with_an_eval_step_says_its_eval_step_is_estimated_not_compiled(mo
     plan says the eval step is estimated, not compiled, rather than letting XLA's train-step verdict stand for it."""
     raw = {**_near(), "perDeviceBatchSize": "4", "datasetType": "grain",
            "datasetPath": "gs://my-data/c4/train-*.array_record",
-           "evalDatasetPath": "gs://my-data/c4/eval-*.array_record"}
+           "evalDatasetPath": "gs://my-data/c4/eval-*.array_record", "evalSteps": "2"}
     calls: list[int] = []
     config = build(raw, compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
     assert config.workload.plan.evaluates and calls == [1, 2]
