@@ -59,7 +59,7 @@ def _raise(message: str):
 def _raw() -> dict:
     raw = {**load_stack_config("prod", REPO), "project": PROJECT,
            "clusterName": "a-forty-character-cluster-name-for-tests", "datasetType": "grain", "datasetPath": DATA,
-           "evalDatasetPath": DATA.replace("train", "validation"),
+           "evalDatasetPath": DATA.replace("train", "validation"), "evalSteps": "2",
            "loadParametersPath": WEIGHTS, "runName": "c4-en-llama3-8b-from-published-weights-1"}
     return raw
 
@@ -105,7 +105,8 @@ def test_a_bucket_owner_s_grant():
     ("dev", {"perDeviceBatchSize": "12", "compileCheck": "off"}),
     ("dev", {"perDeviceBatchSize": "40", "memoryCheck": "false", "compileCheck": "off"}),
     ("prod", {"maxtextSettings": {"ici_sequence_parallelism": "2"}, "compileCheck": "off"}),
-    ("prod", {"datasetType": "grain", "datasetPath": DATA, "evalDatasetPath": DATA, "compileCheck": "off"}),
+    ("prod", {"datasetType": "grain", "datasetPath": DATA, "evalDatasetPath": DATA, "evalSteps": "2",
+             "compileCheck": "off"}),
 ])
 def test_the_planner_s_notes_and_the_shape_changes(stack, extra):
     config = build({**load_stack_config(stack, REPO), **extra})
