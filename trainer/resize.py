@@ -6,7 +6,8 @@ controller then kills the group and starts the new one (controller.py `_execute_
 restart") without telling the workers: every step since the last periodic checkpoint is trained again.
 `save_first_scaling_policy` is that policy with one change: when it would resize a running group, it first raises
 a flag in a small named actor and answers "no change" (NoopDecision) until rank 0 says the group has saved (or
-the wait times out), then gives Ray's decision. The workers read the flag once per step (trainer.notice: rank 0
+the wait times out), then asks Ray again and gives its decision of that moment: the slices that made Ray want
+to resize may have gone while the group saved (a decision minutes old is not acted on). The workers read the flag once per step (trainer.notice: rank 0
 reads, a broadcast makes every worker stop at the same step), save there and wait to be replaced.
 
 The controller's loop is never blocked: the policy is asked once per loop iteration and only looks at an answer
@@ -31,14 +32,29 @@ from __future__ import annotations
 
 import time
 
+from core.run_bounds import STALL_FLOOR_S, STALL_STEPS
 from trainer.head_actors import pinned_actor
 
 # Longest a worker's per-step poll waits for the actor's answer (a same-node call takes milliseconds): past it the
 # step goes on as "no scale-up", so a dead or unreachable actor costs a step at most this, never the run.
 POLL_TIMEOUT_S = 10.0
+# What separates the save's timeout from the stall limit besides the step in flight when the request came: the
+# controller's loop and the watchdog's poll (trainer/watchdog.py POLL_S), each at most this.
+SAVE_TIMEOUT_MARGIN_S = 20.0
+
+
+def save_timeout_s(stall_s: float) -> float:
+    """The save-first wait, strictly below the stall limit `stall_s` so the watchdog never ends a group that is
+    saving for a resize (the group reports no step while it saves and waits). The stall limit is STALL_STEPS steps
+    at MIN_MFU plus a save (core/run_bounds.py limits_for); the request comes at most one step after the group's
+    last report, so the wait gets the rest less one step's share and the margin: still a step and a save
+    (what the group needs) on every plan."""
+    return stall_s * (1 - 1 / STALL_STEPS) - SAVE_TIMEOUT_MARGIN_S
+
+
 # How long the controller waits for the save before re-forming anyway (the steps since the last periodic
-# checkpoint are then trained again, as without this). A step plus a save of the largest preset fits well within.
-DEFAULT_SAVE_TIMEOUT_S = 600.0
+# checkpoint are then trained again, as without this), at the smallest stall limit.
+DEFAULT_SAVE_TIMEOUT_S = save_timeout_s(STALL_FLOOR_S)
 
 
 def notice_actor_name(run_name: str) -> str:
@@ -151,7 +167,15 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
 
         def make_decision_for_running_worker_group(self, worker_group_state, worker_group_status):
             if self._pending is not None:
-                return self._follow_save()
+                decision = self._follow_save()
+                if not isinstance(decision, ResizeDecision):
+                    return decision
+                # The save is done (or given up on): ask Ray again, now (module docstring).
+                fresh = super().make_decision_for_running_worker_group(worker_group_state, worker_group_status)
+                print(f"trainer: after the save Ray's decision is "
+                      + (f"a resize to {fresh.num_workers} workers" if isinstance(fresh, ResizeDecision)
+                         else "to keep the group as it is"), flush=True)
+                return fresh
             decision = super().make_decision_for_running_worker_group(worker_group_state, worker_group_status)
             if not isinstance(decision, ResizeDecision) or self._actor is None:
                 return decision
@@ -178,9 +202,9 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
                 return NoopDecision()
             self._pending = None
             self._clear()
-            print(f"trainer: resize to {decision.num_workers} workers after "
-                  + (f"a checkpoint at step {step}" if step is not None else
-                     f"waiting {timeout_s:.0f}s for a checkpoint that did not come"), flush=True)
+            print(f"trainer: the resize to {decision.num_workers} workers asked for "
+                  + (f"has a checkpoint at step {step}" if step is not None else
+                     f"waited {timeout_s:.0f}s for a checkpoint that did not come"), flush=True)
             return decision
 
         def _without_save(self, decision, err: BaseException):

@@ -85,7 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--slow-eval", type=float, default=0.0, metavar="S", help="each eval step takes S s more")
     g = parser.add_argument_group("local run")
     g.add_argument("--max-failures", type=int, default=3)
-    g.add_argument("--max-preemptions", type=int, metavar="N", help="default: the plan's budget")
+    g.add_argument("--attempts-without-progress", type=int, metavar="N",
+                   help="attempts in a row without a new step that end the run (default: the plan's)")
+    g.add_argument("--capacity-wait", type=float, metavar="S",
+                   help="the longest wait with no worker group running (default: no bound)")
+    g.add_argument("--startup-timeout", type=float, metavar="S", help="the watchdog's start-up allowance")
     g.add_argument("--stall-timeout", type=float, metavar="S", help="the watchdog's stall limit")
     g.add_argument("--resize-interval", type=float, default=5.0, metavar="S", help="elastic: seconds between resize checks")
     g.add_argument("--workdir", help="keep everything here (default: a temporary directory, removed after a run that "
@@ -111,8 +115,10 @@ def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progre
             "--resize-interval", str(args.resize_interval)]
     if args.stall_timeout is not None:
         argv += ["--stall-timeout", str(args.stall_timeout)]
-    if args.max_preemptions is not None:
-        argv += ["--max-preemptions", str(args.max_preemptions)]
+    for flag, value in (("--attempts-without-progress", args.attempts_without_progress),
+                        ("--capacity-wait", args.capacity_wait), ("--startup-timeout", args.startup_timeout)):
+        if value is not None:
+            argv += [flag, str(value)]
     for dest in _PLAN_FLAGS:
         value = getattr(args, dest)
         if value is not None:

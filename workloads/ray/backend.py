@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.maxtext_args import maxtext_overrides, settings_of
-from core.run_bounds import limits_for, preemption_budget
+from core.run_bounds import attempt_cost_seconds, limits_for
 from core.tpu_env import libtpu_init_args
 from infra.config import StackConfig
 from infra.config.schema import DEFAULT_RAY_PRE_RUNNING_DEADLINE_S
@@ -25,12 +25,15 @@ TRAINER_MODULE = ["python", "-m", "trainer.entrypoint"]
 def _run_bounds(config: StackConfig) -> str:
     """The trainer's own bounds on a Ray run (trainer/watchdog.py, trainer/failures.py), from the plan's step time,
     which is an estimate (core/run_time.py)."""
-    limits = limits_for(config.workload.plan)
-    budget = preemption_budget(config.workload.plan, config.workload.train_steps)
-    return (f"Ray run bounds: the trainer ends a run with no step within {limits.startup_s:.0f} s of a (re)start "
-            f"or for {limits.stall_s:.0f} s while training (exit 7, trainer/watchdog.py) and after {budget} "
-            "preemptions (a memory eviction looks like one); both rest on the plan's estimated step time: compare "
-            "the first steps' times in the job log with the plan")
+    plan, period = config.workload.plan, config.workload.checkpoint_period
+    limits = limits_for(plan, period)
+    cost_min = limits.attempts_without_progress * attempt_cost_seconds(plan, period) / 60
+    return (f"Ray run bounds: the trainer ends a run with no new step within {limits.startup_s:.0f} s of a "
+            f"(re)start or for {limits.stall_s:.0f} s while training (exit 7, trainer/watchdog.py), and after "
+            f"{limits.attempts_without_progress} attempts in a row that train no new step, whatever ends them "
+            f"(reclaims, evictions, failures: exit 8, at most ~{cost_min:.0f} min of every slice; a reclaim is "
+            "never a failure); all rest on the plan's estimated step time: compare the first steps' times in "
+            "the job log with the plan")
 
 
 class RayBackend:
