@@ -65,16 +65,17 @@ class ScaleUpNotice:
     """State shared by the controller's scaling policy and rank 0 (a Ray actor, num_cpus=0). Times are this
     process's monotonic clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock=time.monotonic) -> None:
+        self.clock = clock
         self.requested_until = 0.0
         self.saved_step: int | None = None
 
     def request(self, ttl_s: float) -> None:
         # Good for one wait of the controller: past `ttl_s` nobody waits for this save any more.
-        self.requested_until, self.saved_step = time.monotonic() + ttl_s, None
+        self.requested_until, self.saved_step = self.clock() + ttl_s, None
 
     def is_requested(self) -> bool:
-        return time.monotonic() < self.requested_until
+        return self.clock() < self.requested_until
 
     def mark_saved(self, step: int) -> None:
         self.saved_step = step

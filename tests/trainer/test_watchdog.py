@@ -18,6 +18,7 @@ import pytest
 
 from core import exit_codes
 from core.planner import PlanRequest, plan
+from core.presets import PRESETS
 from core.preemption import save_estimate
 from core.run_time import MIN_MFU, STARTUP_ALLOWANCE_S, step_seconds
 from tests.conftest import REPO
@@ -383,3 +384,21 @@ def test_a_late_step_report_of_an_older_group_does_not_end_the_new_group_s_start
     assert verdict(progress.status(), LIMITS) is None
     progress.step(53, "new")                      # the new group's first new step
     assert not progress.status()["starting"] and progress.status()["last_step"] == 53
+
+
+@pytest.mark.parametrize("model", sorted(PRESETS))
+def test_the_save_first_wait_stays_below_the_stall_limit_on_every_preset(model):
+    """Issue 43 item 10: the save-first resize waited 600 s, the stall floor, for the group's save, so the
+    watchdog's exit 7 could win the race against the resize. The wait is derived below the limit: the request
+    comes at most a step (at MIN_MFU) after the group's last report, then the wait and the margin; and it still
+    leaves the group the step and the save it needs."""
+    from trainer import resize
+
+    chosen = plan(PlanRequest(model, "v6e", "8x8" if "70b" in model or "405b" in model else "4x4", slices=2,
+                              memory_check=False))
+    limits = watchdog.limits_for(chosen)
+    wait = resize.save_timeout_s(limits.stall_s)
+    step = step_seconds(chosen, MIN_MFU)
+    assert step + wait + resize.SAVE_TIMEOUT_MARGIN_S <= limits.stall_s
+    assert wait >= step + save_estimate(chosen).seconds
+    assert resize.DEFAULT_SAVE_TIMEOUT_S < watchdog.STALL_FLOOR_S
