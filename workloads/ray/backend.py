@@ -8,7 +8,7 @@ from core.maxtext_args import maxtext_overrides, settings_of
 from core.run_bounds import attempt_cost_seconds, limits_for
 from core.tpu_env import libtpu_init_args
 from infra.config import StackConfig
-from infra.config.schema import DEFAULT_RAY_PRE_RUNNING_DEADLINE_S
+from infra.config.schema import DEFAULT_CAPACITY_WAIT_S
 from workloads import install_cache
 from workloads.backend import TrainingLaunch, WorkloadContext, relaunch_export
 from workloads.failure_policy import OUT_OF_HBM_ASSUMPTION
@@ -81,18 +81,22 @@ class RayBackend:
 
     def capacity_wait_notes(self, config: StackConfig) -> list[str]:
         deadline = pre_running_deadline_seconds(config)
+        plan = config.workload.plan
         if deadline is None:
-            notes = ["waiting for capacity: no limit (rayPreRunningDeadlineSeconds=0): until its cluster is up the "
-                     "job pays for its head and any slices that did arrive"]
+            notes = ["waiting for capacity: no limit (capacityWaitSeconds=0): while it waits, first for its "
+                     "cluster and later for a reclaimed slice, the job pays for its head and any slices that did "
+                     "arrive"]
         else:
-            plan = config.workload.plan
             idle = (f"; until then at worst {plan.min_slices - 1} of the {plan.min_slices} slices it needs to start "
                     "are up and idle, billing" if plan.min_slices > 1 else "")
             notes = [f"waiting for capacity: the RayJob fails after {deadline} s ({deadline / 60:.0f} min) without "
-                     "its cluster up (rayPreRunningDeadlineSeconds; KubeRay preRunningDeadlineSeconds); its RayCluster is "
+                     "its cluster up (capacityWaitSeconds; KubeRay preRunningDeadlineSeconds); its RayCluster is "
                      "deleted with every pod that did come up (shutdownAfterJobFinishes), and nothing retries it, not "
-                     f"even `pulumi up`: `relaunchCommand` starts it again{idle}"]
-        plan = config.workload.plan
+                     f"even `pulumi up`: `relaunchCommand` starts it again{idle}",
+                     f"a later wait (a {'slice below elasticMinSlices' if plan.elastic else 'reclaimed slice'} "
+                     f"away) lasts at most the same {deadline} s with no worker group running: the head and the "
+                     f"{'slices that stayed' if plan.slices > 1 else 'slice, if it came back,'} bill meanwhile, "
+                     "then the trainer ends the run (exit 7) and its cluster is deleted"]
         if plan.min_slices < plan.slices:
             notes.append(f"elastic {plan.min_slices}..{plan.slices}: the job starts once {plan.min_slices} slice(s) "
                          f"are up (RayCluster replicas {plan.min_slices}), then its driver asks KubeRay for "
@@ -140,9 +144,9 @@ class RayBackend:
                          "replicas; its status.typeChecking may warn about iterating a typed object. Check: `kubectl "
                          "label raycluster -n NAMESPACE CLUSTER x=y --as=system:serviceaccount:NAMESPACE:SA` is "
                          "refused by the policy")
-        if config.ray.pre_running_deadline_s == DEFAULT_RAY_PRE_RUNNING_DEADLINE_S:
-            lines.append(f"first wait for capacity: rayPreRunningDeadlineSeconds defaults to "
-                         f"{DEFAULT_RAY_PRE_RUNNING_DEADLINE_S // 3600} h, an allowance for a TPU quota request "
+        if config.ray.capacity_wait_s == DEFAULT_CAPACITY_WAIT_S:
+            lines.append(f"first wait for capacity: capacityWaitSeconds defaults to "
+                         f"{DEFAULT_CAPACITY_WAIT_S // 3600} h, an allowance for a TPU quota request "
                          "granted within a working day (assumed, not a published figure); a grant that comes later "
                          "finds the job failed (PreRunningDeadlineExceeded): run `pulumi stack output "
                          "relaunchCommand` then")

@@ -115,6 +115,8 @@ def entrypoint(config: StackConfig) -> list[str]:
         "--storage-path", f"gs://{config.storage.bucket_name}/ray-results",
         "--maxtext-version", workload.maxtext_version,
     ]
+    if config.ray.capacity_wait_s is not None:
+        command += ["--capacity-wait", str(config.ray.capacity_wait_s)]
     if plan.elastic:
         command += ["--elastic", f"{plan.min_slices},{plan.slices}"]
     if not workload.memory_check:
