@@ -14,9 +14,11 @@ ray/train/v2/_internal/execution/failure_handling/default.py), a worker whose pr
 the controller in its scheduling state with no error (seen on Ray 2.60), and a hung collective is a step that
 never ends. Each keeps every slice billing. Four limits, all shown in the plan (core/run_bounds.py `limits_for`):
 - attempts without progress: a worker group the controller scheduled and ran that left its running state
-  (an interruption, a failure, a resize) without one new step is an attempt without progress; N in a row
-  (core/run_bounds.attempts_without_progress) end the run with exit 8 (INTERRUPTED_WITHOUT_PROGRESS), one line
-  naming what kept ending them. Interruptions are never charged to Ray's failure budget (trainer/
+  (an interruption, a failure, a resize) without one new step is an attempt without progress; N in a row of one
+  group size (core/run_bounds.attempts_without_progress) end the run with exit 8 (INTERRUPTED_WITHOUT_PROGRESS),
+  one line naming what kept ending them. Counted per size so that an elastic run whose optional slice fails at
+  every start ends too, although its minimum trains between the failures (Ray's elastic policy grows into the
+  broken slice again each time). Interruptions are never charged to Ray's failure budget (trainer/
   elastic_control.py), so this is what bounds their loops.
 - a wait for capacity: no group running (the controller between a group's end and the next group's running
   state: Restarting, Rescheduling, a scheduling that waits for a slice; a fixed run waiting for a reclaimed slice,
@@ -66,8 +68,10 @@ def verdict(status: dict, limits: Limits) -> tuple[int, str] | None:
     after = f"step {last}" if last is not None else "the driver's start"
     streak = status.get("attempts_without_progress", 0)
     if streak >= limits.attempts_without_progress:
+        size = status.get("group_workers")
+        of = f" of the {size}-worker group" if size is not None else ""
         return (exit_codes.INTERRUPTED_WITHOUT_PROGRESS,
-                f"{streak} attempts in a row trained no step after {after} (limit "
+                f"{streak} attempts{of} in a row trained no step after {after} (limit "
                 f"{limits.attempts_without_progress}, core/run_bounds.py): each ended by {_what(status)}")
     if status.get("waiting"):
         waited = status.get("waited_s", 0.0)
@@ -117,15 +121,18 @@ class RunProgress:
         self.tick: float | None = None      # the current group's last report
         self.eval_new = False               # the current eval pass has not run before
         self.progressed = False             # the running group trained something new
-        self.streak = 0                     # attempts in a row without progress
-        self.endings: list[str] = []        # what ended each of them
+        self.size: int | None = None        # the running group's workers (the controller's scheduling decision)
+        # per group size: attempts in a row without progress, and what ended each of them
+        self.streaks: dict[int | None, int] = {}
+        self.endings: dict[int | None, list[str]] = {}
         self.pending_kind: str | None = None
 
     # -- the controller: its callback and its failure policy
-    def scheduling(self) -> None:
-        """A SchedulingState: a new group is being started; every older group's reports are stale."""
+    def scheduling(self, workers: int | None = None) -> None:
+        """A SchedulingState: a new group of `workers` is being started; every older group's reports are stale."""
         self.generation += 1
         self.group_last, self.tick, self.eval_new, self.progressed = None, None, False, False
+        self.size = workers
 
     def running(self) -> None:
         """The group reached its running state: a wait for capacity, if any, is over; the start-up clock goes on
@@ -144,10 +151,10 @@ class RunProgress:
         kind = self.pending_kind or _STATE_ENDINGS.get(state, f"the controller's {state}")
         self.pending_kind = None
         if self.progressed:
-            self.streak, self.endings = 0, []
+            self.streaks[self.size], self.endings[self.size] = 0, []
         else:
-            self.streak += 1
-            self.endings.append(kind)
+            self.streaks[self.size] = self.streaks.get(self.size, 0) + 1
+            self.endings.setdefault(self.size, []).append(kind)
         self.progressed = False
 
     def waiting_for_capacity(self) -> None:
@@ -208,11 +215,13 @@ class RunProgress:
 
     def status(self) -> dict:
         now = self.clock()
+        worst = max(self.streaks, key=lambda size: self.streaks[size], default=None)
         frozen = self.waiting_since if self.waiting_since is not None else now
         return {"age_s": frozen - self.since, "starting": self.starting, "last_step": self.high_water,
                 "compiling": self.compiling, "waiting": self.waiting_since is not None,
                 "waited_s": now - self.waiting_since if self.waiting_since is not None else 0.0,
-                "attempts_without_progress": self.streak, "endings": list(self.endings)}
+                "attempts_without_progress": self.streaks.get(worst, 0), "group_workers": worst,
+                "endings": list(self.endings.get(worst, []))}
 
 
 # What a left running state says when the failure policy named no interruption (controller/state.py).
@@ -293,7 +302,8 @@ def controller_callback(run_name: str):
             was, now = isinstance(previous_state, running_states), isinstance(current_state, running_states)
             calls: list[tuple] = []
             if isinstance(current_state, scheduling_state) and not isinstance(previous_state, scheduling_state):
-                calls.append(("scheduling",))
+                decision = getattr(current_state, "scaling_decision", None)
+                calls.append(("scheduling", getattr(decision, "num_workers", None)))
             if was and not now:
                 calls.append(("left_running", type(current_state).__name__))
             if not now and not self._waiting:

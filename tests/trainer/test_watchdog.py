@@ -142,10 +142,10 @@ def test_a_wait_for_capacity_does_not_spend_the_start_up_allowance_and_ends_at_i
     assert verdict(progress.status(), bounded) is None
 
 
-def _attempt(progress, now, first_step, last_step, ending="RestartingState", group="g", kind=None):
-    """One scheduled group that runs, says hello, trains `first_step`..`last_step` (one second each), and is
-    ended by `kind` (what the failure policy says) into the controller's `ending` state."""
-    progress.scheduling()
+def _attempt(progress, now, first_step, last_step, ending="RestartingState", group="g", kind=None, workers=None):
+    """One scheduled group of `workers` that runs, says hello, trains `first_step`..`last_step` (one second
+    each), and is ended by `kind` (what the failure policy says) into the controller's `ending` state."""
+    progress.scheduling(workers)
     progress.hello(group)
     progress.running()
     for step in range(first_step, last_step + 1):
@@ -178,6 +178,26 @@ def test_only_new_steps_are_progress_and_n_attempts_without_one_end_the_run_with
     assert code == exit_codes.INTERRUPTED_WITHOUT_PROGRESS == 8
     assert reason.startswith("3 attempts in a row trained no step after step 21")
     assert "a node that died on SIGTERM x3" in reason
+
+
+def test_an_optional_slice_that_fails_at_every_start_ends_the_run_though_the_minimum_trains_between():
+    """Issue 43 item 2 and case (b): elastic 1..2, a host of the optional slice dies at each start. Ray's elastic
+    policy re-forms the group on the minimum slice (which trains new steps and saves before the resize), then
+    grows into the broken slice again, whose group never trains a new step. Counted per group size, the third
+    such attempt ends the run with exit 8, naming the group and what ended it."""
+    now, clock = _fake_clock()
+    progress = watchdog.RunProgress(clock)
+    limits = Limits(startup_s=100, stall_s=10, attempts_without_progress=3)
+    _attempt(progress, now, 0, 10, workers=4, group="full")
+    step = 10
+    for cycle in range(3):
+        assert verdict(progress.status(), limits) is None
+        _attempt(progress, now, step, step, workers=4, group=f"broken-{cycle}", kind="a node that died on SIGTERM")
+        _attempt(progress, now, step, step + 5, workers=2, ending="ResizingState", group=f"min-{cycle}")
+        step += 5
+    code, reason = verdict(progress.status(), limits)
+    assert code == exit_codes.INTERRUPTED_WITHOUT_PROGRESS
+    assert reason.startswith("3 attempts of the 4-worker group in a row trained no step after step 25")
 
 
 def test_re_trained_steps_neither_count_as_progress_nor_against_the_run():
@@ -295,7 +315,7 @@ def test_controller_callback_tells_of_schedulings_running_and_waits_once_each():
         step(InitializingState, SchedulingState)
         step(SchedulingState, RunningState)
         step(RunningState, RunningState)
-        assert calls == [("waiting_for_capacity",), ("scheduling",), ("running",)]
+        assert calls == [("waiting_for_capacity",), ("scheduling", None), ("running",)]
         calls.clear()
         step(RunningState, PreemptingState)       # a preempting group still runs: it saves at the notice
         assert calls == []
@@ -305,9 +325,15 @@ def test_controller_callback_tells_of_schedulings_running_and_waits_once_each():
         step(ReschedulingState, SchedulingState)
         step(SchedulingState, RunningState)
         step(RunningState, ResizingState)
-        assert calls == [("left_running", "RestartingState"), ("waiting_for_capacity",), ("scheduling",),
-                         ("scheduling",), ("running",), ("left_running", "ResizingState"),
+        assert calls == [("left_running", "RestartingState"), ("waiting_for_capacity",), ("scheduling", None),
+                         ("scheduling", None), ("running",), ("left_running", "ResizingState"),
                          ("waiting_for_capacity",)]
+        calls.clear()
+        from ray.train.v2._internal.execution.scaling_policy import ResizeDecision
+
+        callback.after_controller_state_update(_state(ReschedulingState), SchedulingState(
+            ResizeDecision(num_workers=4, resources_per_worker={"TPU": 4})))
+        assert calls == [("scheduling", 4)]
         calls.clear()
         impostor = type("RunningState", (), {})
         callback.after_controller_state_update(_state(ResizingState), impostor())
