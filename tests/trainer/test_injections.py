@@ -34,20 +34,21 @@ def test_fail_after_a_notice_on_an_elastic_run_kills_the_current_group_s_worker_
                                                                                                     monkeypatch):
     """Issue 43 item 13: after a notice the elastic group is smaller (2 workers, not 4); the full group's last
     rank left its file with the pid of a process that is gone (or, worse, reused). The kill goes to the last rank
-    of the group that wrote the step, and waits while its file names another attempt."""
+    of the group that wrote the step, and waits while its file is older than the groups before (each rank has its
+    own attempt id: a file is told current by its time)."""
     killed = []
     monkeypatch.setattr(local.os, "kill", lambda pid, sig: killed.append((pid, sig)))
     run = _run(tmp_path, ["--elastic", "1,2", "--inject", "fail@20"], elastic=True)
-    progress.write_worker(run.progress_dir, 3, {"attempt": "full"})            # the old group's last rank
-    stale = progress.read_worker(run.progress_dir, 3)["pid"]
-    monkeypatch.setattr(progress, "read_worker", lambda directory, rank: {
-        3: {"pid": stale, "attempt": "full"}, 1: {"pid": 4242, "attempt": current[0]}}.get(rank))
-    current = ["starting"]                                                        # rank 1's file not yet rewritten
-    last = {"step": 20, "workers": 2, "attempt": "small"}
-    run.attempt = "small"
+    files = {3: {"pid": 1111, "t": 100.0}, 1: {"pid": 2222, "t": 105.0}}       # the full group's ranks
+    monkeypatch.setattr(progress, "read_worker", lambda directory, rank: files.get(rank))
+    run.records = [{"event": "step", "attempt": "full-0", "step": 19, "workers": 4, "t": 110.0},
+                   {"event": "attempt", "attempt": "small-0", "workers": 2, "t": 120.0},
+                   {"event": "step", "attempt": "small-0", "step": 20, "workers": 2, "t": 130.0}]
+    last = run.records[-1]
+    run.attempt = "small-0"
     run.maybe_inject(last)
-    assert killed == [] and run.schedule == [(20, "fail")]
-    current[0] = "small"
+    assert killed == [] and run.schedule == [(20, "fail")]  # rank 1's file is still the full group's
+    files[1] = {"pid": 4242, "t": 118.0}                      # the small group's rank 1 started
     run.maybe_inject(last)
     assert killed == [(4242, signal.SIGKILL)] and run.schedule == []
 

@@ -173,6 +173,7 @@ class LocalRun:
     slice_failed_attempts: set = field(default_factory=set)
     held: bool = False
     hold_until: float | None = None
+    records: list = field(default_factory=list)     # the progress log as last read
     # The worker groups an injected failure ended (a killed worker or slice): the next event waits for the group
     # that replaces them, whose steps start again below the failure's (--inject fail@24,preempt@17).
     failed_attempts: set = field(default_factory=set)
@@ -361,10 +362,12 @@ class LocalRun:
         else:
             # Every rank writes its pid before MaxText starts, and a step only completes with all ranks
             # running. The victim is the last rank of the group training now (after a notice on an elastic run
-            # the group is smaller, and the full group's last rank left a file with a stale pid): its file must
-            # name the attempt that wrote the step, or the kill waits for it.
+            # the group is smaller, and the full group's last rank left a file with a stale pid). Each rank has
+            # its own attempt id, so a file is the current group's when it was written after every record of
+            # the groups before it (they were gone before this group's workers started); else the kill waits.
             info = progress.read_worker(self.progress_dir, int(last.get("workers") or self.plan.workers) - 1)
-            if not info or info.get("attempt") != last.get("attempt"):
+            older = [r["t"] for r in self.records if r.get("attempt") not in (None, last.get("attempt"))]
+            if not info or info.get("t", 0) <= max(older, default=0):
                 return
             self._record_failure("worker-killed", last["step"])
             self.failed_attempts.add(last.get("attempt"))
@@ -397,7 +400,7 @@ class LocalRun:
         while True:
             for line in follower.new_lines() if follower else ():
                 self.heartbeat.say(f"driver| {line}", own_prefix=True)    # a sign of life too
-            records = progress.read(self.progress_dir)
+            records = self.records = progress.read(self.progress_dir)
             last = self.report_progress(records)
             self.heartbeat.set_phase(phase_of(records, self.args.steps, self.checkpoint_period))
             self.in_eval = _in_eval(records)
