@@ -28,6 +28,8 @@ controller retries, now bounded in time by the watchdog's wait for capacity.
 """
 from __future__ import annotations
 
+from core.cli_errors import fit_columns
+
 # How Ray 2.60 reports an actor whose node shut down on SIGTERM without being marked preempted (the GCS's death
 # reason EXPECTED_TERMINATION with the raylet's "received SIGTERM", src/ray/raylet/main.cc): the raylet was killed
 # before its drain deadline passed, or `ray start`'s best-effort drain RPC failed and it shut down at once
@@ -87,8 +89,9 @@ def interruption_failure_policy(failure_config, run_name: str):
             kind = interruption_kind(training_failed_error)
             if kind is None:
                 return super().make_decision(training_failed_error)
-            print(f"trainer: {kind}: retried, not counted as a failure (the watchdog counts attempts "
-                  "without progress)", flush=True)
+            # The phrase first: it stays whole on the first line however the rest wraps.
+            print(fit_columns(f"trainer: retried, not counted as a failure: {kind} (the watchdog counts "
+                              "attempts without progress)"), flush=True)
             watchdog.tell_interruption(run_name, kind)
             return FailureDecision.RETRY
 

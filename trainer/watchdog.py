@@ -55,6 +55,7 @@ import threading
 import time
 
 from core import exit_codes
+from core.cli_errors import fit_columns
 from core.run_bounds import STALL_FLOOR_S, STALL_STEPS, Limits, limits_for  # noqa: F401 - limits_for re-exported
 from core.run_time import MIN_MFU
 from trainer.head_actors import pinned_actor
@@ -351,7 +352,7 @@ class Watchdog(threading.Thread):
             found = verdict(status, self.limits)
             if found:
                 code, self.fired = found
-                print(f"trainer: ending the run ({exit_codes.describe(code)}): {self.fired}",
+                print(fit_columns(f"trainer: ending the run ({exit_codes.describe(code)}): {self.fired}"),
                       file=sys.stderr, flush=True)
                 sys.stdout.flush()
                 self._exit(code)

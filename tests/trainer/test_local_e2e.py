@@ -81,7 +81,7 @@ def test_same_tpu_scaling_config_as_on_gke(local_run):
 
 def test_failure_recovered_from_checkpoint(local_run):
     result, _ = local_run
-    failure, _ = result["failures"]
+    failure, _, _ = result["failures"]
     assert failure["kind"] == "worker-killed" and failure["at_step"] >= FAIL_AT
     assert failure["recovery_s"] > 0
     assert 0 <= failure["steps_redone"] <= CHECKPOINT_PERIOD
