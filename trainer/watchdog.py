@@ -25,7 +25,10 @@ never ends. Each keeps every slice billing. Four limits, all shown in the plan (
   an elastic run below its minimum). Not a stall: the start-up clock stops while it lasts. It ends at
   `capacity_wait_s` (config tpu-multislice:capacityWaitSeconds), exit 7, with its own line: a wait is the
   watchdog's verdict on slices held (the head, the slices that did arrive) without training, like the others,
-  and retrying it in a new RayJob would wait again.
+  and retrying it in a new RayJob would wait again. One scheduling that lasts longer than the start-up allowance
+  is no wait: Ray Train times a start out after 60 s and reschedules (ray/train/v2/_internal/constants.py
+  DEFAULT_WORKER_GROUP_START_TIMEOUT_S), so a start that never ends nor times out is a worker that cannot start
+  (exit 7 at the allowance).
 - start-up: from a (re)start of the worker group to its first new step: core/run_time.STARTUP_ALLOWANCE_S (pools
   from zero, image and lock, smoke test, compile, restore). The clock runs from the last progress, less waits
   for capacity and re-done reports, not from each retry.
@@ -76,6 +79,11 @@ def verdict(status: dict, limits: Limits) -> tuple[int, str] | None:
                 f"{limits.attempts_without_progress}, core/run_bounds.py): each ended by {_what(status)}")
     if status.get("waiting"):
         waited = status.get("waited_s", 0.0)
+        stuck = status.get("scheduling_s", 0.0)
+        if stuck > limits.startup_s:
+            return (exit_codes.NO_PROGRESS,
+                    f"one start of the worker group has lasted {stuck:.0f} s, beyond the start-up allowance of "
+                    f"{limits.startup_s:.0f} s, with no timeout and no error: its workers cannot start")
         if limits.capacity_wait_s is not None and waited > limits.capacity_wait_s:
             return (exit_codes.NO_PROGRESS,
                     f"waited {waited:.0f} s for capacity after {after} with no worker group running (bound "
@@ -127,6 +135,7 @@ class RunProgress:
         self.streaks: dict[int | None, int] = {}
         self.endings: dict[int | None, list[str]] = {}
         self.pending_kind: str | None = None
+        self.scheduling_since: float | None = None   # the current SchedulingState's start, while it lasts
 
     # -- the controller: its callback and its failure policy
     def scheduling(self, workers: int | None = None) -> None:
@@ -134,6 +143,11 @@ class RunProgress:
         self.generation += 1
         self.group_last, self.tick, self.eval_new, self.progressed = None, None, False, False
         self.size = workers
+        self.scheduling_since = self.clock()
+
+    def scheduling_ended(self) -> None:
+        """The controller left its SchedulingState (for its running state, or to reschedule)."""
+        self.scheduling_since = None
 
     def running(self) -> None:
         """The group reached its running state: a wait for capacity, if any, is over; the start-up clock goes on
@@ -141,6 +155,7 @@ class RunProgress:
         if self.waiting_since is not None:
             self.since += self.clock() - self.waiting_since
             self.waiting_since = None
+        self.scheduling_since = None
 
     def interrupted(self, kind: str) -> None:
         """The failure policy retried an interruption (trainer/elastic_control.py): the kind of the next end."""
@@ -222,6 +237,7 @@ class RunProgress:
                 "compiling": self.compiling, "waiting": self.waiting_since is not None,
                 "waited_s": now - self.waiting_since if self.waiting_since is not None else 0.0,
                 "attempts_without_progress": self.streaks.get(worst, 0), "group_workers": worst,
+                "scheduling_s": now - self.scheduling_since if self.scheduling_since is not None else 0.0,
                 "endings": list(self.endings.get(worst, []))}
 
 
@@ -305,6 +321,8 @@ def controller_callback(run_name: str):
             if isinstance(current_state, scheduling_state) and not isinstance(previous_state, scheduling_state):
                 decision = getattr(current_state, "scaling_decision", None)
                 calls.append(("scheduling", getattr(decision, "num_workers", None)))
+            elif isinstance(previous_state, scheduling_state) and not isinstance(current_state, scheduling_state):
+                calls.append(("scheduling_ended",))
             if was and not now:
                 calls.append(("left_running", type(current_state).__name__))
             if not now and not self._waiting:

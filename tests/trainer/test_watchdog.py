@@ -126,6 +126,7 @@ def test_a_wait_for_capacity_does_not_spend_the_start_up_allowance_and_ends_at_i
     for _ in range(3 * 60):                       # three hours of 60 s schedulings that time out
         progress.scheduling()
         now[0] += 60
+        progress.scheduling_ended()
     assert progress.status()["age_s"] == 30 and verdict(progress.status(), LIMITS) is None
     bounded = Limits(startup_s=100, stall_s=10, capacity_wait_s=3 * 3600 - 1)
     code, reason = verdict(progress.status(), bounded)
@@ -140,6 +141,24 @@ def test_a_wait_for_capacity_does_not_spend_the_start_up_allowance_and_ends_at_i
     assert "start-up allowance" in _reason(progress.status(), bounded)
     progress.step(8)
     assert verdict(progress.status(), bounded) is None
+
+
+def test_one_start_that_never_ends_is_no_wait_and_ends_at_the_start_up_allowance():
+    """A worker whose process cannot start keeps the controller in one SchedulingState with no error and no
+    timeout (measured on Ray 2.60: 100 s, no state change); a wait for capacity times out every 60 s and
+    reschedules. The first ends at the start-up allowance, not hours later at the capacity wait."""
+    now, clock = _fake_clock()
+    progress = watchdog.RunProgress(clock)
+    progress.waiting_for_capacity()
+    progress.scheduling(4)
+    now[0] += 99
+    limits = Limits(startup_s=100, stall_s=10, capacity_wait_s=6 * 3600)
+    assert verdict(progress.status(), limits) is None
+    now[0] += 2
+    code, reason = verdict(progress.status(), limits)
+    assert code == exit_codes.NO_PROGRESS and "its workers cannot start" in reason
+    progress.scheduling_ended()
+    assert verdict(progress.status(), limits) is None
 
 
 def _attempt(progress, now, first_step, last_step, ending="RestartingState", group="g", kind=None, workers=None):
@@ -315,7 +334,7 @@ def test_controller_callback_tells_of_schedulings_running_and_waits_once_each():
         step(InitializingState, SchedulingState)
         step(SchedulingState, RunningState)
         step(RunningState, RunningState)
-        assert calls == [("waiting_for_capacity",), ("scheduling", None), ("running",)]
+        assert calls == [("waiting_for_capacity",), ("scheduling", None), ("scheduling_ended",), ("running",)]
         calls.clear()
         step(RunningState, PreemptingState)       # a preempting group still runs: it saves at the notice
         assert calls == []
@@ -326,8 +345,8 @@ def test_controller_callback_tells_of_schedulings_running_and_waits_once_each():
         step(SchedulingState, RunningState)
         step(RunningState, ResizingState)
         assert calls == [("left_running", "RestartingState"), ("waiting_for_capacity",), ("scheduling", None),
-                         ("scheduling", None), ("running",), ("left_running", "ResizingState"),
-                         ("waiting_for_capacity",)]
+                         ("scheduling_ended",), ("scheduling", None), ("scheduling_ended",), ("running",),
+                         ("left_running", "ResizingState"), ("waiting_for_capacity",)]
         calls.clear()
         from ray.train.v2._internal.execution.scaling_policy import ResizeDecision
 
