@@ -114,6 +114,11 @@ def _ray_would_resize(self, worker_group_state, worker_group_status):
     from ray.train.v2._internal.execution.scaling_policy import NoopDecision, ResizeDecision
 
     workers = RAY_SAYS.pop(0) if RAY_SAYS else 8
+    if workers == "paused":
+        # Ray's own pause between decisions (elastic.py: a decision at most once per
+        # elastic_resize_monitor_interval_s since _latest_monitor_time): only a lifted pause gets an answer.
+        workers = 8 if self._latest_monitor_time == float("-inf") else None
+    self._latest_monitor_time = time.monotonic()          # as Ray's policy records each decision it makes
     return NoopDecision() if workers is None else ResizeDecision(num_workers=workers,
                                                                  resources_per_worker={"TPU": 4})
 
@@ -181,25 +186,46 @@ def test_after_the_save_the_controller_asks_ray_again_and_acts_on_its_answer_of_
                                                                                             capsys):
     """Issue 43 item 10: Ray wanted 8 workers when the save was asked for; while the group saved, the slices went
     (Ray now says no change). Acting on the decision of the request (up to the save's timeout old) would re-form
-    a group for workers that are not there."""
+    a group for workers that are not there; the group, stopped at its save, is re-formed at its own size."""
+    from types import SimpleNamespace
+
     run = "ask-again"
+    group = SimpleNamespace(num_workers=4, start_time=0.0)
     policy = policy_for(run, timeout_s=600, clock=lambda: 0.0)
     RAY_SAYS[:] = [8]
-    assert type(policy.make_decision_for_running_worker_group(None, None)).__name__ == "NoopDecision"
+    assert type(policy.make_decision_for_running_worker_group(group, None)).__name__ == "NoopDecision"
     resize.mark_saved(run, 30)
-    RAY_SAYS[:] = [None] * 1000                 # from now on Ray sees no room to grow
+    RAY_SAYS[:] = [None] * 10_000               # from now on Ray sees no room to grow
     try:
         deadline = time.monotonic() + ANSWER_S  # bounds a broken policy only
         while policy._pending is not None:      # until the controller sees the save
-            decision = policy.make_decision_for_running_worker_group(None, None)
+            decision = policy.make_decision_for_running_worker_group(group, None)
             assert time.monotonic() < deadline, "the save was never seen"
-        assert type(decision).__name__ == "NoopDecision"     # Ray's answer now, not the 8 of the request
-        assert "Ray's decision is to keep the group as it is" in capsys.readouterr().out
-        RAY_SAYS[:] = [4]                       # a later resize is a new request, with its own save
-        assert type(policy.make_decision_for_running_worker_group(None, None)).__name__ == "NoopDecision"
-        assert policy._pending is not None and policy._pending[0].num_workers == 4
-        policy._pending = None
-        policy._clear()
+        assert type(decision).__name__ == "ResizeDecision" and decision.num_workers == 4   # not the old 8
+        assert "re-formed at 4 workers" in capsys.readouterr().out
+    finally:
+        RAY_SAYS.clear()
+
+
+def test_the_question_after_the_save_lifts_ray_s_pause_between_decisions(cluster, policy_for):
+    """Ray's policy answers at most once per elastic_resize_monitor_interval_s; asked right after its last
+    answer it says "no change" whatever the cluster holds (seen in the local elastic life run: the grow never
+    came). The question after the save lifts that pause."""
+    from types import SimpleNamespace
+
+    run = "pause-lifted"
+    group = SimpleNamespace(num_workers=4, start_time=0.0)
+    policy = policy_for(run, timeout_s=600, clock=lambda: 0.0)
+    RAY_SAYS[:] = [8]
+    policy.make_decision_for_running_worker_group(group, None)
+    resize.mark_saved(run, 30)
+    RAY_SAYS[:] = ["paused"] * 10_000
+    try:
+        deadline = time.monotonic() + ANSWER_S
+        while policy._pending is not None:
+            decision = policy.make_decision_for_running_worker_group(group, None)
+            assert time.monotonic() < deadline, "the save was never seen"
+        assert decision.num_workers == 8
     finally:
         RAY_SAYS.clear()
 
