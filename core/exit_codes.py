@@ -49,6 +49,15 @@ OUT_OF_HBM = 6
 # the same run onto the same nodes repeats it; the run ends and says why.
 NO_PROGRESS = 7
 
+# The run was interrupted (a reclaim, an eviction, a drained node, a node that died on SIGTERM, a replica group
+# KubeRay deleted) N attempts in a row without training a step it had not trained before (trainer/watchdog.py,
+# N from core/run_bounds.py attempts_without_progress). Each interruption alone is worth a retry, and the trainer
+# retries it uncounted while the run advances; a run that keeps being interrupted without advancing is a loop
+# (a host that fails at every start, an eviction that comes back, a deterministic fault that looks like a
+# reclaim) that a backend retry would only repeat with every slice billing. Apart from NO_PROGRESS so the log
+# and the exit code say which of the two happened.
+INTERRUPTED_WITHOUT_PROGRESS = 8
+
 # The VM is going away (GKE's Spot/maintenance notice is SIGTERM to every container): the trainer saved a
 # checkpoint at the step every host agreed on and left. Must not be 0 (a pod exiting 0 counts as a completed
 # index: the Job, then the JobSet, would finish "successfully" mid-run). 128 + SIGTERM(15), the code the shell
@@ -60,13 +69,15 @@ PREEMPTED = 143
 # failure as far as retries go.
 KILLED = 137
 
-NOT_RETRYABLE = frozenset({CONFIG_ERROR, IMPORT_ERROR, DATA_ERROR, SMOKE_FAILED, OUT_OF_HBM, NO_PROGRESS})
+NOT_RETRYABLE = frozenset({CONFIG_ERROR, IMPORT_ERROR, DATA_ERROR, SMOKE_FAILED, OUT_OF_HBM, NO_PROGRESS,
+                           INTERRUPTED_WITHOUT_PROGRESS})
 RETRYABLE = frozenset({RUNTIME_FAILURE, PREEMPTED, KILLED})
 
 NAMES = {
     OK: "ok", RUNTIME_FAILURE: "runtime failure", CONFIG_ERROR: "configuration error",
     IMPORT_ERROR: "import/environment error", DATA_ERROR: "data error", SMOKE_FAILED: "smoke test failed",
     OUT_OF_HBM: "out of TPU HBM (XLA RESOURCE_EXHAUSTED)", NO_PROGRESS: "no progress (watchdog)",
+    INTERRUPTED_WITHOUT_PROGRESS: "interrupted without progress (watchdog)",
     PREEMPTED: "preempted (checkpoint saved at the notice)", KILLED: "killed (SIGKILL)",
 }
 

@@ -1,60 +1,40 @@
-"""What an elastic run's Ray Train controller decides differently from Ray's defaults: a Spot reclaim of a slice
-above the run's minimum is not a failure, and a running group saves before it is re-formed (trainer/resize.py).
+"""What the trainer's Ray Train controller decides differently from Ray's defaults: an interruption (a reclaim, an
+eviction, a drained node, a node that died on SIGTERM) is never a failure, for fixed and elastic runs alike, and an
+elastic run's running group saves before it is re-formed (trainer/resize.py).
 
 Ray Train 2.60 builds both policies itself from the configs (ray/train/v2/api/data_parallel_trainer.py `fit`:
 `create_scaling_policy(scaling_config)`, `create_failure_policy(failure_config)`, always DefaultFailurePolicy)
 and hands them to the controller through `_initialize_and_run_controller(**controller_init_kwargs)`. That method
 is the one place a trainer can put its own: `policy_trainer` overrides it and replaces the two keyword
-arguments, nothing else.
+arguments, nothing else. Because it is private, `check_seam` checks at start-up that `fit` still calls it with
+those arguments (one line and exit 3 otherwise), and tests/trainer/test_failure_config.py goes through `fit()`.
 
-Why the failure budget needs it: every Spot reclaim of any worker fails the whole group as a preemption
-(a PreemptionError, or a WorkerGroupError with a preempted worker: ray/train/v2/_internal/execution/
-failure_handling/default.py `_is_preemption_failure`), charged to `max_preemption_failures` (the plan's bound,
-core/run_bounds.py preemption_budget; at least 3). A 1..2 elastic run on Spot would end at the fourth reclaim of
-its optional slice while its minimum slice is healthy. `ElasticFailurePolicy` retries a preemption that leaves the
-group at or above its minimum without counting it; a preemption that takes the group below its minimum is counted
-as before, and so is a host-memory eviction that hits every slice (it takes the group below the minimum), which is
-what the bound is for. A loss that repeats on the optional slice alone does not end the run: the run trains on
-its minimum between losses, and a run that stops training ends at the watchdog (trainer/watchdog.py).
+Why the failure budget needs it. A Spot reclaim, a maintenance event or an eviction is SIGTERM to the host's pod;
+`ray start` drains its node as preempted and kills the raylet when the drain deadline ends
+(python/ray/_private/node.py, the SIGTERM drain). The raylet reports AUTOSCALER_DRAIN_PREEMPTED only if that
+deadline has already passed, otherwise EXPECTED_TERMINATION "received SIGTERM" (src/ray/raylet/main.cc, its
+signal handler), and ActorDiedError.preempted is set only for the former (python/ray/exceptions.py). Ray Train's
+controller looks at the workers' errors before the preemption deadline (controller.py `_handle_preempting_state`:
+"A worker failed for a reason other than the preemption should fail fast"), and DefaultFailurePolicy charges a
+death that is not `preempted` to max_failures (failure_handling/default.py `_is_preemption_failure`). So a fixed
+Spot run ended after about four reclaims that landed on the wrong side of that race; the sibling hosts of a
+replica group KubeRay deletes whole (raycluster_controller.go reconcileMultiHostWorkerGroup) die the same way.
 
-The policy is handed only the error; the size of the group that failed comes from `GroupSize`, a controller
-callback that records the size of each group the controller schedules. Both are unpickled into the controller's
-process (the controller actor), separately, so they share it through a slot of this module in that process,
-keyed by the run's name.
+`interruption_failure_policy` is DefaultFailurePolicy except that an interruption, in either form, is retried and
+never charged to a budget: it tells the run's RunProgress what ended the attempt (trainer/watchdog.py), which
+ends the run after N attempts in a row without a new step (core/run_bounds.py attempts_without_progress). Real
+failures (any other error) keep Ray's max_failures budget; worker-group start-up errors keep Ray's unlimited
+controller retries, now bounded in time by the watchdog's wait for capacity.
 """
 from __future__ import annotations
 
-import math
+from core.cli_errors import fit_columns
 
-# run name -> workers in the group the controller last scheduled (in the controller's process)
-_GROUP_WORKERS: dict[str, int] = {}
-
-
-def group_workers() -> dict[str, int]:
-    """The slot, looked up in the module as imported in this process. The policy and the callback are classes
-    made inside functions, which Ray's cloudpickle sends by value with a copy of each global they name: naming
-    `_GROUP_WORKERS` in their methods would give each its own dict in the controller (seen: the policy never saw
-    a group size). An import at call time finds the one module of the process."""
-    from trainer import elastic_control
-
-    return elastic_control._GROUP_WORKERS
-
-
-def lost_slices(preempted_ranks, workers_per_slice: int) -> int:
-    """Slices a preemption of `preempted_ranks` takes (pure). Ray Train's preemption watcher already names every
-    rank of a preempted TPU slice (a slice goes as a whole); a worker-death error names only the dead ranks. Each
-    slice whose ranks appear counts whole; never fewer than the ranks fill."""
-    ranks = sorted(set(preempted_ranks))
-    if not ranks:
-        return 0
-    return max(math.ceil(len(ranks) / workers_per_slice), len({r // workers_per_slice for r in ranks}))
-
-
-# How Ray 2.60 reports an actor whose node shut down on SIGTERM without the preemption drain (the GCS's death
-# reason EXPECTED_TERMINATION with the raylet's "received SIGTERM"): `ray start`'s SIGTERM handler drains the node
-# as preempted only on a best-effort basis and, when the drain RPC fails or is refused (a busy GCS), shuts down at
-# once (ray/_private/node.py, the SIGTERM drain: "proceeding with immediate shutdown"). Seen in the local elastic
-# life run under load: the first of four notices came as this, not as `preempted`.
+# How Ray 2.60 reports an actor whose node shut down on SIGTERM without being marked preempted (the GCS's death
+# reason EXPECTED_TERMINATION with the raylet's "received SIGTERM", src/ray/raylet/main.cc): the raylet was killed
+# before its drain deadline passed, or `ray start`'s best-effort drain RPC failed and it shut down at once
+# (ray/_private/node.py, the SIGTERM drain). Seen in the local elastic life run under load: the first of four
+# notices came as this, not as `preempted`.
 SIGTERM_SHUTDOWN = "node was terminated expectedly: received SIGTERM"
 
 
@@ -83,38 +63,59 @@ def preempted_ranks(error) -> list[int] | None:
     return None
 
 
-def elastic_failure_policy(failure_config, run_name: str, min_workers: int, workers_per_slice: int):
-    """Ray's DefaultFailurePolicy, except that a preemption leaving the group at or above `min_workers` is
-    retried without being counted (module docstring)."""
+def interruption_kind(error) -> str | None:
+    """What interrupted the group, in words, or None when `error` is not an interruption (preempted_ranks)."""
+    from ray.train.v2.api.exceptions import PreemptionError, WorkerGroupError
+
+    if isinstance(error, PreemptionError):
+        return "a preemption (Ray's drain)"
+    if isinstance(error, WorkerGroupError) and preempted_ranks(error):
+        failures = [getattr(f, "health_check_failure", f) for f in error.worker_failures.values()]
+        if any(SIGTERM_SHUTDOWN in str(f) for f in failures):
+            return "a node that died on SIGTERM without the drain (Ray: \"received SIGTERM\")"
+        return "a preempted node"
+    return None
+
+
+def interruption_failure_policy(failure_config, run_name: str):
+    """Ray's DefaultFailurePolicy, except that an interruption is retried uncounted and told to the watchdog
+    (module docstring)."""
     from ray.train.v2._internal.execution.failure_handling import DefaultFailurePolicy, FailureDecision
 
-    class ElasticFailurePolicy(DefaultFailurePolicy):
+    from trainer import watchdog
+
+    class InterruptionFailurePolicy(DefaultFailurePolicy):
         def make_decision(self, training_failed_error):
-            ranks = preempted_ranks(training_failed_error)
-            group = group_workers().get(run_name)
-            if ranks is not None and group is not None:
-                left = group - lost_slices(ranks, workers_per_slice) * workers_per_slice
-                if left >= min_workers:
-                    print(f"trainer: preemption of ranks {sorted(ranks)} leaves {left} of the group's {group} "
-                          f"workers (minimum {min_workers}): retried, not counted as a failure", flush=True)
-                    return FailureDecision.RETRY
-            return super().make_decision(training_failed_error)
+            kind = interruption_kind(training_failed_error)
+            if kind is None:
+                return super().make_decision(training_failed_error)
+            # The phrase first: it stays whole on the first line however the rest wraps.
+            print(fit_columns(f"trainer: retried, not counted as a failure: {kind} (the watchdog counts "
+                              "attempts without progress)"), flush=True)
+            watchdog.tell_interruption(run_name, kind)
+            return FailureDecision.RETRY
 
-    return ElasticFailurePolicy(failure_config)
+    return InterruptionFailurePolicy(failure_config)
 
 
-def group_size_callback(run_name: str):
-    """Records the size of each worker group the controller schedules (SchedulingState carries the
-    ResizeDecision it starts: ray/train/v2/_internal/execution/controller/state.py)."""
-    from ray.train.v2._internal.execution.callback import ControllerCallback
+# The keyword arguments of Ray 2.60's controller that carry the policies (TrainController.__init__), and the
+# private method of the trainer `fit` calls with them (data_parallel_trainer.py).
+POLICY_KWARGS = ("failure_policy", "scaling_policy")
+SEAM = "_initialize_and_run_controller"
 
-    class GroupSize(ControllerCallback):
-        def after_controller_state_update(self, previous_state, current_state) -> None:
-            decision = getattr(current_state, "scaling_decision", None)
-            if type(current_state).__name__ == "SchedulingState" and decision is not None:
-                group_workers()[run_name] = int(decision.num_workers)
 
-    return GroupSize()
+def check_seam(trainer_cls) -> str | None:
+    """Why the trainer's policies would not reach Ray's controller through `trainer_cls.fit`, or None."""
+    import inspect
+
+    from ray.train.v2._internal.execution.controller import TrainController
+
+    if SEAM not in trainer_cls.fit.__code__.co_names or getattr(trainer_cls, SEAM, None) is None:
+        return f"Ray Train's fit no longer calls {SEAM}: the trainer's failure policy would not reach it"
+    missing = [k for k in POLICY_KWARGS if k not in inspect.signature(TrainController.__init__).parameters]
+    if missing:
+        return f"Ray Train's controller takes no {', '.join(missing)}: the trainer's policies would not reach it"
+    return None
 
 
 def policy_trainer(policies):
@@ -124,6 +125,10 @@ def policy_trainer(policies):
 
     class PolicyJaxTrainer(JaxTrainer):
         def _initialize_and_run_controller(self, **controller_init_kwargs):
-            return super()._initialize_and_run_controller(**{**controller_init_kwargs, **policies(self)})
+            ours = policies(self)
+            unknown = sorted(set(ours) - set(controller_init_kwargs))
+            if unknown:     # Ray renamed what it hands the controller: ours would be dropped or refused
+                raise RuntimeError(f"Ray Train hands its controller no {', '.join(unknown)}")
+            return super()._initialize_and_run_controller(**{**controller_init_kwargs, **ours})
 
     return PolicyJaxTrainer

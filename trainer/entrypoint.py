@@ -6,7 +6,8 @@
 Settings are validated and planned (core.planner) before Ray is touched; bad input exits 2 with one line.
 Exit codes (core/exit_codes.py): 2 settings, 3 software (MaxText missing or too old, an import error, a model
 MaxText builds differently, a worker runtime environment that cannot be set up), 4 data, 6 XLA out of HBM
-(with the nearest batch that fits), 7 no progress (the watchdog, trainer/watchdog.py), 1 anything a retry may
+(with the nearest batch that fits), 7 no progress and 8 interrupted without progress (the watchdog,
+trainer/watchdog.py), 1 anything a retry may
 fix once Ray Train's own retries are spent.
 `--local-cpu` is the same program on fake TPU hosts (trainer.local starts them): the scaling config is
 unchanged (use_tpu=True, TPU resources per host), only the workers' JAX runs on CPU devices.
@@ -14,6 +15,7 @@ unchanged (use_tpu=True, TPU resources per host), only the workers' JAX runs on 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -21,7 +23,7 @@ from typing import Any
 
 from core import advice, exit_codes
 from core.maxtext_facts import PINNED_MAXTEXT
-from trainer import cli, failures, grow, maxtext_runtime, watchdog
+from trainer import cli, elastic_control, failures, grow, maxtext_runtime, watchdog
 from core.data import check_dataset
 from core.errors import PlanError
 from core.cli_errors import OneLineParser, command_apart, fit_columns
@@ -42,12 +44,33 @@ DEFAULT_MAX_FAILURES = 3
 UNLIMITED = -1
 
 
-def failure_config_kwargs(max_failures: int, max_preemptions: int) -> dict[str, int]:
-    """FailureConfig arguments (ray.train.v2.api.config.FailureConfig, Ray 2.60): preemptions — a drained or
-    preempted node, which is what a spot reclaim or a slice's maintenance event looks like — are counted apart
-    from `max_failures` in `max_preemption_failures`. Ray's default there is unlimited; the trainer passes the
-    plan's bound (core.run_bounds.preemption_budget), because a host-memory eviction looks like a preemption."""
-    return {"max_failures": max_failures, "max_preemption_failures": max_preemptions}
+def failure_config_kwargs(max_failures: int) -> dict[str, int]:
+    """FailureConfig arguments (ray.train.v2.api.config.FailureConfig, Ray 2.60): `max_failures` bounds real
+    failures. Interruptions (a drained, preempted or SIGTERM-killed node: a Spot reclaim, a maintenance event, an
+    eviction) never reach Ray's budgets: the trainer's failure policy retries them uncounted and the watchdog ends
+    a run after N attempts in a row without progress (trainer/elastic_control.py, trainer/watchdog.py), so Ray's
+    `max_preemption_failures` stays at its default."""
+    return {"max_failures": max_failures}
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: use 1 or more")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{value:g}: use more than 0 seconds")
+    return value
 
 
 def _max_failures(text: str) -> int:
@@ -103,10 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-failures", type=_max_failures,
                    default=_max_failures(cli._env("max_failures", str(DEFAULT_MAX_FAILURES))),
                    help="worker failures other than preemptions Ray Train recovers from (-1: unlimited); "
-                        "preemptions are counted apart (--max-preemptions)")
-    g.add_argument("--max-preemptions", type=_max_failures, default=cli._env("max_preemptions", None),
-                   help="preemptions Ray Train recovers from (-1: unlimited; default: from the plan, "
-                        "core/run_bounds.py preemption_budget)")
+                        "interruptions are never counted there (--attempts-without-progress)")
+    g.add_argument("--attempts-without-progress", type=_count, default=cli._env("attempts_without_progress", None),
+                   help="attempts in a row that train no new step (each ended by a reclaim, an eviction, a "
+                        "failure...) before the run ends with exit 8 (default: from the plan, core/run_bounds.py)")
+    g.add_argument("--capacity-wait", type=_seconds, default=cli._env("capacity_wait", None),
+                   help="seconds the run may wait with no worker group running (a reclaimed slice, an elastic run "
+                        "below its minimum) before it ends (default: no bound)")
     g.add_argument("--startup-timeout", type=float, default=cli._env("startup_timeout", None),
                    help="seconds a (re)started worker group may take to its first step before the run ends "
                         "(default: from the plan, trainer/watchdog.py)")
@@ -159,16 +185,19 @@ def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
     if "://" not in storage:
         Path(storage).mkdir(parents=True, exist_ok=True)
     runtime_env: dict[str, Any] = {"env_vars": worker_env(plan_, args.local_cpu, args.maxtext_version)}
-    preemptions = max_preemptions(args, plan_, run)
-    print(f"trainer: recovers from {args.max_failures} failure(s) and {preemptions} preemption(s)", flush=True)
-    limits = watchdog_limits(args, plan_)
+    limits = watchdog_limits(args, plan_, run)
+    print(f"trainer: recovers from {args.max_failures} failure(s); interruptions are not failures", flush=True)
     print(f"trainer: {limits.describe()}", flush=True)
-    trainer = trainer_class(plan_, run)(
+    trainer_cls = trainer_class(plan_, run, limits.stall_s)
+    seam = elastic_control.check_seam(trainer_cls)
+    if seam:
+        raise failures.EnvironmentImportError(seam)
+    trainer = trainer_cls(
         train_loop_per_worker=train_loop_per_worker,
         train_loop_config=_train_loop_config(args, plan_, run),
         scaling_config=ScalingConfig(**scaling_kwargs(plan_, args.resize_interval)),
         run_config=RunConfig(name=run.run_name, storage_path=storage,
-                             failure_config=FailureConfig(**failure_config_kwargs(args.max_failures, preemptions)),
+                             failure_config=FailureConfig(**failure_config_kwargs(args.max_failures)),
                              callbacks=run_callbacks(plan_, run),
                              worker_runtime_env=runtime_env),
     )
@@ -179,44 +208,35 @@ def fit(args: argparse.Namespace, plan_: Plan, run: RunSettings):
         dog.stop()
 
 
-def max_preemptions(args: argparse.Namespace, plan_: Plan, run: RunSettings) -> int:
-    return args.max_preemptions if args.max_preemptions is not None else failures.preemption_budget(plan_, run.steps)
-
-
-def watchdog_limits(args: argparse.Namespace, plan_: Plan) -> watchdog.Limits:
-    derived = watchdog.limits_for(plan_)
-    return watchdog.Limits(startup_s=args.startup_timeout if args.startup_timeout is not None else derived.startup_s,
-                           stall_s=args.stall_timeout if args.stall_timeout is not None else derived.stall_s)
+def watchdog_limits(args: argparse.Namespace, plan_: Plan, run: RunSettings) -> watchdog.Limits:
+    derived = watchdog.limits_for(plan_, run.checkpoint_period, args.capacity_wait)
+    given = {"startup_s": args.startup_timeout, "stall_s": args.stall_timeout,
+             "attempts_without_progress": args.attempts_without_progress}
+    return dataclasses.replace(derived, **{key: value for key, value in given.items() if value is not None})
 
 
 def run_callbacks(plan_: Plan, run: RunSettings) -> list:
-    """Fail at once on a worker error no retry can fix (trainer.failures); tell the watchdog when the group
-    leaves its running state or waits for capacity (trainer.watchdog); elastic runs record each group's size for
-    their failure policy (trainer.elastic_control)."""
-    callbacks = [failures.fail_fast_callback(lambda: advice.out_of_hbm(plan_)),
-                 watchdog.controller_callback(run.run_name)]
-    if plan_.elastic:
-        from trainer.elastic_control import group_size_callback
-
-        callbacks.append(group_size_callback(run.run_name))
-    return callbacks
+    """Fail at once on a worker error no retry can fix (trainer.failures); tell the watchdog of schedulings, of
+    the group's running state and of waits for capacity (trainer.watchdog)."""
+    return [failures.fail_fast_callback(lambda: advice.out_of_hbm(plan_)),
+            watchdog.controller_callback(run.run_name)]
 
 
-def trainer_class(plan_: Plan, run: RunSettings):
-    """JaxTrainer; for an elastic run, with the trainer's policies (trainer.elastic_control): a preemption that
-    leaves the group at or above its minimum is not counted, and a running group saves before it is re-formed
-    (trainer.resize)."""
-    if not plan_.elastic:
-        from ray.train.v2.jax import JaxTrainer
+def trainer_class(plan_: Plan, run: RunSettings, stall_s: float | None = None):
+    """JaxTrainer with the trainer's policies (trainer.elastic_control), fixed and elastic runs alike: an
+    interruption is never a failure; an elastic run's running group also saves before it is re-formed
+    (trainer.resize), with the save bounded below the stall limit."""
+    from trainer import resize
 
-        return JaxTrainer
-    from trainer import elastic_control, resize
+    stall_s = stall_s if stall_s is not None else watchdog.limits_for(plan_).stall_s
 
     def policies(trainer) -> dict:
-        return {"failure_policy": elastic_control.elastic_failure_policy(
-                    trainer.run_config.failure_config, run.run_name, plan_.min_workers,
-                    plan_.shape.hosts),
-                "scaling_policy": resize.save_first_scaling_policy(trainer.scaling_config, run.run_name)}
+        chosen = {"failure_policy": elastic_control.interruption_failure_policy(
+            trainer.run_config.failure_config, run.run_name)}
+        if plan_.elastic:
+            chosen["scaling_policy"] = resize.save_first_scaling_policy(
+                trainer.scaling_config, run.run_name, timeout_s=resize.save_timeout_s(stall_s))
+        return chosen
 
     return elastic_control.policy_trainer(policies)
 

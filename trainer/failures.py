@@ -21,7 +21,7 @@ import traceback
 
 from core import exit_codes
 from core.errors import PlanError
-from core.run_bounds import MIN_PREEMPTIONS, preemption_budget  # noqa: F401 - the trainer's bound, from the plan
+
 
 
 class NotRetryable(RuntimeError):

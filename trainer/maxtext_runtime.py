@@ -247,9 +247,17 @@ class _NotElastic:
         self._config = config
 
     def __getattr__(self, name):
+        # Only names the instance lacks reach here. Its own slot is never forwarded: pickle and copy build the
+        # object without __init__ and look up special names on it, which would otherwise recurse for ever.
+        if name == "_config":
+            raise AttributeError(name)
         if name == "grain_use_elastic_iterator":
             return False
         return getattr(self._config, name)
+
+    def __reduce__(self):
+        # Grain pickles what it hands its worker processes and MaxText copies configs: rebuilt the same way.
+        return (type(self), (self._config,))
 
 
 def install_elastic_eval_batches() -> None:

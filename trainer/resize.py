@@ -6,7 +6,11 @@ controller then kills the group and starts the new one (controller.py `_execute_
 restart") without telling the workers: every step since the last periodic checkpoint is trained again.
 `save_first_scaling_policy` is that policy with one change: when it would resize a running group, it first raises
 a flag in a small named actor and answers "no change" (NoopDecision) until rank 0 says the group has saved (or
-the wait times out), then gives Ray's decision. The workers read the flag once per step (trainer.notice: rank 0
+the wait times out), then asks Ray again and gives its decision of that moment: the slices that made Ray want
+to resize may have gone while the group saved (a decision minutes old is not acted on). Ray's policy decides at
+most once per `elastic_resize_monitor_interval_s` (elastic.py `_latest_monitor_time`), so the question after the
+save is asked with that pause lifted. A group that saved has stopped at its notice step: if Ray now sees no
+change, it is re-formed at its own size (from the checkpoint it just wrote) rather than left waiting. The workers read the flag once per step (trainer.notice: rank 0
 reads, a broadcast makes every worker stop at the same step), save there and wait to be replaced.
 
 The controller's loop is never blocked: the policy is asked once per loop iteration and only looks at an answer
@@ -31,14 +35,31 @@ from __future__ import annotations
 
 import time
 
+from core.run_bounds import STALL_FLOOR_S, STALL_STEPS
 from trainer.head_actors import pinned_actor
 
 # Longest a worker's per-step poll waits for the actor's answer (a same-node call takes milliseconds): past it the
 # step goes on as "no scale-up", so a dead or unreachable actor costs a step at most this, never the run.
 POLL_TIMEOUT_S = 10.0
+# What separates the save's timeout from the stall limit besides the step in flight when the request came: the
+# controller's loop and the watchdog's poll (trainer/watchdog.py POLL_S), each at most this.
+SAVE_TIMEOUT_MARGIN_S = 20.0
+
+
+def save_timeout_s(stall_s: float) -> float:
+    """The save-first wait, strictly below the stall limit `stall_s` so the watchdog never ends a group that is
+    saving for a resize (the group reports no step while it saves and waits). The stall limit is STALL_STEPS steps
+    at MIN_MFU plus a save (core/run_bounds.py limits_for); the request comes at most one step after the group's
+    last report, so the wait gets the rest less one step's share and the margin (at most that share again, for a
+    stall limit given short on the command line): still a step and a save (what the group needs) on every
+    plan."""
+    share = stall_s / STALL_STEPS
+    return stall_s - share - min(SAVE_TIMEOUT_MARGIN_S, share)
+
+
 # How long the controller waits for the save before re-forming anyway (the steps since the last periodic
-# checkpoint are then trained again, as without this). A step plus a save of the largest preset fits well within.
-DEFAULT_SAVE_TIMEOUT_S = 600.0
+# checkpoint are then trained again, as without this), at the smallest stall limit.
+DEFAULT_SAVE_TIMEOUT_S = save_timeout_s(STALL_FLOOR_S)
 
 
 def notice_actor_name(run_name: str) -> str:
@@ -49,16 +70,17 @@ class ScaleUpNotice:
     """State shared by the controller's scaling policy and rank 0 (a Ray actor, num_cpus=0). Times are this
     process's monotonic clock."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock=time.monotonic) -> None:
+        self.clock = clock
         self.requested_until = 0.0
         self.saved_step: int | None = None
 
     def request(self, ttl_s: float) -> None:
         # Good for one wait of the controller: past `ttl_s` nobody waits for this save any more.
-        self.requested_until, self.saved_step = time.monotonic() + ttl_s, None
+        self.requested_until, self.saved_step = self.clock() + ttl_s, None
 
     def is_requested(self) -> bool:
-        return time.monotonic() < self.requested_until
+        return self.clock() < self.requested_until
 
     def mark_saved(self, step: int) -> None:
         self.saved_step = step
@@ -151,7 +173,10 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
 
         def make_decision_for_running_worker_group(self, worker_group_state, worker_group_status):
             if self._pending is not None:
-                return self._follow_save()
+                decision, saved = self._follow_save()
+                if not isinstance(decision, ResizeDecision):
+                    return decision
+                return self._ask_again(decision, saved, worker_group_state, worker_group_status)
             decision = super().make_decision_for_running_worker_group(worker_group_state, worker_group_status)
             if not isinstance(decision, ResizeDecision) or self._actor is None:
                 return decision
@@ -163,6 +188,24 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
             print(f"trainer: resize to {decision.num_workers} workers: asked the group to save first", flush=True)
             return NoopDecision()
 
+        def _ask_again(self, asked, saved, worker_group_state, worker_group_status):
+            """Ray's decision now, its once-per-interval pause lifted (module docstring); a group that saved and
+            stopped is re-formed at its size when Ray sees no change."""
+            if hasattr(self, "_latest_monitor_time"):
+                self._latest_monitor_time = float("-inf")
+            fresh = super().make_decision_for_running_worker_group(worker_group_state, worker_group_status)
+            if isinstance(fresh, ResizeDecision):
+                print(f"trainer: after the save Ray's decision is a resize to {fresh.num_workers} workers",
+                      flush=True)
+                return fresh
+            if saved is None:
+                print("trainer: after the wait Ray's decision is to keep the group as it is", flush=True)
+                return fresh
+            size = worker_group_state.num_workers
+            print(f"trainer: after the save Ray's decision is to keep the group as it is: the group stopped at "
+                  f"its save, re-formed at {size} workers", flush=True)
+            return ResizeDecision(num_workers=size, resources_per_worker=asked.resources_per_worker)
+
         def _follow_save(self):
             decision, asked_at, answer = self._pending
             step = None
@@ -173,15 +216,15 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
                         self._pending = (decision, asked_at, self._actor.saved.remote())
             except RayError as err:
                 self._pending = None
-                return self._without_save(decision, err)
+                return self._without_save(decision, err), None
             if step is None and clock() - asked_at < timeout_s:
-                return NoopDecision()
+                return NoopDecision(), None
             self._pending = None
             self._clear()
-            print(f"trainer: resize to {decision.num_workers} workers after "
-                  + (f"a checkpoint at step {step}" if step is not None else
-                     f"waiting {timeout_s:.0f}s for a checkpoint that did not come"), flush=True)
-            return decision
+            print(f"trainer: the resize to {decision.num_workers} workers asked for "
+                  + (f"has a checkpoint at step {step}" if step is not None else
+                     f"waited {timeout_s:.0f}s for a checkpoint that did not come"), flush=True)
+            return decision, step
 
         def _without_save(self, decision, err: BaseException):
             # Resizing without the save costs the steps since the last checkpoint; failing would cost the run.

@@ -82,6 +82,8 @@ def train_loop_per_worker(config: dict) -> None:
     last = {}
     # Rank 0 tells the driver's watchdog of every step (trainer/watchdog.py); never waits, never raises.
     beat = watchdog.StepBeat(config["run_name"], attempt) if rank == 0 and config.get("run_name") else None
+    if beat is not None:
+        beat.hello()        # this group is the controller's newest scheduling (trainer/watchdog.py)
 
     def on_step(step: int, loss: float, step_time: float) -> None:
         last.update(step=step, loss=loss)

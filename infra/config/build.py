@@ -57,6 +57,7 @@ def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None) -> S
     rules.check_workload(v, problems)
     rules.check_worker_environment(v, problems)
     rules.check_jobset(v, shape, problems)
+    rules.check_capacity_wait(v, raw, problems)
     rules.check_pathways(v, raw, shape, problems)
     maxtext_settings = data_rules.accepted_maxtext_settings(v, problems)
     changes: list[shape_changes.ShapeChange] = []
@@ -139,4 +140,4 @@ def _backend_settings(v: dict[str, Any], raw: Mapping[str, Any], chips_per_slice
         image=v["rayImage"], cluster_name=v["rayClusterName"], job_name=v["rayJobName"],
         max_failures=v["maxFailures"],
         dashboard_exposure=v["dashboardExposure"], dashboard_source_ranges=tuple(v["dashboardSourceRanges"]),
-        pre_running_deadline_s=v["rayPreRunningDeadlineSeconds"] or None)
+        capacity_wait_s=rules.capacity_wait_seconds(v, raw) or None)

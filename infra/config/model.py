@@ -221,8 +221,14 @@ class RaySettings:
     max_failures: int
     dashboard_exposure: str
     dashboard_source_ranges: tuple[str, ...]
-    # RayJob preRunningDeadlineSeconds: how long the job may wait for its cluster; None: no limit.
-    pre_running_deadline_s: int | None = None
+    # capacityWaitSeconds: the longest wait for capacity, the first (RayJob preRunningDeadlineSeconds) and every
+    # later one with no worker group running (the trainer's watchdog); None: no limit.
+    capacity_wait_s: int | None = None
+
+    @property
+    def pre_running_deadline_s(self) -> int | None:
+        """RayJob preRunningDeadlineSeconds: the first wait for capacity, bounded like every other."""
+        return self.capacity_wait_s
 
 
 @dataclass(frozen=True)

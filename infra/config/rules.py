@@ -704,6 +704,22 @@ def check_jobset(v: dict[str, Any], shape: SliceShape | None, problems: list[str
                         f"{needed} (or unset)")
 
 
+def capacity_wait_seconds(v: dict[str, Any], raw: Mapping[str, Any]) -> int | None:
+    """capacityWaitSeconds, or rayPreRunningDeadlineSeconds (its older name) when only that is set."""
+    if "capacityWaitSeconds" not in raw and v["rayPreRunningDeadlineSeconds"] is not None:
+        return v["rayPreRunningDeadlineSeconds"]
+    return v["capacityWaitSeconds"]
+
+
+def check_capacity_wait(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) -> None:
+    """One bound for every wait: the older key may stand in for the new one, never contradict it."""
+    new, old = v["capacityWaitSeconds"], v["rayPreRunningDeadlineSeconds"]
+    if "capacityWaitSeconds" in raw and old is not None and new is not None and new != old:
+        problems.append(f"{NAMESPACE}:rayPreRunningDeadlineSeconds={old} and {NAMESPACE}:capacityWaitSeconds="
+                        f"{new} differ: unset rayPreRunningDeadlineSeconds (capacityWaitSeconds bounds every wait, "
+                        "the first included); allowed: the same value or unset")
+
+
 # GiB per vCPU of a Compute Engine machine class, for the rough "does the head fit" check (Compute Engine
 # general-purpose machine family tables; n1-standard has 3.75, rounded down to 3 here to stay conservative).
 _GIB_PER_VCPU = {"standard": 4, "highmem": 8, "highcpu": 1}

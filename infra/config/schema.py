@@ -33,6 +33,10 @@ DEFAULT_SYSTEM_POOL_MACHINE_TYPE = "e2-standard-16"
 # While it waits nothing but the head bills unless some of the slices it waits for did come up, so the
 # allowance is bounded too: a job that gives up is started again with `relaunchCommand`.
 DEFAULT_RAY_PRE_RUNNING_DEADLINE_S = 6 * 3600
+# The longest any wait for capacity lasts on Ray (capacityWaitSeconds): the first wait above, a fixed run waiting for
+# a reclaimed slice, an elastic run below its minimum. One bound for all: what bills meanwhile is the same (the
+# head and the slices that did arrive), and so is the fix when it runs out (relaunchCommand once capacity is back).
+DEFAULT_CAPACITY_WAIT_S = DEFAULT_RAY_PRE_RUNNING_DEADLINE_S
 # The Pathways head's node: the CPU machine type of the Pathways on GKE cluster guide (Pulumi.pathways.yaml).
 PATHWAYS_SYSTEM_POOL_MACHINE_TYPE = "n2-standard-64"
 # A training run's name (runName): a folder under the bucket's maxtext/ and, on Pathways, the JobSet's name when
@@ -226,13 +230,20 @@ KEYS: tuple[Key, ...] = (
         check=check.at_least(-1, "-1 (retry forever) or at least 0"),
         applies_to=(AppliesTo("workloadBackend", ("rayjob",), "Ray Train's failure config; JobSets use "
                               "maxRestarts"),)),
-    Key("rayPreRunningDeadlineSeconds", "integer", "Seconds the RayJob may wait for its cluster (the head and the "
-        "first elasticMinSlices slices, every pod Running and Ready) before KubeRay fails it and deletes the cluster "
-        "(RayJob spec.preRunningDeadlineSeconds, KubeRay >= 1.6), so a job waiting for Spot or flex-start capacity "
-        "stops paying for its head and the slices that did arrive. 0: wait without limit.",
-        DEFAULT_RAY_PRE_RUNNING_DEADLINE_S,
-        # The field is an int32 of at least 1 (rayjob_types.go `+kubebuilder:validation:Minimum=1`); 0 leaves it out.
+    Key("capacityWaitSeconds", "integer", "The longest a Ray run waits for capacity, each time: the first wait "
+        "for its cluster (the head and the first elasticMinSlices slices Running and Ready: KubeRay's "
+        "preRunningDeadlineSeconds, KubeRay >= 1.6, then the RayJob fails and its cluster is deleted), and every "
+        "wait with no worker group running later on (a fixed run waiting for a reclaimed slice, an elastic run "
+        "below elasticMinSlices: the trainer ends the run, exit 7). Meanwhile the head and the slices that did "
+        "arrive bill; the job's own time (its activeDeadlineSeconds) starts after the first wait. 0: wait without "
+        "limit.", DEFAULT_CAPACITY_WAIT_S,
+        # preRunningDeadlineSeconds is an int32 of at least 1 (rayjob_types.go `+kubebuilder:validation:Minimum=1`);
+        # 0 leaves it out.
         check=check.within(0, 2**31 - 1, "0 (no limit) or 1 to 2147483647 seconds"), applies_to=(_ON_RAY,)),
+    Key("rayPreRunningDeadlineSeconds", "integer", "The older name of capacityWaitSeconds (the first wait only "
+        "then); still read: it sets capacityWaitSeconds when that is unset, and both set must agree.",
+        DERIVED, check=check.within(0, 2**31 - 1, "0 (no limit) or 1 to 2147483647 seconds"),
+        applies_to=(_ON_RAY,)),
     Key("workerEnvironment", "string", "How the workers get their locked Python environment "
         "(worker_env/requirements.lock): image (the stack builds worker_env/Dockerfile with imageBuilder, pushes "
         "it to an Artifact Registry repository it creates and runs every pod on it: a slice that scales from "

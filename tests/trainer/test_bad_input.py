@@ -39,7 +39,17 @@ def no_ray(monkeypatch):
     (["--inject", "add@5"], ["add@5", "--elastic"]),
     (["--inject", "fail@30"], ["fail@30", "1..29"]),
     (["--inject", "preempt@29"], ["preempt@29", "1..28"]),
-    (["--inject", "crash@5"], ["crash@5", "fail, kill-slice, preempt, add"]),
+    (["--inject", "crash@5"], ["crash@5", "fail, kill-slice, preempt, sigterm, add"]),
+    (["--elastic", "1,2", "--inject", "sigterm@12,preempt@20"], ["preempt@20", "full group", "add@STEP"]),
+    (["--inject", "sigterm@29"], ["sigterm@29", "1..28"]),
+    # --fail-slice-from and --hold-slice: alone, in range, with a slice to lose.
+    (["--fail-slice-from", "29"], ["--fail-slice-from 29", "1..28"]),
+    (["--fail-slice-from", "5", "--slices", "1"], ["--fail-slice-from 5", "needs 2 slices"]),
+    (["--fail-slice-from", "5", "--hold-slice", "6:30"], ["--fail-slice-from and --hold-slice", "one of them"]),
+    (["--hold-slice", "6:30", "--inject", "preempt@3"], ["--hold-slice and --inject", "one of them"]),
+    (["--hold-slice", "0:30"], ["--hold-slice 0", "1..28"]),
+    (["--elastic", "1,2", "--start-slices", "1", "--add-slice-at", "5", "--fail-slice-from", "8"],
+     ["--fail-slice-from and --add-slice-at", "one of them"]),
     (["--slices", "1", "--inject", "kill-slice@5"], ["kill-slice@5", "needs 2 slices"]),
     (["--kill-slice-at", "5", "--slices", "1"], ["--kill-slice-at", "1"]),
     (["--preempt-slice-at", "29"], ["--preempt-slice-at 29", "1..28", "last step"]),
@@ -101,3 +111,22 @@ def _one_refusal_within_100_columns(err: str) -> None:
     lines = err.splitlines()
     assert len([line for line in lines if not line.startswith(" ")]) == 1, err
     assert all(len(line) <= 100 for line in lines), err
+
+
+@pytest.mark.parametrize("flag, value, says", [("--hold-slice", "12", "not STEP:SECONDS"),
+                                               ("--hold-slice", "12:0", "more than 0 seconds"),
+                                               ("--hold-slice", "x:30", "not STEP:SECONDS")])
+def test_local_slice_flags_that_do_not_parse_are_refused_in_one_line(flag, value, says, no_ray, capsys):
+    with pytest.raises(SystemExit) as exited:
+        local.main([flag, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+def test_local_slice_flags_parse():
+    from trainer.local.injections import _events, _hold
+
+    args = local.build_parser().parse_args(["--hold-slice", "12:300", "--fail-slice-from", "9"])
+    assert args.hold_slice == (12, 300.0) == _hold("12:300") and args.fail_slice_from == 9
+    assert _events("preempt@4,sigterm@8,add@9") == ((4, "preempt"), (8, "sigterm"), (9, "add"))

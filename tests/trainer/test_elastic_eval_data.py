@@ -91,3 +91,19 @@ def test_without_absl_flags_grain_s_eval_workers_fail(tmp_path):
     flags their defaults first (maxtext_runtime.parse_absl_flags)."""
     got = _eval_batch(tmp_path, "batches")
     assert "UnparsedFlagAccessError" in got.get("error", ""), got
+
+
+def test_the_not_elastic_config_view_pickles_and_copies():
+    """Issue 43 item 13: the view forwarded every name, `_config` and pickle's and copy's special names
+    included, so pickling (what Grain does to hand work to its processes) or copying it recursed for ever."""
+    import copy
+    import pickle
+    from types import SimpleNamespace
+
+    from trainer.maxtext_runtime import _NotElastic
+
+    view = _NotElastic(SimpleNamespace(grain_use_elastic_iterator=True, eval_steps=3))
+    for again in (pickle.loads(pickle.dumps(view)), copy.copy(view), copy.deepcopy(view)):
+        assert type(again) is _NotElastic
+        assert again.grain_use_elastic_iterator is False and again.eval_steps == 3
+    assert view._config.grain_use_elastic_iterator is True

@@ -2,8 +2,8 @@
 
 One run (a few minutes on 2 cores), 2 x v6e 2x4 slices, 30 steps, a checkpoint every 15, on real data the test
 makes (trainer/local/tiny_data.py: pre-tokenized documents in an ArrayRecord file, dataset_type=grain), so a
-resume must also restore Grain's position in the data (MaxText saves the iterator with the checkpoint). Two
-events, in this order (`--inject fail@24,preempt@17`):
+resume must also restore Grain's position in the data (MaxText saves the iterator with the checkpoint). Three
+events, in this order (`--inject fail@24,preempt@17,sigterm@26`), with `--max-failures 1`:
 - a worker killed: one training worker SIGKILLed after step 24. Ray Train must restart the worker group and
   MaxText resume from its checkpoint at step 15, so the steps after it are trained again.
 - then, while the restarted group redoes those steps, the Spot notice to one slice at step 17 (SIGTERM to its
@@ -12,6 +12,10 @@ events, in this order (`--inject fail@24,preempt@17`):
   worker (ray.train.get_preemption_info, ray/train/v2/api/train_fn_utils.py), the trainer makes MaxText save at
   the step they agree on (trainer/notice.py): nothing is trained twice, and the steps resumed after the notice
   have losses bit-identical to the same steps of the first group, which was never interrupted before step 24.
+- then, at step 26, the other form of a reclaim: the slice's raylets get SIGTERM with no drain, and Ray reports
+  the nodes "received SIGTERM" (EXPECTED_TERMINATION, src/ray/raylet/main.cc), not preempted. Ray's
+  DefaultFailurePolicy charges that to max_failures, which the killed worker already spent: the run would end.
+  The trainer's policy retries it as an interruption (trainer/elastic_control.py), and the run finishes.
 """
 import json
 import math
@@ -27,7 +31,7 @@ from tests import local_runs  # noqa: E402
 # Steps 0..29; the first group is killed after step 24 and restarts from step 15; the notice comes at step 17 of
 # the restarted group, whose steps 16..24 the first group trained uninterrupted.
 CHECKPOINT_PERIOD = 15
-FAIL_AT, NOTICE_AT = 24, 17
+FAIL_AT, NOTICE_AT, SIGTERM_AT = 24, 17, 26
 # trainer.local's --timeout: about 3x what a run takes on 2 cores with other work beside it (docs/development.md).
 TIMEOUT_S = 1200
 
@@ -44,7 +48,8 @@ def _grain_flags(data_dir: Path) -> list[str]:
 def _start(workdir: Path):
     logs = workdir / "local"
     run = local_runs.run_trainer_local(
-        ["--checkpoint-period", str(CHECKPOINT_PERIOD), "--inject", f"fail@{FAIL_AT},preempt@{NOTICE_AT}",
+        ["--checkpoint-period", str(CHECKPOINT_PERIOD), "--max-failures", "1", "--verbose",
+         "--inject", f"fail@{FAIL_AT},preempt@{NOTICE_AT},sigterm@{SIGTERM_AT}",
          *_grain_flags(workdir / "data"), "--json", str(logs / "out.json")], TIMEOUT_S, logs)
     return run, logs
 
@@ -76,7 +81,7 @@ def test_same_tpu_scaling_config_as_on_gke(local_run):
 
 def test_failure_recovered_from_checkpoint(local_run):
     result, _ = local_run
-    failure, _ = result["failures"]
+    failure, _, _ = result["failures"]
     assert failure["kind"] == "worker-killed" and failure["at_step"] >= FAIL_AT
     assert failure["recovery_s"] > 0
     assert 0 <= failure["steps_redone"] <= CHECKPOINT_PERIOD
@@ -95,7 +100,7 @@ def test_progress_and_summary_are_shown(local_run):
 
 def test_preemption_notice_costs_no_steps(local_run):
     result, stdout = local_run
-    killed, failure = result["failures"]
+    killed, failure, _ = result["failures"]
     assert failure["kind"] == "preempted" and NOTICE_AT <= failure["at_step"] < killed["at_step"]
     # Saved at the agreed step (after the notice, before the hosts went) and resumed right after it.
     assert failure["saved_at_notice"] is not None and failure["saved_at_notice"] >= failure["at_step"]
@@ -106,7 +111,7 @@ def test_preemption_notice_costs_no_steps(local_run):
 
 def test_loss_after_the_notice_is_bit_identical_to_an_uninterrupted_run(local_run):
     result, _ = local_run
-    _, failure = result["failures"]
+    _, failure, _ = result["failures"]
     first_attempt = result["step_losses"][0]["attempt"]
     uninterrupted = {r["step"]: r["loss"] for r in result["step_losses"] if r["attempt"] == first_attempt}
     # The group that resumed after the notice (the first group trained that step too, earlier).
@@ -115,3 +120,14 @@ def test_loss_after_the_notice_is_bit_identical_to_an_uninterrupted_run(local_ru
     common = sorted(set(resumed) & set(uninterrupted))
     assert len(common) >= 2, (sorted(resumed), sorted(uninterrupted))
     assert [resumed[s] for s in common] == [uninterrupted[s] for s in common]
+
+
+def test_a_node_that_died_on_sigterm_without_the_drain_is_no_failure(local_run):
+    """Issue 43 case (a): the run had one failure to spend (--max-failures 1), the killed worker spent it, and it
+    still finished after the SIGTERM reclaim: retried as an interruption, not charged."""
+    result, stdout = local_run
+    _, _, sigterm = result["failures"]
+    assert sigterm["kind"] == "sigterm" and sigterm["at_step"] >= SIGTERM_AT
+    assert sigterm["resumed_at_step"] is not None and result["reached_target"]
+    assert "retried, not counted as a failure" in stdout
+    assert "recovers from 1 failure(s); interruptions are not failures" in stdout

@@ -10,11 +10,11 @@ split), elastic 1..2 fake v6e 2x4 slices, started on one slice as the RayJob sta
   capacity arrives only for the slices the RayCluster wants (had the driver not asked, the run would stay on one
   slice); the group saves and grows (the save asked by the controller's scaling policy, trainer/resize.py);
 - two Spot notices to the optional slice (`--preempt-slice-at`, each once that slice is in the group), and the
-  slice back after the first (`--add-slice-at`). Ray Train 2.60 fails the group as a preemption each time
-  (ray/train/v2/_internal/execution/failure_handling/default.py); the run's preemption budget is set to 1
-  (`--max-preemptions 1`; on GKE the plan's, at least 3: core/run_bounds.py), so before
-  trainer/elastic_control.py the second notice ended the run while the minimum slice was healthy, as the plan's
-  budget + 1 notices end a run on GKE;
+  slice back after the first (`--add-slice-at`). Ray Train 2.60 fails the group as a preemption, or as a real
+  failure when the raylet dies "received SIGTERM" before its drain deadline (src/ray/raylet/main.cc; one of four
+  notices came so under load); the run's failure budget is set to 0 (`--max-failures 0`), so a notice charged as a
+  failure (Ray's DefaultFailurePolicy) would end the run: trainer/elastic_control.py retries every interruption
+  uncounted and the watchdog counts attempts without progress instead;
 - eval passes of 2 eval steps, each made --slow-eval 15 s longer, with the watchdog's stall limit at 25 s: a pass
   is longer than the stall limit, which before trainer/watchdog.py counted eval as progress ended the run with
   exit 7; and the eval batches on an elastic run (trainer/maxtext_runtime.py install_elastic_eval_batches), which
@@ -39,7 +39,6 @@ STEPS = 110      # the events are over by about step 50; one eval pass, at step 
 STALL_S = 25.0
 SLOW_EVAL_S = 15.0
 EVAL_STEPS = 2
-PREEMPTION_BUDGET = 1     # so that the second notice, were it counted, would end the run
 # trainer.local's --timeout: about 3x the run on 2 cores with other work beside it (docs/development.md).
 TIMEOUT_S = 2700
 
@@ -52,7 +51,7 @@ def _start(work: Path):
     out = work / "out.json"
     run = local_runs.run_trainer_local(
         ["--model", "tiny-text", "--elastic", "1,2", "--start-slices", "1",
-         "--add-slice-at", "2,6", "--preempt-slice-at", "4,8", "--max-preemptions", str(PREEMPTION_BUDGET),
+         "--add-slice-at", "2,6", "--preempt-slice-at", "4,8", "--max-failures", "0",
          "--steps", str(STEPS),
          "--checkpoint-period", "50", "--dataset-type", "grain", "--dataset-path", data,
          "--eval-dataset-path", eval_data, "--eval-interval", "70", "--eval-steps", str(EVAL_STEPS),
@@ -104,9 +103,9 @@ def test_the_driver_asked_kuberay_for_both_slices(life):
     assert "the driver patched its RayCluster (TPU group replicas -> 2); KubeRay now wants 2 slice(s)" in stdout
 
 
-def test_every_notice_was_a_loss_above_the_minimum_and_spent_no_budget(life):
+def test_every_notice_was_retried_as_an_interruption_and_spent_no_failure(life):
     _, _, driver_log, _ = life
-    assert f"recovers from 3 failure(s) and {PREEMPTION_BUDGET} preemption(s)" in driver_log
+    assert "recovers from 0 failure(s); interruptions are not failures" in driver_log
     assert driver_log.count("retried, not counted as a failure") >= 2
 
 

@@ -44,8 +44,8 @@ def test_elastic_run_registers_its_controller_callbacks_and_its_scaling_policy_h
     elastic = plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2, min_slices=1))
     callbacks = run_callbacks(elastic, RunSettings("r", "gs://b", 100, 10))
     registered = _default_callbacks(callbacks)
-    sizes = [c for c in registered if type(c).__name__ == "GroupSize"]
-    assert len(sizes) == 1 and isinstance(sizes[0], ControllerCallback)
+    states = [c for c in registered if type(c).__name__ == "ProgressStates"]
+    assert len(states) == 1 and isinstance(states[0], ControllerCallback)
     handler = next(c for c in registered if isinstance(c, UserCallbackHandler))
     assert [type(c).__name__ for c in handler._user_callbacks] == ["FailFast"]
     # The scaling policy is the first of the controller's callbacks (after_controller_start creates the notice
@@ -61,7 +61,8 @@ def test_elastic_run_registers_its_controller_callbacks_and_its_scaling_policy_h
                                                      accelerator_type="TPU-V6E"), "r")
     assert isinstance(policy, ElasticScalingPolicy) and isinstance(policy, ControllerCallback)
     fixed = run_callbacks(plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2)), RunSettings("r", "gs://b", 100, 10))
-    assert [type(c).__name__ for c in fixed] == ["FailFast", "ProgressStates"]
+    assert [type(c).__name__ for c in fixed] == [type(c).__name__ for c in callbacks] == ["FailFast",
+                                                                                           "ProgressStates"]
 
 
 def test_maxtext_looks_the_hooked_functions_up_at_call_time():

@@ -155,9 +155,23 @@ def test_dev_has_no_dranet_and_is_elastic(dev):
     assert (group["minReplicas"], group["replicas"], group["maxReplicas"]) == (1, 1, 2)
     [job] = training_jobs(objects)
     assert "--elastic 1,2" in job["spec"]["entrypoint"]
-    # Spot: preemptions are retried without limit by the trainer (max_preemption_failures=-1); other failures
-    # stop after 3 (Ray 2.60 FailureConfig counts preemptions apart).
+    # Spot: interruptions are never failures (trainer/elastic_control.py); the plan's N attempts in a row without a
+    # new step end the run (core/run_bounds.py); other failures stop after 3.
     assert "--max-failures 3" in job["spec"]["entrypoint"]
+    assert re.search(r"--attempts-without-progress \d+ ", job["spec"]["entrypoint"])
+
+
+def test_the_plan_shows_the_attempts_without_progress_and_what_they_cost():
+    from core.run_bounds import attempt_cost_seconds, attempts_without_progress
+    from workloads.ray.backend import RAY
+
+    config = build(load_stack_config("prod", REPO))
+    plan_, period = config.workload.plan, config.workload.checkpoint_period
+    n = attempts_without_progress(plan_, period)
+    [line] = [line for line in RAY.assumptions(config) if line.startswith("Ray run bounds")]
+    assert f"after {n} attempts in a row that train no new step" in line
+    assert f"at most ~{n * attempt_cost_seconds(plan_, period) / 60:.0f} min of every slice" in line
+    assert "exit 8" in line and "a reclaim is never a failure" in line
 
 
 def test_tpu_env_and_image_are_pinned_and_unprivileged(prod):

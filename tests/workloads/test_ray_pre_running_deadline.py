@@ -117,12 +117,12 @@ def test_the_plan_shows_the_deadline():
     from preview.costs import cost_summary
     config = build({**MINIMAL, "capacity": "spot", "rayPreRunningDeadlineSeconds": 1800})
     notes = " ".join(cost_summary([], config).notes)
-    assert "after 1800 s (30 min)" in notes and "rayPreRunningDeadlineSeconds" in notes
+    assert "after 1800 s (30 min)" in notes and "capacityWaitSeconds" in notes
     # What happens then, as the controller does it: the RayCluster goes with its pods (shutdownAfterJobFinishes) and
     # backoffLimit 0 does not retry it.
     assert "RayCluster is deleted with every pod that did come up" in notes and "nothing retries it" in notes
     notes = " ".join(cost_summary([], build({**MINIMAL, "rayPreRunningDeadlineSeconds": 0})).notes)
-    assert "no limit (rayPreRunningDeadlineSeconds=0)" in notes
+    assert "no limit (capacityWaitSeconds=0)" in notes
 
 
 # A TPU quota request that a person reviews, granted the same working day: the allowance the default is sized for
@@ -151,3 +151,58 @@ def test_the_plan_says_how_to_start_a_job_that_gave_up_and_that_the_wait_is_an_a
     assert "at worst 1 of the 2 slices" in notes
     assumptions = " ".join(backend_for(config).assumptions(config))
     assert "first wait for capacity" in assumptions and "assumed" in assumptions
+
+
+
+@pytest.mark.parametrize("given", [{"capacityWaitSeconds": 1800}, {"rayPreRunningDeadlineSeconds": 1800},
+                                   {"capacityWaitSeconds": 1800, "rayPreRunningDeadlineSeconds": 1800}])
+def test_one_key_bounds_the_first_wait_and_every_later_one(given):
+    """capacityWaitSeconds feeds KubeRay's preRunningDeadlineSeconds (the first wait) and the trainer's
+    --capacity-wait (every later wait with no worker group running, trainer/watchdog.py); the older key
+    rayPreRunningDeadlineSeconds alone still sets both."""
+    from workloads.ray import spec as ray_spec
+
+    config = build({**MINIMAL, "capacity": "spot", **given})
+    spec = ray_objects(config, load_bundle())["ray-job"]["spec"]
+    assert spec["preRunningDeadlineSeconds"] == 1800
+    command = ray_spec.entrypoint(config)
+    assert command[command.index("--capacity-wait") + 1] == "1800"
+    from preview.costs import cost_summary
+
+    notes = " ".join(cost_summary([], config).notes)
+    away = "slice below elasticMinSlices" if config.workload.plan.elastic else "reclaimed slice"
+    assert f"a later wait (a {away} away) lasts at most the same 1800 s" in notes
+
+
+def test_both_keys_that_differ_are_refused_in_one_line():
+    from infra.config import ConfigError
+
+    with pytest.raises(ConfigError) as refused:
+        build({**MINIMAL, "capacityWaitSeconds": 1800, "rayPreRunningDeadlineSeconds": 900})
+    text = " ".join(str(refused.value).split())
+    assert ("tpu-multislice:rayPreRunningDeadlineSeconds=900 and tpu-multislice:capacityWaitSeconds=1800 differ"
+            in text)
+
+
+@pytest.mark.parametrize("capacity", ["on-demand", "reservation"])
+def test_the_first_wait_never_takes_the_run_s_own_time(capacity):
+    """Issue 43 item 5: KubeRay counts activeDeadlineSeconds and preRunningDeadlineSeconds from the same
+    Status.StartTime (rayjob_controller.go checkActiveDeadlineAndUpdateStatusIfNeeded,
+    checkPreRunningDeadlineAndUpdateStatusIfNeeded). On prod the active deadline (17210 s) was shorter than the
+    pre-running one (21600 s): the whole first wait could not happen, and every minute of it was the run's. The
+    active deadline is now the pre-running one plus the run's own time: a job whose cluster comes up at the last
+    second of its first wait still has all of its own time."""
+    from core.preemption import save_estimate
+    from core.run_time import run_deadline_seconds
+
+    extra = {"reservationName": "r"} if capacity == "reservation" else {}
+    config = build({**MINIMAL, "capacity": capacity, "capacityWaitSeconds": 21600, **extra})
+    spec = ray_job({**MINIMAL, "capacity": capacity, "capacityWaitSeconds": 21600, **extra})["spec"]
+    workload = config.workload
+    own = run_deadline_seconds(workload.plan, steps=workload.train_steps, attempts=config.ray.max_failures + 1,
+                               seconds_per_save=save_estimate(workload.plan).seconds,
+                               checkpoint_period=workload.checkpoint_period)
+    assert spec["activeDeadlineSeconds"] == spec["preRunningDeadlineSeconds"] + own
+    state = kuberay_reconcile(spec, RayJobState(), 21599, cluster_ready=True)    # up at the end of the wait
+    assert state == RayJobState("Running")
+    assert spec["activeDeadlineSeconds"] - 21599 > own                           # the run keeps its own time

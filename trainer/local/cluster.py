@@ -86,6 +86,15 @@ class ClusterStartError(RuntimeError):
     """A node of the local cluster did not come up: the run ends with this one line, not a traceback."""
 
 
+def _is_raylet(pid: int) -> bool:
+    """Whether `pid` runs Ray's raylet binary (ray/core/src/ray/raylet/raylet, as `ray start` launches it)."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+    return argv0.endswith(b"/raylet")
+
+
 @dataclass
 class Node:
     name: str
@@ -279,6 +288,20 @@ class LocalTpuCluster:
                     os.kill(node.process.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+
+    def sigterm_raylets(self, index: int) -> None:
+        """The slice's nodes go without Ray's drain: SIGTERM to each host's raylet, whose handler shuts the node
+        down as EXPECTED_TERMINATION "received SIGTERM" (src/ray/raylet/main.cc), the form a reclaim takes when
+        the raylet is killed before its drain deadline. `ray start` and the workers are left to notice (and to
+        the kubelet's SIGKILL at the end of the grace period, kill_slice)."""
+        for node in self.nodes:
+            if node.slice_index == index and node.alive:
+                for pid in session_members(node.process.pid):
+                    if _is_raylet(pid):
+                        try:
+                            os.kill(pid, signal.SIGTERM)
+                        except ProcessLookupError:
+                            pass
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Kill every process this object started. SIGKILL at once: nothing here needs a graceful exit

@@ -38,6 +38,8 @@ from core.errors import PlanError
 from trainer.local import logs
 from trainer.local.cluster import ClusterStartError, LocalTpuCluster, session_members
 from trainer.local.heartbeat import Heartbeat, phase_of
+from trainer.local.injections import (EVENT_KINDS, _events, _hold, _steps, injection_schedule,
+                                      validate_injections)
 from trainer.local.kuberay import KubeRayStandIn
 from trainer.worker import SLOW_EVAL_ENV
 from core.maxtext_args import pre_train_argv
@@ -81,11 +83,20 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--add-slice-at", type=_steps, metavar="STEPS",
                    help="elastic: the slices KubeRay wants arrive (or come back)")
     f.add_argument("--inject", type=_events, metavar="KIND@STEP,...",
-                   help=f"the flags above as one ordered list ({', '.join(EVENT_KINDS)})")
+                   help=f"the flags above as one ordered list ({', '.join(EVENT_KINDS)}; sigterm: the last "
+                        "slice's raylets get SIGTERM, no drain)")
+    f.add_argument("--fail-slice-from", type=int, metavar="STEP",
+                   help="from STEP on, the last slice's hosts die by SIGTERM in each group's first step")
+    f.add_argument("--hold-slice", type=_hold, metavar="STEP:S",
+                   help="at STEP the last slice is reclaimed; its capacity returns S seconds later")
     f.add_argument("--slow-eval", type=float, default=0.0, metavar="S", help="each eval step takes S s more")
     g = parser.add_argument_group("local run")
     g.add_argument("--max-failures", type=int, default=3)
-    g.add_argument("--max-preemptions", type=int, metavar="N", help="default: the plan's budget")
+    g.add_argument("--attempts-without-progress", type=int, metavar="N",
+                   help="attempts in a row without a new step that end the run (default: the plan's)")
+    g.add_argument("--capacity-wait", type=float, metavar="S",
+                   help="the longest wait with no worker group running (default: no bound)")
+    g.add_argument("--startup-timeout", type=float, metavar="S", help="the watchdog's start-up allowance")
     g.add_argument("--stall-timeout", type=float, metavar="S", help="the watchdog's stall limit")
     g.add_argument("--resize-interval", type=float, default=5.0, metavar="S", help="elastic: seconds between resize checks")
     g.add_argument("--workdir", help="keep everything here (default: a temporary directory, removed after a run that "
@@ -111,8 +122,10 @@ def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progre
             "--resize-interval", str(args.resize_interval)]
     if args.stall_timeout is not None:
         argv += ["--stall-timeout", str(args.stall_timeout)]
-    if args.max_preemptions is not None:
-        argv += ["--max-preemptions", str(args.max_preemptions)]
+    for flag, value in (("--attempts-without-progress", args.attempts_without_progress),
+                        ("--capacity-wait", args.capacity_wait), ("--startup-timeout", args.startup_timeout)):
+        if value is not None:
+            argv += [flag, str(value)]
     for dest in _PLAN_FLAGS:
         value = getattr(args, dest)
         if value is not None:
@@ -132,138 +145,6 @@ def entrypoint_argv(args: argparse.Namespace, address: str, output: Path, progre
     for key, value in args.extra:
         argv += ["--set", f"{key}={value}"]
     return argv
-
-
-def _steps(text: str) -> tuple[int, ...]:
-    try:
-        steps = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a step or a comma-separated list of steps") from None
-    if list(steps) != sorted(set(steps)):
-        raise argparse.ArgumentTypeError(f"{text}: give increasing steps")
-    return steps
-
-
-# --inject's kinds, each played as the flag of the same name plays it.
-EVENT_KINDS = {"fail": "--fail-at", "kill-slice": "--kill-slice-at", "preempt": "--preempt-slice-at",
-               "add": "--add-slice-at"}
-
-
-def _events(text: str) -> tuple[tuple[int, str], ...]:
-    """--inject's KIND@STEP list, in the order given, as (step, kind) like injection_schedule's; a part that is
-    not KIND@STEP keeps its text as the kind and step -1 (validate_event_list names it)."""
-    events = []
-    for part in text.split(","):
-        kind, at, step = part.partition("@")
-        ok = at and kind in EVENT_KINDS and step.isdigit()
-        events.append((int(step), kind) if ok else (-1, part))
-    return tuple(events)
-
-
-def _show(steps: tuple[int, ...] | None) -> str:
-    return ",".join(map(str, steps or ()))
-
-
-def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
-    if args.grace_period <= 0:
-        raise PlanError(f"--grace-period {args.grace_period}: must be > 0 seconds")
-    if args.slow_eval < 0:
-        raise PlanError(f"--slow-eval {args.slow_eval}: must be >= 0 seconds")
-    if args.inject:
-        validate_event_list(args, plan_)
-        return
-    for flag, step in (("--fail-at", args.fail_at), ("--kill-slice-at", args.kill_slice_at)):
-        if step is not None and not 1 <= step < args.steps:
-            raise PlanError(f"{flag} {step} must be within 1..{args.steps - 1} (steps={args.steps})")
-    for step in args.preempt_slice_at or ():
-        if not 1 <= step < args.steps - 1:
-            # Steps are 0..steps-1: a notice at the last step has no step left to resume into.
-            raise PlanError(f"--preempt-slice-at {step} must be within 1..{args.steps - 2}: before the last "
-                            f"step ({args.steps - 1}, steps={args.steps})")
-    preempt, add = args.preempt_slice_at, args.add_slice_at
-    injected = [(flag, step) for flag, step in (("--fail-at", args.fail_at), ("--kill-slice-at", args.kill_slice_at),
-                                                ("--preempt-slice-at", preempt[0] if preempt else None),
-                                                ("--add-slice-at", add[0] if add else None)) if step is not None]
-    # Notices and returns of the same slice may come in turns; any other two events are one too many.
-    alone = [item for item in injected if item[0] not in ("--preempt-slice-at", "--add-slice-at")]
-    if len(injected) > 1 and alone:
-        (flag_a, step_a), (flag_b, step_b) = injected[:2]
-        where = "at the same step" if step_a == step_b else "in one run"
-        raise PlanError(f"{flag_a} {step_a} and {flag_b} {step_b}: one injected event per run, not two {where}")
-    if args.start_slices is not None and add is None:
-        raise PlanError("--start-slices and --add-slice-at go together (start small, then grow)")
-    if add is not None and args.start_slices is None and preempt is None:
-        raise PlanError("--start-slices and --add-slice-at go together (start small, then grow)")
-    if add is not None and not plan_.elastic:
-        raise PlanError(f"--add-slice-at {_show(add)} needs --elastic MIN,MAX")
-    for step in add or ():
-        if not 1 <= step < args.steps - 1:
-            raise PlanError(f"--add-slice-at {step} must be within 1..{args.steps - 2} (steps={args.steps})")
-    if args.start_slices is not None:
-        if not plan_.min_slices <= args.start_slices < plan_.slices:
-            raise PlanError(f"--start-slices {args.start_slices} must be within {plan_.min_slices}.."
-                            f"{plan_.slices - 1} (--elastic {plan_.min_slices},{plan_.slices})")
-    if preempt and add:
-        # The last slice goes and comes back in turns: a return follows a notice (or the small start).
-        events = injection_schedule(args)
-        kinds = [kind for _, kind in events]
-        expected = ["add" if (i % 2 == 0) == (args.start_slices is not None) else "preempt" for i in range(len(kinds))]
-        if kinds != expected:
-            raise PlanError(f"--preempt-slice-at {_show(preempt)} and --add-slice-at {_show(add)}: the slice must "
-                            "go and come back in turns (each return after a notice)")
-    if args.kill_slice_at is not None and plan_.slices < 2:
-        raise PlanError(f"--kill-slice-at needs at least 2 slices, got {plan_.slices}")
-    if args.recovery == "cold" and args.fail_at is None:
-        raise PlanError("--recovery cold applies to --fail-at")
-
-
-def validate_event_list(args: argparse.Namespace, plan_: Plan) -> None:
-    """--inject: alone, each step in range, and playable in its order: the slices present are followed from the
-    start, so a notice goes only to a full group, a return only to a smaller one, a slice is killed only where
-    another is left (a list that could never play would wait until --timeout)."""
-    given = [flag for flag in (*EVENT_KINDS.values(), "--start-slices") if getattr(args, flag[2:].replace("-", "_"))
-             is not None]
-    if given:
-        raise PlanError(f"--inject and {', '.join(given)}: give the events one way (--inject lists them all)")
-    if args.recovery == "cold":
-        raise PlanError("--recovery cold applies to --fail-at, not --inject")
-    present = plan_.slices
-    for step, kind in args.inject:
-        if step < 0:
-            raise PlanError(f"--inject {kind}: give KIND@STEP with KIND one of {', '.join(EVENT_KINDS)}")
-        last = args.steps - 2 if kind in ("preempt", "add") else args.steps - 1
-        if not 1 <= step <= last:
-            raise PlanError(f"--inject {kind}@{step}: the step must be within 1..{last} (steps={args.steps})")
-        if kind == "preempt":
-            if present < plan_.slices:
-                raise PlanError(f"--inject {kind}@{step}: a notice goes to a full group ({present} of "
-                                f"{plan_.slices} slices then); return the slice first (add@STEP)")
-            present = plan_.slices - 1 if plan_.elastic else plan_.slices
-        elif kind == "kill-slice":
-            if present < 2:
-                raise PlanError(f"--inject {kind}@{step}: needs 2 slices in the group, it has {present} then")
-            present = present - 1 if plan_.elastic else plan_.slices
-        elif kind == "add":
-            if not plan_.elastic:
-                raise PlanError(f"--inject {kind}@{step} needs --elastic MIN,MAX")
-            if present >= plan_.slices:
-                raise PlanError(f"--inject {kind}@{step}: every slice is in the group then; a return follows "
-                                "a notice or a lost slice")
-            present = plan_.slices
-
-
-def injection_schedule(args: argparse.Namespace) -> list[tuple[int, str]]:
-    """The injected events in the order they come: (step, kind); a notice and a return at one step: the
-    notice first. --inject gives the order itself."""
-    if args.inject:
-        return list(args.inject)
-    events = [(step, "preempt") for step in args.preempt_slice_at or ()]
-    events += [(step, "add") for step in args.add_slice_at or ()]
-    for step, kind in (("fail_at", "fail"), ("kill_slice_at", "kill-slice")):
-        if getattr(args, step) is not None:
-            events.append((getattr(args, step), kind))
-    order = {"preempt": 0, "add": 1}
-    return sorted(events, key=lambda event: (event[0], order.get(event[1], 2)))
 
 
 @dataclass
@@ -287,6 +168,12 @@ class LocalRun:
     # them. Until the group that follows a notice writes its first record, the newest step on record is still the
     # ended group's, with all the slices' workers.
     noticed_attempts: set = field(default_factory=set)
+    # --fail-slice-from: the groups (attempt ids) whose slice was already failed; --hold-slice: when the held
+    # slice's capacity returns (time.time()), once reclaimed.
+    slice_failed_attempts: set = field(default_factory=set)
+    held: bool = False
+    hold_until: float | None = None
+    records: list = field(default_factory=list)     # the progress log as last read
     # The worker groups an injected failure ended (a killed worker or slice): the next event waits for the group
     # that replaces them, whose steps start again below the failure's (--inject fail@24,preempt@17).
     failed_attempts: set = field(default_factory=set)
@@ -380,13 +267,52 @@ class LocalRun:
         return last
 
     def maybe_end_grace(self) -> None:
-        """The kubelet's SIGKILL at the end of the grace period, then (fixed-size runs) the replacement slice."""
+        """The kubelet's SIGKILL at the end of the grace period, then (fixed-size runs) the replacement slice;
+        a held slice's capacity returns only at the end of the hold, a slice that fails at every start comes back
+        at once (KubeRay recreates its pods where capacity is)."""
+        if self.hold_until is not None and self.preempt_deadline is None and time.time() >= self.hold_until:
+            self.hold_until = None
+            self.heartbeat.say("the held slice's capacity is back")
+            self.cluster.add_slice(self.preempted_slice)
         if self.preempt_deadline is None or time.time() < self.preempt_deadline:
             return
         self.preempt_deadline = None
         self.cluster.kill_slice(self.preempted_slice)
-        if not self.plan.elastic:
+        if self.hold_until is not None:
+            return
+        if not self.plan.elastic or self.args.fail_slice_from is not None:
             self.cluster.add_slice(self.preempted_slice)
+
+    def _notice_last_slice(self, kind: str, step: int) -> None:
+        """A notice to the last slice: Ray's drain (preempt) or its raylets' SIGTERM with no drain (sigterm)."""
+        self._record_failure("preempted" if kind == "preempt" else "sigterm", step)
+        self.preempted_slice = self.plan.slices - 1
+        if kind == "preempt":
+            self.cluster.preempt_slice(self.preempted_slice)
+        else:
+            self.cluster.sigterm_raylets(self.preempted_slice)
+        self.preempt_deadline = time.time() + self.args.grace_period
+
+    def maybe_fail_or_hold_slice(self, records: list[dict], last: dict | None) -> None:
+        """--fail-slice-from: a group that has the last slice, once the run passed STEP, loses it in its first
+        step. --hold-slice: at STEP the last slice is reclaimed, back after the hold."""
+        args = self.args
+        if args.hold_slice is not None and not self.held and last is not None:
+            step, seconds = args.hold_slice
+            if (last["step"] >= step and self.preempt_deadline is None and not self.in_eval
+                    and last.get("workers") == self.plan.workers):
+                self.held = True
+                self._notice_last_slice("preempt", last["step"])
+                self.hold_until = time.time() + seconds
+                self.heartbeat.say(f"the last slice's capacity is held away for {seconds:.0f}s")
+        if args.fail_slice_from is None or self.preempt_deadline is not None:
+            return
+        started = any(r.get("event") == "step" and r["step"] >= args.fail_slice_from for r in records)
+        newest = next((r for r in reversed(records) if r.get("event") == "attempt"), None)
+        if (started and newest is not None and newest.get("workers") == self.plan.workers
+                and newest["attempt"] not in self.slice_failed_attempts):
+            self.slice_failed_attempts.add(newest["attempt"])
+            self._notice_last_slice("sigterm", last["step"] if last else -1)
 
     def maybe_inject(self, last: dict | None) -> None:
         """The next injected event, once its step is done and, for the last slice's notices and returns, once the
@@ -400,7 +326,7 @@ class LocalRun:
         if last["step"] < step or last.get("attempt") in self.failed_attempts:
             return
         args = self.args
-        if kind == "preempt":
+        if kind in ("preempt", "sigterm"):
             # Not during an eval pass: the group saves at a notice at its next training step, and a pass longer
             # than the grace period would lose the steps since the last checkpoint (as it would on GKE).
             # ... and only to a group that trains on the slice now (not the group the last notice ended).
@@ -408,10 +334,7 @@ class LocalRun:
                     or last.get("attempt") != self.attempt or last.get("attempt") in self.noticed_attempts):
                 return
             self.noticed_attempts.add(last.get("attempt"))
-            self._record_failure("preempted", last["step"])
-            self.preempted_slice = self.plan.slices - 1
-            self.cluster.preempt_slice(self.preempted_slice)
-            self.preempt_deadline = time.time() + args.grace_period
+            self._notice_last_slice(kind, last["step"])
         elif kind == "add":
             first = self.cluster.slice_count()
             if self.preempt_deadline is not None or first >= self.plan.slices:
@@ -438,9 +361,13 @@ class LocalRun:
             self.start_driver()
         else:
             # Every rank writes its pid before MaxText starts, and a step only completes with all ranks
-            # running, so at this point the file belongs to the attempt that is training now.
-            info = progress.read_worker(self.progress_dir, self.plan.workers - 1)
-            if not info:
+            # running. The victim is the last rank of the group training now (after a notice on an elastic run
+            # the group is smaller, and the full group's last rank left a file with a stale pid). Each rank has
+            # its own attempt id, so a file is the current group's when it was written after every record of
+            # the groups before it (they were gone before this group's workers started); else the kill waits.
+            info = progress.read_worker(self.progress_dir, int(last.get("workers") or self.plan.workers) - 1)
+            older = [r["t"] for r in self.records if r.get("attempt") not in (None, last.get("attempt"))]
+            if not info or info.get("t", 0) <= max(older, default=0):
                 return
             self._record_failure("worker-killed", last["step"])
             self.failed_attempts.add(last.get("attempt"))
@@ -473,13 +400,14 @@ class LocalRun:
         while True:
             for line in follower.new_lines() if follower else ():
                 self.heartbeat.say(f"driver| {line}", own_prefix=True)    # a sign of life too
-            records = progress.read(self.progress_dir)
+            records = self.records = progress.read(self.progress_dir)
             last = self.report_progress(records)
             self.heartbeat.set_phase(phase_of(records, self.args.steps, self.checkpoint_period))
             self.in_eval = _in_eval(records)
             self.attempt = next((r["attempt"] for r in reversed(records) if r.get("event") == "attempt"), None)
             self.report_kuberay()
             self.maybe_inject(last)
+            self.maybe_fail_or_hold_slice(records, last)
             if self.driver.poll() is not None:
                 self.report_progress(progress.read(self.progress_dir))
                 return self.driver.returncode

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from core.maxtext_args import maxtext_overrides, settings_of
-from core.run_bounds import limits_for, preemption_budget
+from core.run_bounds import attempt_cost_seconds, limits_for
 from core.tpu_env import libtpu_init_args
 from infra.config import StackConfig
-from infra.config.schema import DEFAULT_RAY_PRE_RUNNING_DEADLINE_S
+from infra.config.schema import DEFAULT_CAPACITY_WAIT_S
 from workloads import install_cache
 from workloads.backend import TrainingLaunch, WorkloadContext, relaunch_export
 from workloads.failure_policy import OUT_OF_HBM_ASSUMPTION
@@ -25,12 +25,15 @@ TRAINER_MODULE = ["python", "-m", "trainer.entrypoint"]
 def _run_bounds(config: StackConfig) -> str:
     """The trainer's own bounds on a Ray run (trainer/watchdog.py, trainer/failures.py), from the plan's step time,
     which is an estimate (core/run_time.py)."""
-    limits = limits_for(config.workload.plan)
-    budget = preemption_budget(config.workload.plan, config.workload.train_steps)
-    return (f"Ray run bounds: the trainer ends a run with no step within {limits.startup_s:.0f} s of a (re)start "
-            f"or for {limits.stall_s:.0f} s while training (exit 7, trainer/watchdog.py) and after {budget} "
-            "preemptions (a memory eviction looks like one); both rest on the plan's estimated step time: compare "
-            "the first steps' times in the job log with the plan")
+    plan, period = config.workload.plan, config.workload.checkpoint_period
+    limits = limits_for(plan, period)
+    cost_min = limits.attempts_without_progress * attempt_cost_seconds(plan, period) / 60
+    return (f"Ray run bounds: the trainer ends a run with no new step within {limits.startup_s:.0f} s of a "
+            f"(re)start or for {limits.stall_s:.0f} s while training (exit 7, trainer/watchdog.py), and after "
+            f"{limits.attempts_without_progress} attempts in a row that train no new step, whatever ends them "
+            f"(reclaims, evictions, failures: exit 8, at most ~{cost_min:.0f} min of every slice; a reclaim is "
+            "never a failure); all rest on the plan's estimated step time: compare the first steps' times in "
+            "the job log with the plan")
 
 
 class RayBackend:
@@ -78,18 +81,22 @@ class RayBackend:
 
     def capacity_wait_notes(self, config: StackConfig) -> list[str]:
         deadline = pre_running_deadline_seconds(config)
+        plan = config.workload.plan
         if deadline is None:
-            notes = ["waiting for capacity: no limit (rayPreRunningDeadlineSeconds=0): until its cluster is up the "
-                     "job pays for its head and any slices that did arrive"]
+            notes = ["waiting for capacity: no limit (capacityWaitSeconds=0): while it waits, first for its "
+                     "cluster and later for a reclaimed slice, the job pays for its head and any slices that did "
+                     "arrive"]
         else:
-            plan = config.workload.plan
             idle = (f"; until then at worst {plan.min_slices - 1} of the {plan.min_slices} slices it needs to start "
                     "are up and idle, billing" if plan.min_slices > 1 else "")
             notes = [f"waiting for capacity: the RayJob fails after {deadline} s ({deadline / 60:.0f} min) without "
-                     "its cluster up (rayPreRunningDeadlineSeconds; KubeRay preRunningDeadlineSeconds); its RayCluster is "
+                     "its cluster up (capacityWaitSeconds; KubeRay preRunningDeadlineSeconds); its RayCluster is "
                      "deleted with every pod that did come up (shutdownAfterJobFinishes), and nothing retries it, not "
-                     f"even `pulumi up`: `relaunchCommand` starts it again{idle}"]
-        plan = config.workload.plan
+                     f"even `pulumi up`: `relaunchCommand` starts it again{idle}",
+                     f"a later wait (a {'slice below elasticMinSlices' if plan.elastic else 'reclaimed slice'} "
+                     f"away) lasts at most the same {deadline} s with no worker group running: the head and the "
+                     f"{'slices that stayed' if plan.slices > 1 else 'slice, if it came back,'} bill meanwhile, "
+                     "then the trainer ends the run (exit 7) and its cluster is deleted"]
         if plan.min_slices < plan.slices:
             notes.append(f"elastic {plan.min_slices}..{plan.slices}: the job starts once {plan.min_slices} slice(s) "
                          f"are up (RayCluster replicas {plan.min_slices}), then its driver asks KubeRay for "
@@ -144,9 +151,9 @@ class RayBackend:
                          "replicas; its status.typeChecking may warn about iterating a typed object. Check: `kubectl "
                          "label raycluster -n NAMESPACE CLUSTER x=y --as=system:serviceaccount:NAMESPACE:SA` is "
                          "refused by the policy")
-        if config.ray.pre_running_deadline_s == DEFAULT_RAY_PRE_RUNNING_DEADLINE_S:
-            lines.append(f"first wait for capacity: rayPreRunningDeadlineSeconds defaults to "
-                         f"{DEFAULT_RAY_PRE_RUNNING_DEADLINE_S // 3600} h, an allowance for a TPU quota request "
+        if config.ray.capacity_wait_s == DEFAULT_CAPACITY_WAIT_S:
+            lines.append(f"first wait for capacity: capacityWaitSeconds defaults to "
+                         f"{DEFAULT_CAPACITY_WAIT_S // 3600} h, an allowance for a TPU quota request "
                          "granted within a working day (assumed, not a published figure); a grant that comes later "
                          "finds the job failed (PreRunningDeadlineExceeded): run `pulumi stack output "
                          "relaunchCommand` then")

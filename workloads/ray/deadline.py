@@ -26,9 +26,16 @@ KubeRay v1.7.0 (ray-operator/apis/ray/v1/rayjob_types.go, controllers/ray/rayjob
   Running and Ready. That wait is what has no bound on Spot and flex-start, where capacity can stay away for
   hours while the head and any slices that did arrive bill; a failed RayJob's cluster is deleted
   (shutdownAfterJobFinishes) and backoffLimit 0 does not retry it, nor does `pulumi up` (the spec is unchanged):
-  the stack exports `relaunchCommand` for that. Every capacity gets it (rayPreRunningDeadline-
-  Seconds, default infra/config/schema.py DEFAULT_RAY_PRE_RUNNING_DEADLINE_S; 0: none): on on-demand and
-  reservation capacity a stock-out is a wait like any other.
+  the stack exports `relaunchCommand` for that. Every capacity gets it (capacityWaitSeconds, default
+  infra/config/schema.py DEFAULT_CAPACITY_WAIT_S; 0: none; rayPreRunningDeadlineSeconds is its older name): on
+  on-demand and reservation capacity a stock-out is a wait like any other. Later waits (a fixed run waiting for
+  a reclaimed slice, an elastic run below its minimum) are bounded by the same value in the trainer
+  (trainer/watchdog.py, `--capacity-wait`).
+- Both deadlines count from the same instant, the RayJob's Status.StartTime, set when its status is initialised
+  (rayjob_controller.go checkActiveDeadlineAndUpdateStatusIfNeeded and checkPreRunningDeadlineAndUpdateStatus-
+  IfNeeded both compare time.Now() with Status.StartTime plus their seconds), so the
+  active deadline is composed as the pre-running deadline plus the run's own time: a first wait that uses its
+  whole allowance never takes time from the run.
 """
 from __future__ import annotations
 
@@ -45,9 +52,10 @@ def job_deadline_seconds(config: StackConfig) -> int | None:
     if config.tpu.capacity in NO_DEADLINE_CAPACITY or max_failures < 0:
         return None
     workload = config.workload
-    return run_deadline_seconds(workload.plan, steps=workload.train_steps, attempts=max_failures + 1,
-                                seconds_per_save=save_estimate(workload.plan).seconds,
-                                checkpoint_period=workload.checkpoint_period)
+    own = run_deadline_seconds(workload.plan, steps=workload.train_steps, attempts=max_failures + 1,
+                               seconds_per_save=save_estimate(workload.plan).seconds,
+                               checkpoint_period=workload.checkpoint_period)
+    return own + (pre_running_deadline_seconds(config) or 0)
 
 
 def pre_running_deadline_seconds(config: StackConfig) -> int | None:

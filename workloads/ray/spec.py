@@ -12,6 +12,7 @@ from core.worker_lock import LOCK_PATH, parse_pins, requirement_lines
 from infra.config import StackConfig
 from workloads.bundle import TrainerBundle
 from workloads import common, install_cache
+from core.run_bounds import attempts_without_progress
 from workloads.ray.deadline import job_deadline_seconds, pre_running_deadline_seconds
 from workloads.ray.manifests import RaySpec
 
@@ -107,11 +108,16 @@ def entrypoint(config: StackConfig) -> list[str]:
         "--checkpoints-to-keep", str(run.checkpoints_to_keep),
         "--per-device-batch-size", str(plan.per_device_batch_size),
         "--max-failures", str(config.ray.max_failures),
+        # The plan's bounds on attempts without progress and on a wait for capacity (core/run_bounds.py), given
+        # here so the plan shows what the trainer applies.
+        "--attempts-without-progress", str(attempts_without_progress(plan, run.checkpoint_period)),
         "--run-name", run.run_name,
         "--base-output-directory", run.base_output_directory,
         "--storage-path", f"gs://{config.storage.bucket_name}/ray-results",
         "--maxtext-version", workload.maxtext_version,
     ]
+    if config.ray.capacity_wait_s is not None:
+        command += ["--capacity-wait", str(config.ray.capacity_wait_s)]
     if plan.elastic:
         command += ["--elastic", f"{plan.min_slices},{plan.slices}"]
     if not workload.memory_check:

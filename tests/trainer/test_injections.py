@@ -1,0 +1,110 @@
+"""trainer.local's injected events as the harness plays them (trainer/local/run.py LocalRun), on a stand-in
+cluster that records what it is told: which process a `fail` kills, what `sigterm`, `--fail-slice-from` and
+`--hold-slice` do to the last slice, and when its capacity returns. Pure: no Ray, no MaxText."""
+from __future__ import annotations
+
+import io
+import signal
+
+import pytest
+
+from core.planner import PlanRequest, plan
+from trainer import progress
+from trainer.local import run as local
+from trainer.local.heartbeat import Heartbeat
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getattr__(self, name):
+        return lambda *args: self.calls.append((name, *args))
+
+
+def _run(tmp_path, argv: list[str], elastic: bool):
+    args = local.build_parser().parse_args(argv)
+    chosen = plan(PlanRequest("tiny", "v6e", "2x4", slices=2, min_slices=1 if elastic else None))
+    run = local.LocalRun(args, chosen, tmp_path, tmp_path, [], heartbeat=Heartbeat(io.StringIO()))
+    run.cluster = Cluster()
+    return run
+
+
+def test_fail_after_a_notice_on_an_elastic_run_kills_the_current_group_s_worker_never_a_stale_pid(tmp_path,
+                                                                                                    monkeypatch):
+    """Issue 43 item 13: after a notice the elastic group is smaller (2 workers, not 4); the full group's last
+    rank left its file with the pid of a process that is gone (or, worse, reused). The kill goes to the last rank
+    of the group that wrote the step, and waits while its file is older than the groups before (each rank has its
+    own attempt id: a file is told current by its time)."""
+    killed = []
+    monkeypatch.setattr(local.os, "kill", lambda pid, sig: killed.append((pid, sig)))
+    run = _run(tmp_path, ["--elastic", "1,2", "--inject", "fail@20"], elastic=True)
+    files = {3: {"pid": 1111, "t": 100.0}, 1: {"pid": 2222, "t": 105.0}}       # the full group's ranks
+    monkeypatch.setattr(progress, "read_worker", lambda directory, rank: files.get(rank))
+    run.records = [{"event": "step", "attempt": "full-0", "step": 19, "workers": 4, "t": 110.0},
+                   {"event": "attempt", "attempt": "small-0", "workers": 2, "t": 120.0},
+                   {"event": "step", "attempt": "small-0", "step": 20, "workers": 2, "t": 130.0}]
+    last = run.records[-1]
+    run.attempt = "small-0"
+    run.maybe_inject(last)
+    assert killed == [] and run.schedule == [(20, "fail")]  # rank 1's file is still the full group's
+    files[1] = {"pid": 4242, "t": 118.0}                      # the small group's rank 1 started
+    run.maybe_inject(last)
+    assert killed == [(4242, signal.SIGKILL)] and run.schedule == []
+
+
+def test_sigterm_sends_the_last_slice_s_raylets_sigterm_and_a_fixed_run_gets_its_slice_back(tmp_path, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(local.time, "time", lambda: now[0])
+    run = _run(tmp_path, ["--inject", "sigterm@5", "--grace-period", "15"], elastic=False)
+    run.attempt = "a"
+    run.maybe_inject({"step": 5, "workers": 4, "attempt": "a"})
+    assert run.cluster.calls == [("sigterm_raylets", 1)]
+    assert [r["kind"] for r in progress.read(run.progress_dir)] == ["sigterm"]
+    now[0] += 16                                          # the grace ends: SIGKILL, then the replacement slice
+    run.maybe_end_grace()
+    assert run.cluster.calls[1:] == [("kill_slice", 1), ("add_slice", 1)]
+
+
+def test_fail_slice_from_fails_each_group_with_the_slice_once_in_its_first_step(tmp_path, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(local.time, "time", lambda: now[0])
+    run = _run(tmp_path, ["--elastic", "1,2", "--fail-slice-from", "8"], elastic=True)
+    records = [{"event": "attempt", "attempt": "a", "workers": 4}, {"event": "step", "step": 7, "workers": 4}]
+    run.maybe_fail_or_hold_slice(records, records[-1])
+    assert run.cluster.calls == []                        # before STEP: nothing
+    records.append({"event": "step", "step": 8, "workers": 4})
+    run.maybe_fail_or_hold_slice(records, records[-1])
+    run.maybe_fail_or_hold_slice(records, records[-1])
+    assert run.cluster.calls == [("sigterm_raylets", 1)]  # once per group
+    now[0] += 16
+    run.maybe_end_grace()                                 # the slice comes back at once (KubeRay recreates it)
+    records += [{"event": "attempt", "attempt": "b", "workers": 2}, {"event": "step", "step": 9, "workers": 2}]
+    run.maybe_fail_or_hold_slice(records, records[-1])    # the minimum alone: left to train
+    records.append({"event": "attempt", "attempt": "c", "workers": 4})
+    run.maybe_fail_or_hold_slice(records, records[-2])    # the group grew into the slice again: it fails
+    assert run.cluster.calls[1:] == [("kill_slice", 1), ("add_slice", 1), ("sigterm_raylets", 1)]
+
+
+@pytest.mark.parametrize("elastic", [False, True])
+def test_hold_slice_reclaims_the_last_slice_and_returns_its_capacity_only_after_the_hold(tmp_path, monkeypatch,
+                                                                                       elastic):
+    now = [1000.0]
+    monkeypatch.setattr(local.time, "time", lambda: now[0])
+    argv = (["--elastic", "1,2"] if elastic else []) + ["--hold-slice", "6:300", "--grace-period", "15"]
+    run = _run(tmp_path, argv, elastic=elastic)
+    last = {"step": 6, "workers": 4, "attempt": "a"}
+    run.maybe_fail_or_hold_slice([], last)
+    run.maybe_fail_or_hold_slice([], last)
+    assert run.cluster.calls == [("preempt_slice", 1)]
+    now[0] += 16
+    run.maybe_end_grace()
+    assert run.cluster.calls[1:] == [("kill_slice", 1)]   # no replacement: the capacity is held
+    now[0] += 200
+    run.maybe_end_grace()
+    assert run.cluster.calls[2:] == []
+    now[0] += 100
+    run.maybe_end_grace()
+    assert run.cluster.calls[2:] == [("add_slice", 1)]
+    run.maybe_fail_or_hold_slice([], {"step": 9, "workers": 4, "attempt": "b"})
+    assert run.cluster.calls[3:] == []                    # one hold per run
