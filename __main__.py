@@ -2,10 +2,7 @@
 import pulumi
 import pulumi_kubernetes as k8s
 
-from infra.bucket_access import look_up as look_up_read_access
 from infra.cluster import GkeCluster
-from infra.data_lookups import gcp_lookups
-from infra.data_lookups import look_up as look_up_run
 from infra.config import ConfigError, build, raw_from_pulumi
 from infra.config.model import Role
 from infra.identity import NodeServiceAccount, WorkloadIdentity
@@ -49,21 +46,7 @@ if config.stack.role is Role.CLUSTER:
 elif config.stack.role is Role.RUN:
     stack_programs.run_stack(config, preflight)
 else:
-    try:
-        # The run's data globs, its own checkpoints and its starting weights, from Cloud Storage (before anything).
-        run_facts = look_up_run(config, gcp_lookups())
-    except ConfigError as error:
-        raise pulumi.RunError(str(error)) from None
-    for warning in run_facts.warnings:
-        pulumi.log.warn(for_pulumi(warning))
-    # Read access on the run's data and weights buckets: granted in the stack's project, left to other buckets' owners.
-    read_access = look_up_read_access(config, preflight.project_number)
-    for line in read_access.owner_grants:
-        pulumi.log.warn(for_pulumi(line))
-    # What the planner says of the run (the largest batch that fits, the expected step, a step kept near or over XLA's
-    # HBM limit): memory notes are warnings, the rest information.
-    for note in config.workload.plan.notes:
-        (pulumi.log.warn if note.startswith("memory") else pulumi.log.info)(for_pulumi(f"plan: {note}"))
+    run_facts, read_access = stack_programs.look_up_run_and_say(config, preflight)
 
     services = ProjectServices("apis", config.gcp.project,
                                required_apis(config.worker_image.builder if config.worker_image else None))

@@ -94,8 +94,12 @@ def cluster_stack(config: StackConfig, preflight: Preflight) -> None:
     pulumi.export("runStacks", list(config.stack.run_stacks))
 
 
-def run_stack(config: StackConfig, preflight: Preflight) -> None:
-    """A run on the cluster stack config.stack.cluster_stack names."""
+def look_up_run_and_say(config: StackConfig, preflight: Preflight):
+    """Before anything of the run registers: the run's data globs, its own checkpoints and its starting weights
+    from Cloud Storage, and read access on the data and weights buckets (granted in the stack's project, left to
+    other buckets' owners), each problem said as a warning; then what the planner says of the run (the largest
+    batch that fits, the expected step, a step kept near or over XLA's HBM limit): memory notes are warnings, the
+    rest information. Returns (run facts, read access). A single stack and a run stack both start so."""
     try:
         run_facts = look_up_run(config, gcp_lookups())
     except ConfigError as error:
@@ -107,6 +111,12 @@ def run_stack(config: StackConfig, preflight: Preflight) -> None:
         pulumi.log.warn(for_pulumi(line))
     for note in config.workload.plan.notes:
         (pulumi.log.warn if note.startswith("memory") else pulumi.log.info)(for_pulumi(f"plan: {note}"))
+    return run_facts, read_access
+
+
+def run_stack(config: StackConfig, preflight: Preflight) -> None:
+    """A run on the cluster stack config.stack.cluster_stack names."""
+    run_facts, read_access = look_up_run_and_say(config, preflight)
     for command in shared_node_reads(config):
         pulumi.log.warn(for_pulumi(
             f"the pods read data as the cluster's node account; its owner grants it once:\n  {command}"))

@@ -15,7 +15,7 @@ split), elastic 1..2 fake v6e 2x4 slices, started on one slice as the RayJob sta
   notices came so under load); the run's failure budget is set to 0 (`--max-failures 0`), so a notice charged as a
   failure (Ray's DefaultFailurePolicy) would end the run: trainer/elastic_control.py retries every interruption
   uncounted and the watchdog counts attempts without progress instead;
-- eval passes of 2 eval steps, each made --slow-eval 15 s longer, with the watchdog's stall limit at 25 s: a pass
+- eval passes of 2 eval steps, each made --slow-eval 35 s longer, with the watchdog's stall limit at 60 s: a pass
   is longer than the stall limit, which before trainer/watchdog.py counted eval as progress ended the run with
   exit 7; and the eval batches on an elastic run (trainer/maxtext_runtime.py install_elastic_eval_batches), which
   before failed at the first eval.
@@ -36,8 +36,11 @@ from core.ray_cluster import grow_patch  # noqa: E402
 from tests import local_runs  # noqa: E402
 
 STEPS = 110      # the events are over by about step 50; one eval pass, at step 70
-STALL_S = 25.0
-SLOW_EVAL_S = 15.0
+# The stall limit, short so that an eval pass outlasts it, yet long enough that the save a resize asks for
+# (trainer/resize.py save_timeout_s: the stall limit less two tenths, 48 s here) has room for a step and a save on
+# two loaded cores; at 25 s (a 20 s save wait) a loaded run re-formed without its save and trained 2 steps again.
+STALL_S = 60.0
+SLOW_EVAL_S = 35.0
 EVAL_STEPS = 2
 # trainer.local's --timeout: about 3x the run on 2 cores with other work beside it (docs/development.md).
 TIMEOUT_S = 2700
