@@ -152,6 +152,8 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
     from ray.exceptions import RayError
     from ray.train.v2._internal.execution.scaling_policy import NoopDecision, ResizeDecision
     from ray.train.v2._internal.execution.scaling_policy.elastic import ElasticScalingPolicy
+    # States by class, not by name (a renamed state fails this import at start, not a comparison silently).
+    from ray.train.v2._internal.execution.controller.state import RunningState, ResizingState, SchedulingState
 
     class SaveFirstScaling(ElasticScalingPolicy):
         def __init__(self, config) -> None:
@@ -166,7 +168,7 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
 
         def after_controller_state_update(self, previous_state, current_state) -> None:
             super().after_controller_state_update(previous_state, current_state)
-            left = type(current_state).__name__ not in ("RunningState", "ResizingState", "SchedulingState")
+            left = not isinstance(current_state, (RunningState, ResizingState, SchedulingState))
             if self._pending is not None and left:
                 self._pending = None      # the group failed or ended: nobody will be re-formed after a save
                 self._clear()
