@@ -19,8 +19,8 @@ from infra.cluster_ref import ClusterRef
 from infra.config import ConfigError, StackConfig
 from infra.data_lookups import gcp_lookups
 from infra.data_lookups import look_up as look_up_run
-from infra.identity import (TELEMETRY_ROLES, NodeServiceAccount, WorkloadIdentity, goodput_reader_role,
-                            shared_node_reads)
+from infra.identity import (TELEMETRY_ROLES, NodeServiceAccount, WorkloadIdentity, admin_goodput_role_id,
+                            goodput_reader_role, shared_node_reads)
 from infra.monitoring import TrainingDashboard, dashboard_inputs
 from infra.network import ClusterNetwork
 from infra.preflight import Preflight
@@ -64,14 +64,22 @@ def cluster_stack(config: StackConfig, preflight: Preflight) -> None:
     for logical_name, obj in queue_objects.items():
         register(logical_name, obj, pulumi.ResourceOptions(provider=k8s_provider, deleted_with=cluster.cluster,
                                                            depends_on=controllers.ready))
-    # One goodput log role for every run (its id from the node account's creation, as a single stack's).
-    reader, reader_role = goodput_reader_role(None, config.gcp.project, config.cluster.name,
-                                              node_account.unique_id, services.ready)
+    # One goodput log role for every run: the admin's (a fixed id) after the admin's step, else created here (its
+    # id from the node account's creation, as a single stack's).
+    if config.gcp.admin_bootstrap:
+        reader_needs: list[pulumi.Resource] = list(services.ready)
+        reader_role = pulumi.Output.concat("projects/", config.gcp.project, "/roles/",
+                                           admin_goodput_role_id(config.cluster.name))
+    else:
+        reader, reader_role = goodput_reader_role(None, config.gcp.project, config.cluster.name,
+                                                  node_account.unique_id, services.ready)
+        reader_needs = [reader]
     # Runs whose pods use the host network (JobSet) report goodput as the node account: granted here, once for
     # every run, as a single stack grants it (infra/identity.py WorkloadIdentity).
     node_member = pulumi.Output.concat("serviceAccount:", node_account.email)
-    for role, needs in [*((role, []) for role in TELEMETRY_ROLES), (reader_role, [reader])]:
-        name = "goodput-log-reader" if needs else f"goodput-{role.split('/')[-1]}"
+    grants = [*((f"goodput-{role.split('/')[-1]}", role, []) for role in TELEMETRY_ROLES),
+              ("goodput-log-reader", reader_role, reader_needs)]
+    for name, role, needs in grants:
         gcp.projects.IAMMember(f"{name}-nodes", project=config.gcp.project, role=role, member=node_member,
                                opts=pulumi.ResourceOptions(depends_on=[cluster.cluster, *needs]))
 

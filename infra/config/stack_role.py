@@ -31,7 +31,9 @@ RUN_NAMED_KEYS = ("namespace", "bucketName", "rayClusterName")
 # What a cluster stack reads; every other key configures a run and is refused on it.
 CLUSTER_KEYS = ("project", "zone", "region", "tpuZoneCheck", "clusterName", "clusterMode", "gkeVersion",
                 "releaseChannel", "deletionProtection", "controlPlaneAuthorizedNetworks", "systemPoolMachineType",
-                "systemPoolNodes", "nodeCidr", "podCidr", "serviceCidr", "stackRole", "clusterTpuQuota", "runStacks")
+                "systemPoolNodes", "nodeCidr", "podCidr", "serviceCidr", "stackRole", "clusterTpuQuota", "runStacks",
+                # The cluster stack makes the node account and the goodput role, or uses the admin's step's.
+                "adminBootstrap")
 # Not on a shared cluster yet: its runs would need the DCN NICs wired into their pods from the reference.
 DCN_KEYS = ("dcn", "dcnMtu", "dcnSubnets", "dranet")
 # Backends a run on a shared cluster can use: both queue through the cluster's Kueue (the RayJob through Kueue's
