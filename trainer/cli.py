@@ -52,7 +52,7 @@ def parse_elastic(text: str) -> tuple[int, int]:
 
 def add_plan_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
     g = parser.add_argument_group("model and TPU slices (core.planner)")
-    g.add_argument("--model", default=_env("model", defaults["model"]), help=f"one of {', '.join(PRESETS)}")
+    g.add_argument("--model", default=_env("model", defaults["model"]), help=f"{', '.join(list(PRESETS)[:-1])} or {list(PRESETS)[-1]}")
     g.add_argument("--generation", default=_env("generation", defaults["generation"]), metavar="GEN", help="TPU generation, e.g. v6e")
     g.add_argument("--topology", default=_env("topology", defaults["topology"]), help="slice topology, e.g. 4x4")
     g.add_argument("--slices", type=_positive_int, default=None,
@@ -65,14 +65,14 @@ def add_plan_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, A
     g.add_argument("--max-target-length", type=int, default=_env("max_target_length", None), metavar="LEN",
                    help="sequence length")
     g.add_argument("--remat-policy", default=_env("remat_policy", None), choices=REMAT_POLICIES, metavar="POLICY",
-                   help="MaxText remat_policy, e.g. full, minimal, custom (a wrong one lists them all)")
+                   help="MaxText remat_policy: full, minimal, custom, ...")
     g.add_argument("--remat-offload", default=_env("remat_offload", None), metavar="T1,T2",
                    help="tensors the custom remat policy offloads to host memory")
     g.add_argument("--weight-dtype", default=_env("weight_dtype", None), choices=("float32", "bfloat16"))
     g.add_argument("--attention", default=_env("attention", None))
     g.add_argument("--no-memory-check", dest="memory_check", action="store_false",
                    default=_env("memory_check", "true").lower() != "false",
-                   help="keep a plan over XLA's HBM limit: only once python -m preview.compile says it fits")
+                   help="keep a plan over the HBM limit once XLA says it fits")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, Any]) -> None:
@@ -87,13 +87,13 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, An
                       f"{CHECKPOINT_PERIOD_RULE})"))
     g.add_argument("--checkpoints-to-keep", type=_positive_int,
                    default=_env("checkpoints_to_keep", DEFAULT_CHECKPOINTS_TO_KEEP), metavar="N",
-                   help="MaxText keeps this many newest checkpoints and deletes older ones")
+                   help="MaxText keeps this many newest checkpoints")
     # Checked in run_settings (one line naming a removed type's reason), not by argparse's `choices`.
     g.add_argument("--dataset-type", default=_env("dataset_type", "synthetic"), metavar="TYPE",
-                   help=f"one of {', '.join(DATASET_TYPES)} (core/data.py: what each resumes, what was removed)")
+                   help=f"{' or '.join(DATASET_TYPES)} (core/data.py says what resumes)")
     g.add_argument("--dataset-path", default=_env("dataset_path", ""), metavar="FILES", help="grain: file pattern of the data")
     g.add_argument("--dataset-format", default=_env("dataset_format", ""), metavar="FORMAT",
-                   help="grain: arrayrecord or parquet (default: from the path's suffix)")
+                   help="grain: arrayrecord or parquet (default: by suffix)")
     g.add_argument("--pretokenized", action="store_true", default=_env("pretokenized", "false").lower() == "true",
                    help="grain: the files hold token ids, not text to tokenize")
     g.add_argument("--eval-dataset-path", default=_env("eval_dataset_path", ""), metavar="FILES",
@@ -101,11 +101,11 @@ def add_run_arguments(parser: argparse.ArgumentParser, defaults: Mapping[str, An
     g.add_argument("--eval-interval", type=int, default=int(_env("eval_interval", 0)), metavar="N",
                    help="steps between evaluations (with --eval-dataset-path)")
     g.add_argument("--eval-steps", type=int, default=int(_env("eval_steps", 0)), metavar="N",
-                   help="batches per evaluation (default: the eval files to their end)")
+                   help="batches per evaluation (default: to the files' end)")
     g.add_argument("--load-parameters-path", default=_env("load_parameters_path", ""), metavar="PATH",
-                   help="Orbax parameters a new run starts from (.../checkpoints/<step>/items)")
+                   help="Orbax weights to start from (.../<step>/items)")
     g.add_argument("--tokenizer-path", default=_env("tokenizer_path", ""), metavar="PATH",
-                   help="default: the model's own tokenizer shipped with MaxText; another model's is refused")
+                   help="default: the model's own (MaxText's); not another's")
     g.add_argument("--jax-cache-dir", default=_env("jax_cache_dir", ""))
     g.add_argument("--set", dest="extra", action="append", default=[], type=_key_value, metavar="KEY=VALUE",
                    help="extra MaxText override (repeatable); cannot replace a planned key")

@@ -83,32 +83,29 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--add-slice-at", type=_steps, metavar="STEPS",
                    help="elastic: the slices KubeRay wants arrive (or come back)")
     f.add_argument("--inject", type=_events, metavar="KIND@STEP,...",
-                   help=f"the flags above as one ordered list ({', '.join(EVENT_KINDS)}; sigterm: the last "
-                        "slice's raylets get SIGTERM, no drain)")
+                   help=f"KIND: {', '.join(EVENT_KINDS)} (in order; sigterm: no drain)")
     f.add_argument("--fail-slice-from", type=int, metavar="STEP",
-                   help="from STEP on, the last slice's hosts die by SIGTERM in each group's first step")
+                   help="the last slice's hosts die at each group's first step")
     f.add_argument("--hold-slice", type=_hold, metavar="STEP:S",
-                   help="at STEP the last slice is reclaimed; its capacity returns S seconds later")
+                   help="at STEP the last slice goes; back S seconds later")
     f.add_argument("--slow-eval", type=float, default=0.0, metavar="S", help="each eval step takes S s more")
     g = parser.add_argument_group("local run")
     g.add_argument("--max-failures", type=int, default=3)
     g.add_argument("--attempts-without-progress", type=int, metavar="N",
-                   help="attempts in a row without a new step that end the run (default: the plan's)")
+                   help="attempts in a row without a new step (default: plan)")
     g.add_argument("--capacity-wait", type=float, metavar="S",
-                   help="the longest wait with no worker group running (default: no bound)")
+                   help="longest wait with no group running (default: none)")
     g.add_argument("--startup-timeout", type=float, metavar="S", help="the watchdog's start-up allowance")
     g.add_argument("--stall-timeout", type=float, metavar="S", help="the watchdog's stall limit")
     g.add_argument("--resize-interval", type=float, default=5.0, metavar="S", help="elastic: seconds between resize checks")
-    g.add_argument("--workdir", help="keep everything here (default: a temporary directory, removed after a run that "
-                                     "reached its target)")
+    g.add_argument("--workdir", help="keep all here (default: temp dir, kept on failure)")
     g.add_argument("--keep", action="store_true",
                    help="keep the work directory after a successful run too")
     g.add_argument("--verbose", action="store_true",
                    help="the driver's whole log (default: progress lines)")
     g.add_argument("--json", dest="json_path", help="write the outcome as JSON here")
     g.add_argument("--trace-data", action="store_true",
-                   help="record which records each host trained on (Grain positions, first tokens) in "
-                        "WORKDIR/data-trace")
+                   help="each host's Grain positions, in WORKDIR/data-trace")
     g.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
     return parser
 
