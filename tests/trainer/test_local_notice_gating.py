@@ -30,7 +30,8 @@ class _Cluster:
 
 def _run(tmp_path: Path, inject=None, elastic=True) -> LocalRun:
     args = argparse.Namespace(preempt_slice_at=None if inject else [4, 8], add_slice_at=None, fail_at=None,
-                              kill_slice_at=None, grace_period=0.0, recovery="warm", inject=inject)
+                              kill_slice_at=None, grace_period=0.0, recovery="warm", inject=inject,
+                              fail_slice_from=None, hold_slice=None)
     plan = SimpleNamespace(workers=4, slices=2, elastic=elastic)
     run = LocalRun(args=args, plan=plan, workdir=tmp_path, ray_temp=tmp_path, driver_argv=[])
     run.cluster = _Cluster()
@@ -57,13 +58,15 @@ def test_a_second_notice_waits_for_a_group_formed_after_the_first(tmp_path):
 def test_a_notice_listed_after_a_failure_goes_to_the_group_that_redoes_its_steps(tmp_path, monkeypatch):
     import subprocess
     import sys
+    import time
 
     from trainer import progress
 
     run = _run(tmp_path, inject=((24, "fail"), (17, "preempt")), elastic=False)
     # The worker the failure kills: a real process, as trainer.local finds it in the progress directory.
     worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    monkeypatch.setattr(progress, "read_worker", lambda _dir, rank: {"pid": worker.pid})
+    # Written by the current group's rank (after every record of older groups: trainer/local/run.py).
+    monkeypatch.setattr(progress, "read_worker", lambda _dir, rank: {"pid": worker.pid, "t": time.time()})
     run.attempt = "a1"
     run.maybe_inject({"step": 24, "workers": 4, "attempt": "a1"})
     assert worker.wait(timeout=30) == -9 and run.cluster.preempted == []
