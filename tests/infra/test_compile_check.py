@@ -157,9 +157,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
-def test_stopping_the_program_stops_the_compile_it_runs(tmp_path, signum):
-    """SIGTERM or Ctrl-C to the program while its config build compiles ends train_compile and what it started."""
+def _program_compiling(tmp_path):
+    """The program, its config build compiling with the stand-in (train_compile and a helper it started): the
+    program's process and the two pids, once both run."""
     pids = tmp_path / "pids"
     env = {**os.environ, "FAKE_COMPILE": "helper", "FAKE_COMPILE_RECORD": str(tmp_path / "record.json"),
            "FAKE_COMPILE_PIDS": str(pids), "PYTHONPATH": str(REPO),
@@ -170,14 +170,26 @@ def test_stopping_the_program_stops_the_compile_it_runs(tmp_path, signum):
         assert program.poll() is None and time.monotonic() < deadline, "the stand-in compile never started"
         time.sleep(0.2)
     worker, helper = (int(pid) for pid in pids.read_text().split())
+    return program, (worker, helper)
+
+
+def _gone_within(pids, seconds: float) -> bool:
+    """Whether every pid has ended within `seconds` (polled: the machine may be loaded)."""
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not any(_alive(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_stopping_the_program_stops_the_compile_it_runs(tmp_path, signum):
+    """SIGTERM or Ctrl-C to the program while its config build compiles ends train_compile and what it started."""
+    program, (worker, helper) = _program_compiling(tmp_path)
     try:
         assert _alive(worker) and _alive(helper)
         program.send_signal(getattr(signal, signum))
         assert program.wait(timeout=30) == 9
-        deadline = time.monotonic() + 10
-        while (_alive(worker) or _alive(helper)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _alive(worker) and not _alive(helper), "the compile outlived the program"
+        assert _gone_within((worker, helper), 10), "the compile outlived the program"
     finally:
         for pid in (worker, helper):
             if _alive(pid):
@@ -204,24 +216,12 @@ def test_a_program_killed_by_sigkill_leaves_no_compile_behind(tmp_path):
     """SIGKILL (no handler runs: Pulumi's second Ctrl-C) to the program while its config build compiles: the
     compile's guard gets its parent-death signal (aot/guard.py, prctl PR_SET_PDEATHSIG) and ends train_compile
     and the helper it started. Polled with a generous bound: the machine may be loaded."""
-    pids = tmp_path / "pids"
-    env = {**os.environ, "FAKE_COMPILE": "helper", "FAKE_COMPILE_RECORD": str(tmp_path / "record.json"),
-           "FAKE_COMPILE_PIDS": str(pids), "PYTHONPATH": str(REPO),
-           "TPU_MULTISLICE_COMPILE_VERDICTS": str(tmp_path / "verdicts.json")}
-    program = subprocess.Popen([sys.executable, "-c", _STOPPABLE], cwd=REPO, env=env)
-    deadline = time.monotonic() + 120
-    while not pids.exists() or len(pids.read_text().split()) < 2:
-        assert program.poll() is None and time.monotonic() < deadline, "the stand-in compile never started"
-        time.sleep(0.2)
-    worker, helper = (int(pid) for pid in pids.read_text().split())
+    program, (worker, helper) = _program_compiling(tmp_path)
     try:
         assert _alive(worker) and _alive(helper)
         program.kill()
         program.wait(timeout=60)
-        deadline = time.monotonic() + 60
-        while (_alive(worker) or _alive(helper)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _alive(worker) and not _alive(helper), "the compile outlived the killed program"
+        assert _gone_within((worker, helper), 60), "the compile outlived the killed program"
     finally:
         for pid in (worker, helper):
             if _alive(pid):
