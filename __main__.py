@@ -14,14 +14,10 @@ from infra.services import ProjectServices, required_apis
 from infra.storage import CheckpointBucket
 from infra.tpu_pools import TpuSlicePools
 from infra.up_messages import for_pulumi
-from infra.worker_image import WorkerImage, WorkerImageSpec, image_tag
 from workloads import compile_check, stack_programs
 from workloads.backend import WorkloadContext
-from workloads.backends import backend_for, deploy_workload, run_name
+from workloads.backends import deploy_workload, run_name
 from workloads.bundle import load_bundle
-from workloads.common import RUN_LABEL
-from workloads.next_steps import next_steps, run_pods_command, watch_command, why_pending_command
-from workloads.run_summary import run_summary
 
 try:
     # XLA decides before anything registers: the steps compileCheck names that it has not judged are compiled here.
@@ -58,15 +54,7 @@ else:
     bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready,
                               adopt=preflight.adopt_bucket, protect=config.cluster.deletion_protection)
     cluster = GkeCluster("gke", config, network, node_account.email_to_run_as, depends_on=services.ready)
-    worker_image = None if config.worker_image is None else WorkerImage(
-        "worker-image", WorkerImageSpec(project=config.gcp.project, region=config.gcp.region,
-                                        repository_id=config.worker_image.repository_id,
-                                        tag=image_tag(), builder=config.worker_image.builder,
-                                        staging_bucket=config.worker_image.staging_bucket,
-                                        build_account_id=config.worker_image.build_account_id,
-                                        build_region=config.worker_image.build_region),
-        node_account.email, depends_on=services.ready, deployer=preflight.deployer,
-        admin_managed=config.gcp.admin_bootstrap)
+    worker_image = stack_programs.worker_image(config, node_account.email, services, preflight)
     # With the workers' image, no TPU pool exists before its build has pushed: a failed build stops `up` before any
     # slice (a warm one bills at once) is created for an image that is not there.
     pools = None if config.cluster.autopilot else TpuSlicePools(
@@ -94,10 +82,7 @@ else:
     pulumi.export("location", cluster.location)
     pulumi.export("endpoint", cluster.endpoint)
     pulumi.export("kubeconfig", cluster.kubeconfig)
-    get_credentials = pulumi.Output.concat(
-        "gcloud container clusters get-credentials ", cluster.name,
-        f" --location {cluster.location} --project {config.gcp.project} --dns-endpoint")
-    pulumi.export("getCredentialsCommand", get_credentials)
+    get_credentials = stack_programs.export_get_credentials(config, cluster.name, cluster.location)
     pulumi.export("bucketUrl", bucket.url)
     pulumi.export("nodePools", pools.names if pools else [])
     pulumi.export("namespace", identity.namespace_name)
@@ -106,18 +91,4 @@ else:
     pulumi.export("hostsPerSlice", config.tpu.shape.hosts)
     pulumi.export("totalHosts", config.tpu.total_hosts)
     pulumi.export("totalChips", config.tpu.total_chips)
-    pulumi.export("plan", config.workload.plan.describe())
-    # What this up trains: the run's name, whether its job starts, resumes or finds the run finished, and its data.
-    pulumi.export("run", run_summary(config, run_facts))
-    pulumi.export("dashboardUrl", dashboard.url)
-    # The run's pods and why pods are Pending (quota, capacity); each backend exports its driver's log (and on Ray the
-    # token).
-    workload_exports["runPodsCommand"] = run_pods_command(config.kubernetes.namespace, RUN_LABEL, run_name(config))
-    workload_exports["whyPendingCommand"] = why_pending_command(config.kubernetes.namespace)
-    for key, value in workload_exports.items():
-        pulumi.export(key, value)
-    # What to run next (`pulumi stack output nextSteps`), and one command that follows the job.
-    pulumi.export("nextSteps", pulumi.Output.all(get_credentials, dashboard.url,
-                                                 pulumi.Output.from_input(workload_exports))
-                  .apply(lambda values: next_steps(backend_for(config).next_steps, values[0], values[2], values[1])))
-    pulumi.export("watchCommand", watch_command(workload_exports))
+    stack_programs.export_run(config, run_facts, dashboard, workload_exports, get_credentials)

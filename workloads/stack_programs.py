@@ -40,6 +40,54 @@ from workloads.next_steps import next_steps, run_pods_command, watch_command, wh
 from workloads.run_summary import run_summary
 
 
+def worker_image(config: StackConfig, node_account_email: pulumi.Input[str], services: ProjectServices,
+                 preflight: Preflight) -> WorkerImage | None:
+    """The workers' image (workerEnvironment=image), built in its build region and pulled by the node account;
+    None without it. A single stack and a run stack build it alike."""
+    if config.worker_image is None:
+        return None
+    return WorkerImage(
+        "worker-image", WorkerImageSpec(project=config.gcp.project, region=config.gcp.region,
+                                        repository_id=config.worker_image.repository_id,
+                                        tag=image_tag(), builder=config.worker_image.builder,
+                                        staging_bucket=config.worker_image.staging_bucket,
+                                        build_account_id=config.worker_image.build_account_id,
+                                        build_region=config.worker_image.build_region),
+        node_account_email, depends_on=services.ready, deployer=preflight.deployer,
+        admin_managed=config.gcp.admin_bootstrap)
+
+
+def export_get_credentials(config: StackConfig, cluster_name: pulumi.Input[str],
+                           location: pulumi.Input[str]) -> pulumi.Output[str]:
+    """Exports (and returns) the command that gives kubectl the cluster, through its DNS endpoint."""
+    command = pulumi.Output.concat("gcloud container clusters get-credentials ", cluster_name,
+                                   f" --location {location} --project {config.gcp.project} --dns-endpoint")
+    pulumi.export("getCredentialsCommand", command)
+    return command
+
+
+def export_run(config: StackConfig, run_facts, dashboard: TrainingDashboard, workload_exports: dict,
+               get_credentials: pulumi.Output[str], extra_commands: dict[str, str] | None = None) -> None:
+    """What a run's stack exports about its run: the plan, what this up trains, the dashboard, the backend's
+    commands and the run's own (its pods, why they are Pending, and `extra_commands`), and what to run next."""
+    pulumi.export("plan", config.workload.plan.describe())
+    # What this up trains: the run's name, whether its job starts, resumes or finds the run finished, and its data.
+    pulumi.export("run", run_summary(config, run_facts))
+    pulumi.export("dashboardUrl", dashboard.url)
+    # The run's pods and why pods are Pending (quota, capacity); each backend exports its driver's log (and on Ray
+    # the token).
+    workload_exports["runPodsCommand"] = run_pods_command(config.kubernetes.namespace, RUN_LABEL, run_name(config))
+    workload_exports["whyPendingCommand"] = why_pending_command(config.kubernetes.namespace)
+    workload_exports.update(extra_commands or {})
+    for key, value in workload_exports.items():
+        pulumi.export(key, value)
+    # What to run next (`pulumi stack output nextSteps`), and one command that follows the job.
+    pulumi.export("nextSteps", pulumi.Output.all(get_credentials, dashboard.url,
+                                                 pulumi.Output.from_input(workload_exports))
+                  .apply(lambda values: next_steps(backend_for(config).next_steps, values[0], values[2], values[1])))
+    pulumi.export("watchCommand", watch_command(workload_exports))
+
+
 def cluster_stack(config: StackConfig, preflight: Preflight) -> None:
     """What every run on the cluster shares; no run. While runStacks lists runs, the cluster, its network and its
     node account are protected: `pulumi destroy` refuses to delete them (Pulumi `protect`)."""
@@ -89,9 +137,7 @@ def cluster_stack(config: StackConfig, preflight: Preflight) -> None:
     pulumi.export("region", config.gcp.region)
     pulumi.export("endpoint", cluster.endpoint)
     pulumi.export("kubeconfig", cluster.kubeconfig)
-    pulumi.export("getCredentialsCommand", pulumi.Output.concat(
-        "gcloud container clusters get-credentials ", cluster.name,
-        f" --location {cluster.location} --project {config.gcp.project} --dns-endpoint"))
+    export_get_credentials(config, cluster.name, cluster.location)
     pulumi.export("network", network.network.self_link)
     pulumi.export("subnet", network.subnet.self_link)
     pulumi.export("nodeServiceAccount", node_account.email)
@@ -135,17 +181,9 @@ def run_stack(config: StackConfig, preflight: Preflight) -> None:
                                required_apis(config.worker_image.builder if config.worker_image else None))
     bucket = CheckpointBucket("storage", config.gcp, config.storage, depends_on=services.ready,
                               adopt=preflight.adopt_bucket, protect=config.cluster.deletion_protection)
-    worker_image = None if config.worker_image is None else WorkerImage(
-        "worker-image", WorkerImageSpec(project=config.gcp.project, region=config.gcp.region,
-                                        repository_id=config.worker_image.repository_id,
-                                        tag=image_tag(), builder=config.worker_image.builder,
-                                        staging_bucket=config.worker_image.staging_bucket,
-                                        build_account_id=config.worker_image.build_account_id,
-                                        build_region=config.worker_image.build_region),
-        cluster.node_service_account, depends_on=services.ready, deployer=preflight.deployer,
-        admin_managed=config.gcp.admin_bootstrap)
+    image = worker_image(config, cluster.node_service_account, services, preflight)
     pools = TpuSlicePools("tpu-slices", config, cluster, cluster.network, cluster.node_service_account,
-                          depends_on=services.ready, image_ready=worker_image.ready if worker_image else [])
+                          depends_on=services.ready, image_ready=image.ready if image else [])
     # No deleted_with: the cluster outlives the run, so the run's destroy deletes its objects one by one.
     k8s_provider = k8s.Provider("gke", kubeconfig=cluster.kubeconfig, enable_server_side_apply=True)
     identity = WorkloadIdentity("workload-identity", config, preflight.project_number, bucket.bucket,
@@ -155,18 +193,15 @@ def run_stack(config: StackConfig, preflight: Preflight) -> None:
     workload_exports = deploy_workload(config, WorkloadContext(
         bundle=load_bundle(), namespace=identity.namespace, service_account=identity.service_account,
         cluster=cluster.reference, cluster_location=cluster.location, k8s_provider=k8s_provider,
-        worker_image=worker_image.ref if worker_image else None,
-        worker_image_ready=worker_image.ready if worker_image else []))
+        worker_image=image.ref if image else None,
+        worker_image_ready=image.ready if image else []))
     dashboard = TrainingDashboard("dashboard", dashboard_inputs(config, cluster.location, run_name(config)),
                                   depends_on=services.ready)
 
     pulumi.export("clusterStack", config.stack.cluster_stack)
     pulumi.export("clusterName", cluster.name)
     pulumi.export("location", cluster.location)
-    get_credentials = pulumi.Output.concat(
-        "gcloud container clusters get-credentials ", cluster.name,
-        f" --location {cluster.location} --project {config.gcp.project} --dns-endpoint")
-    pulumi.export("getCredentialsCommand", get_credentials)
+    get_credentials = export_get_credentials(config, cluster.name, cluster.location)
     pulumi.export("queue", f"{config.kubernetes.namespace}/{shared_queue.LOCAL_QUEUE} -> "
                            f"{shared_queue.CLUSTER_QUEUE}")
     pulumi.export("backend", config.workload.backend)
@@ -180,16 +215,6 @@ def run_stack(config: StackConfig, preflight: Preflight) -> None:
     pulumi.export("slices", config.tpu.slices)
     pulumi.export("hostsPerSlice", config.tpu.shape.hosts)
     pulumi.export("totalChips", config.tpu.total_chips)
-    pulumi.export("plan", config.workload.plan.describe())
-    pulumi.export("run", run_summary(config, run_facts))
-    pulumi.export("dashboardUrl", dashboard.url)
-    workload_exports["runPodsCommand"] = run_pods_command(config.kubernetes.namespace, RUN_LABEL, run_name(config))
-    workload_exports["whyPendingCommand"] = why_pending_command(config.kubernetes.namespace)
-    workload_exports["queueCommand"] = (f"kubectl get workloads -n {config.kubernetes.namespace} -o wide  "
-                                        "# QuotaReserved/Admitted, or why it waits")
-    for key, value in workload_exports.items():
-        pulumi.export(key, value)
-    pulumi.export("nextSteps", pulumi.Output.all(get_credentials, dashboard.url,
-                                                 pulumi.Output.from_input(workload_exports))
-                  .apply(lambda values: next_steps(backend_for(config).next_steps, values[0], values[2], values[1])))
-    pulumi.export("watchCommand", watch_command(workload_exports))
+    export_run(config, run_facts, dashboard, workload_exports, get_credentials, {
+        "queueCommand": (f"kubectl get workloads -n {config.kubernetes.namespace} -o wide  "
+                         "# QuotaReserved/Admitted, or why it waits")})
