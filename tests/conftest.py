@@ -80,6 +80,21 @@ def _scratch_compile_verdicts(tmp_path, monkeypatch):
     monkeypatch.setenv(PATH_ENV, str(tmp_path / "compile-verdicts.json"))
 
 
+@pytest.fixture(autouse=True)
+def _no_ray_left_running_in_the_test_process(request):
+    """A test that starts Ray in pytest's own process and leaves it running (Ray starts a local cluster on its
+    own when ray.get_actor, ray.get and the like are called before ray.init: ray/_private/auto_init_hook.py) fails
+    here, by name, and its Ray is shut down, instead of failing the later tests that start their own cluster
+    ("Maybe you called ray.init twice by accident?"). Ray a fixture started before this test is that fixture's."""
+    ray = sys.modules.get("ray")
+    running_before = ray is not None and ray.is_initialized()
+    yield
+    ray = sys.modules.get("ray")
+    if not running_before and ray is not None and ray.is_initialized():
+        ray.shutdown()
+        pytest.fail(f"{request.node.nodeid} left Ray running in the test process (shut down now)")
+
+
 def _real_compile_allowed(request) -> bool:
     """`compile` (pytest -m compile) and `ci_compile` (the one real compile every run makes) reach train_compile."""
     return any(request.node.get_closest_marker(name) is not None for name in ("compile", "ci_compile"))
@@ -125,6 +140,16 @@ def pytest_collection_finish(session):
     # tests' tmp_path fixtures use at the same time from this thread.
     base = session.config._tmp_path_factory.getbasetemp()
     local_runs.start(selected, lambda name: Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base)))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The local runs' wall times, beside pytest's own durations: they run in the background, so the test that
+    waits for one shows only its wait."""
+    lines = local_runs.SESSION.summary()
+    if lines:
+        terminalreporter.section("local runs (in the background)")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 def pytest_sessionfinish(session):

@@ -135,6 +135,7 @@ class LocalRuns:
         self.environment: dict[str, str] | None = None
         self.running: set[subprocess.Popen] = set()
         self.stopping = threading.Event()
+        self.wall_s: dict[str, float] = {}
 
     def plan(self, name: str, module: str, start: Callable[[Path], Any], timeout_s: float,
              runs: int = 1) -> PlannedRun:
@@ -159,10 +160,20 @@ class LocalRuns:
             _stop_local_run(proc)
 
     def run(self, planned: PlannedRun, mktemp: Callable[[str], Path]) -> None:
+        started = time.monotonic()
         try:
-            planned.future.set_result(planned.start(mktemp(planned.name)))
+            made = planned.start(mktemp(planned.name))
         except BaseException as error:            # pytest.fail's exception included: the waiting test shows it
+            self.wall_s[planned.name] = time.monotonic() - started
             planned.future.set_exception(error)
+        else:
+            self.wall_s[planned.name] = time.monotonic() - started
+            planned.future.set_result(made)
+
+    def summary(self) -> list[str]:
+        """One line per run made, with its wall time: where the suite's minutes go (docs/development.md)."""
+        return [f"{planned.name}: {self.wall_s[planned.name]:.0f} s for {planned.runs} run(s) of trainer.local"
+                for planned in self.planned if planned.name in self.wall_s]
 
     def _run_all(self, chosen: list[PlannedRun], mktemp: Callable[[str], Path]) -> None:
         for planned in chosen:

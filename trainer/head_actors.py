@@ -12,10 +12,17 @@ NAMESPACE = "tpu-multislice-trainer"
 
 def pinned_actor(cls: type, name: str, create: bool):
     """`create`: make the named actor of `cls` (or take the live one) on this process's node, hard-pinned,
-    restarted in place if its process dies. Otherwise look it up (ValueError if absent)."""
+    restarted in place if its process dies. Otherwise look it up (ValueError if absent, or if this process is not
+    connected to Ray)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    if not ray.is_initialized():
+        # Ray's own calls below would start a local cluster in this process (ray/_private/auto_init_hook.py) and
+        # leave it running: outside a Ray job there is no run's actor to find and no node to create one on.
+        if create:
+            raise RuntimeError(f"actor {name}: this process is not connected to Ray")
+        raise ValueError(f"actor {name}: this process is not connected to Ray")
     if create:
         here = ray.get_runtime_context().get_node_id()
         return ray.remote(num_cpus=0, max_restarts=-1)(cls).options(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import ray
 from ray.train.v2.api.config import FailureConfig
 
 from core.interruptions import RESTART_START_S
@@ -209,6 +210,21 @@ def test_the_policy_survives_the_trip_to_the_controller():
     policy = cloudpickle.loads(cloudpickle.dumps(
         interruption_failure_policy(FailureConfig(**failure_config_kwargs(0)), "pickled")))
     assert policy.make_decision(_sigterm_death()) == FailureDecision.RETRY
+    # Telling the watchdog outside a Ray job is a no-op: it must not start a local Ray cluster in this process (a
+    # leftover cluster here failed the next tests that start their own).
+    assert not ray.is_initialized()
+
+
+def test_a_run_s_actor_is_never_reached_by_starting_ray():
+    """Ray's get_actor, get_runtime_context and the like start a local cluster when called before ray.init
+    (ray/_private/auto_init_hook.py): looking up or creating a run's actor outside Ray says so instead."""
+    from trainer.head_actors import pinned_actor
+
+    with pytest.raises(ValueError, match="not connected to Ray"):
+        pinned_actor(object, "run-progress-x", create=False)
+    with pytest.raises(RuntimeError, match="not connected to Ray"):
+        pinned_actor(object, "run-progress-x", create=True)
+    assert not ray.is_initialized()
 
 
 class _FakeRay:

@@ -52,6 +52,8 @@ def test_planned_runs_go_one_at_a_time_in_order_for_the_selected_modules_only(ru
     events = [line.split()[:2] for line in log.read_text().splitlines()]
     assert events == [["start", "first"], ["end", "first"], ["start", "second"], ["end", "second"]]
     assert not skipped.future.done()
+    # The session's summary names the runs made, in their order, and only those.
+    assert [line.split(":")[0] for line in runs.summary()] == ["first", "second"]
 
 
 def test_a_run_starts_with_the_sessions_environment_not_a_tests_patch(runs, tmp_path, monkeypatch):

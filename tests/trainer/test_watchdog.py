@@ -366,7 +366,10 @@ DRIVER = textwrap.dedent("""
     from trainer import watchdog
     for attempt in range(3):      # on a loaded machine ray.init's node may miss Ray's fixed 30 s to register
         try:
-            ray.init(num_cpus=1, include_dashboard=False, logging_level="ERROR")
+            # address="local": a cluster of its own. Without it ray.init joins the newest cluster on this machine
+            # (/tmp/ray/ray_current_cluster), e.g. a local run the suite starts in the background, and refuses
+            # num_cpus there ("When connecting to an existing cluster, num_cpus ... must not be provided").
+            ray.init(address="local", num_cpus=1, include_dashboard=False, logging_level="ERROR")
             break
         except Exception as err:
             if "timed out during startup" not in str(err) or attempt == 2:
