@@ -106,6 +106,7 @@ class ShutdownBudget:
     node_critical_s: int | None     # kubelet shutdownGracePeriodCriticalPodsSeconds; None: GKE's default
     checkpoint_period: int
     gated: str = ""                 # why the node budget was not raised although the save needs it
+    eval_pass_s: float = 0.0        # the longest eval pass at the slowest MFU allowed (0: no eval)
 
     @property
     def needed_s(self) -> int:
@@ -148,8 +149,11 @@ class ShutdownBudget:
                      f"periodic checkpoint (up to {self.checkpoint_period} steps)"]
             return lines
         if not self.spot:
+            during_eval = (f" after the rest of an eval pass (up to {self.eval_pass_s:.0f} s)" if self.eval_pass_s
+                           else "")
             lines.append(f"not Spot: no preemption notice to race; the TPU pods' terminationGracePeriodSeconds is "
-                         f"{self.pod_grace_s} s, what a drain or maintenance shutdown gives them to save")
+                         f"{self.pod_grace_s} s, what a drain or maintenance shutdown gives them to save"
+                         f"{during_eval}")
             return lines
         node = (f"node pool kubelet shutdownGracePeriodSeconds {self.node_shutdown_s} "
                 f"(critical pods {self.node_critical_s})" if self.node_shutdown_s
@@ -179,19 +183,23 @@ class ShutdownBudget:
 
 
 def shutdown_budget(plan: Plan, *, spot: bool, sees_notice: bool, checkpoint_period: int,
-                    extended_node_budget: str | None = None) -> ShutdownBudget:
+                    extended_node_budget: str | None = None, eval_steps: int = 0) -> ShutdownBudget:
     """Size the pods' grace period and the node's shutdown budget to the plan's save.
 
     extended_node_budget: None when the node pool may raise its kubelet budget to 120 s, else why not (the GKE
-    version, Autopilot): then a save longer than GKE's 15 s does not fit and the plan says so."""
+    version, Autopilot): then a save longer than GKE's 15 s does not fit and the plan says so.
+    eval_steps: the steps of one eval pass (0: no eval). Off Spot the pods' grace is ours to size, so it covers
+    a pass begun just before the SIGTERM as well as the save (the save comes only after the pass, see
+    eval_steps_within_grace); on Spot the node's notice is fixed and the pass is bounded instead."""
     save = save_estimate(plan)
     budget = ShutdownBudget(save=save, spot=spot, sees_notice=sees_notice, pod_grace_s=None, node_shutdown_s=None,
-                            node_critical_s=None, checkpoint_period=checkpoint_period)
+                            node_critical_s=None, checkpoint_period=checkpoint_period,
+                            eval_pass_s=eval_steps * eval_step_seconds(plan))
     needed = budget.needed_s
     if not sees_notice:
         return budget       # nothing in the pods can act on the notice: leave every default
     if not spot:
-        return dataclasses.replace(budget, pod_grace_s=min(needed, MAX_POD_GRACE_S))
+        return dataclasses.replace(budget, pod_grace_s=min(needed + math.ceil(budget.eval_pass_s), MAX_POD_GRACE_S))
     default_notice = GKE_NODE_SHUTDOWN_S - GKE_CRITICAL_PODS_S
     if needed <= default_notice:
         return dataclasses.replace(budget, pod_grace_s=needed)
@@ -218,11 +226,12 @@ def eval_step_seconds(plan: Plan) -> float:
 
 
 def eval_steps_within_grace(budget: ShutdownBudget, plan: Plan) -> int | None:
-    """The most eval steps one pass may have so that a notice at its start is still saved within the pods'
-    time after the notice: None when no notice is acted on (Pathways, or nothing to race off Spot: then the
-    kill comes with Kubernetes' grace, which the pass does not change), 0 when not even the save fits."""
-    if not budget.sees_notice or not budget.spot:
+    """The most eval steps one pass may have so that a notice (a Spot notice, or off Spot the SIGTERM of a drain
+    or maintenance) at its start is still saved within the pods' time after it: the node's notice on Spot, the
+    longest grace we give a pod (MAX_POD_GRACE_S) off Spot. None when no notice is acted on (Pathways), 0 when
+    not even the save fits."""
+    if not budget.sees_notice:
         return None
-    room = budget.notice_s - budget.needed_s
-    return max(0, math.floor(room / eval_step_seconds(plan)))
+    after_notice = budget.notice_s if budget.spot else MAX_POD_GRACE_S
+    return max(0, math.floor((after_notice - budget.needed_s) / eval_step_seconds(plan)))
 

@@ -16,7 +16,7 @@ from core import data
 from core.errors import PlanError
 from core.maxtext_args import STACK_KEYS
 from core.planner import LIFTED_KEYS, Plan
-from core.preemption import ShutdownBudget, eval_step_seconds, eval_steps_within_grace
+from core.preemption import MAX_POD_GRACE_S, ShutdownBudget, eval_step_seconds, eval_steps_within_grace
 from infra import naming
 from infra.config.model import TrainingRun
 from infra.config.parse import problem
@@ -158,6 +158,11 @@ def _check_backend_runs_grain(v: dict[str, Any], raw: Mapping[str, Any], workloa
             problems.append(problem("datasetPath", v["datasetPath"], str(error)))
 
 
+def eval_pass_steps(v: dict[str, Any]) -> int:
+    """The batches of one eval pass; 0 without an eval split, or for the whole split (evalSteps unset)."""
+    return (v["evalSteps"] or 0) if v["evalDatasetPath"] else 0
+
+
 def training_run(v: dict[str, Any], accepted: Mapping[str, str], checkpoint_period: int) -> TrainingRun:
     """The validated run; evalInterval defaults to the checkpoint period when an eval split is given."""
     interval = 0
@@ -166,20 +171,23 @@ def training_run(v: dict[str, Any], accepted: Mapping[str, str], checkpoint_peri
     return TrainingRun(
         run_name=default_run_name(v) or "", dataset_type=v["datasetType"], dataset_path=v["datasetPath"],
         eval_dataset_path=v["evalDatasetPath"], eval_interval=interval,
-        eval_steps=(v["evalSteps"] or 0) if v["evalDatasetPath"] else 0,
+        eval_steps=eval_pass_steps(v),
         load_parameters_path=v["loadParametersPath"], maxtext_settings=passed_on(accepted),
         data_cache_gib=v["dataCacheGiB"] if v["datasetType"] == "grain" else 0)
 
 
 def check_eval_pass(v: dict[str, Any], workload_plan: Plan, budget: ShutdownBudget) -> list[str]:
-    """An eval pass short enough that a Spot notice at its start is still saved: MaxText 0.2.5 acts on a notice
-    only at the next train step's checkpoint call, after the pass (core/preemption.py eval_steps_within_grace)."""
+    """An eval pass short enough that a notice at its start is still saved: MaxText 0.2.5 acts on a notice only
+    at the next train step's checkpoint call, after the pass (core/preemption.py eval_steps_within_grace). On
+    Spot the node's notice bounds it; off Spot the pods' grace is sized to the pass, up to its own cap."""
     limit = eval_steps_within_grace(budget, workload_plan)
     steps = v["evalSteps"]
     if not v["evalDatasetPath"] or steps is None or limit is None or steps <= max(1, limit):
         return []
     per_step = eval_step_seconds(workload_plan)
-    return [problem("evalSteps", steps, f"at most {max(1, limit)}: MaxText saves at a Spot notice only after the "
-                    f"eval pass, which must fit with the save ({budget.needed_s} s) in the {budget.notice_s} s pods "
-                    f"get (an eval step about {per_step:.2g} s at 10 % MFU)")]
+    notice, room = (("a Spot notice", f"the {budget.notice_s} s pods get") if budget.spot else
+                    ("a drain's SIGTERM", f"the longest grace a pod is given ({MAX_POD_GRACE_S} s)"))
+    return [problem("evalSteps", steps, f"at most {max(1, limit)}: MaxText saves at {notice} only after the "
+                    f"eval pass, which must fit with the save ({budget.needed_s} s) in {room} "
+                    f"(an eval step about {per_step:.2g} s at 10 % MFU)")]
 

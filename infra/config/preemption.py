@@ -18,6 +18,7 @@ from typing import Any
 from core.planner import Plan
 from core.preemption import ShutdownBudget, shutdown_budget
 from infra import versions
+from infra.config.data_rules import eval_pass_steps
 from infra.config.model import Capacity, ClusterMode
 from infra.config.schema import NAMESPACE
 
@@ -39,7 +40,7 @@ def stack_shutdown_budget(v: dict[str, Any], plan: Plan, checkpoint_period: int,
     """The budget, adding the GKE floor to `floors` when the node pools raise theirs."""
     budget = shutdown_budget(plan, spot=v["capacity"] == Capacity.SPOT.value,
                              sees_notice=v["workloadBackend"] != "pathways", checkpoint_period=checkpoint_period,
-                             extended_node_budget=_why_not_extended(v))
+                             extended_node_budget=_why_not_extended(v), eval_steps=eval_pass_steps(v))
     if budget.node_shutdown_s is not None:
         floors[FLOOR_REASON] = versions.SPOT_SHUTDOWN_BUDGET
     return budget

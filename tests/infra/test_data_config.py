@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import math
 import shlex
 
 import pulumi
@@ -517,3 +518,25 @@ def test_the_eval_pass_bound_is_what_the_spot_notice_leaves_after_the_save():
     [line] = _problems({**raw, "evalSteps": limit + 1})
     assert f"at most {limit}:" in line
 
+
+
+def test_off_spot_the_pods_grace_covers_an_eval_pass_and_its_bound_is_that_grace_s_cap():
+    """Issue 43: off Spot a drain's or a maintenance's SIGTERM is acted on only after the eval pass, as a Spot
+    notice is (MaxText 0.2.5 checks it in the train step's checkpoint call), but the pods' grace is ours to size:
+    it covers the pass and the save, up to MAX_POD_GRACE_S, and a pass that cannot fit that cap is refused."""
+    from core.preemption import MAX_POD_GRACE_S, eval_step_seconds, eval_steps_within_grace
+
+    on_demand = {**MINIMAL, "model": "qwen3-0.6b", "datasetType": "grain", "datasetPath": DATA,
+                 "evalDatasetPath": DATA}
+    without_eval = build({**MINIMAL, "model": "qwen3-0.6b", "datasetType": "grain", "datasetPath": DATA})
+    save_only = without_eval.workload.shutdown.pod_grace_s
+    assert save_only == without_eval.workload.shutdown.needed_s
+    config = build({**on_demand, "evalSteps": 5})
+    plan = config.workload.plan
+    assert config.workload.shutdown.pod_grace_s == save_only + math.ceil(5 * eval_step_seconds(plan))
+    assert any("after the rest of an eval pass" in line for line in config.workload.shutdown.describe())
+    limit = eval_steps_within_grace(config.workload.shutdown, plan)
+    assert limit * eval_step_seconds(plan) + save_only <= MAX_POD_GRACE_S
+    assert build({**on_demand, "evalSteps": limit}).workload.shutdown.pod_grace_s <= MAX_POD_GRACE_S
+    [line] = _problems({**on_demand, "evalSteps": limit + 1})
+    assert f"at most {limit}:" in line and "drain" in line and f"({MAX_POD_GRACE_S} s)" in line
