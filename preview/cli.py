@@ -247,6 +247,16 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
+def _cluster_outputs(raw: dict[str, Any], root: Path):
+    """A run stack's config build reads its cluster stack's outputs, played under mocks (the Pulumi runtime is
+    loaded for it only then); other stacks read none."""
+    if "clusterStack" not in raw:
+        return None
+    from preview.harness import played_outputs
+
+    return played_outputs(root)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     raw: dict[str, Any] = {}
@@ -265,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         except OverrideError as error:
             refusals.append((error, ("--set", assignment)))
     try:
-        config = build(raw, stack=args.stack)
+        config = build(raw, stack=args.stack, cluster_outputs=_cluster_outputs(raw, args.root))
     except ConfigError as error:
         refusals.append((error, ("--stack", args.stack)))
     schemas_dir, crd_notice, refused = crd_schemas(args)

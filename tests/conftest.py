@@ -20,7 +20,7 @@ import pytest
 # stays on CPU instead of asking libtpu for a TPU first.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from preview.harness import ProgramRun, run_program  # noqa: E402
+from preview.harness import ProgramRun, cluster_outputs_reader, run_program  # noqa: E402
 from preview.k8s.validation import default_schemas_dir
 from preview.stack_files import is_single_stack, load_stack_config
 
@@ -35,6 +35,15 @@ SPLIT_STACKS = [stack for stack in ALL_STACKS if stack not in COMMITTED_STACKS]
 @functools.lru_cache(maxsize=None)
 def committed_stack_run(stack: str) -> ProgramRun:
     return run_program(load_stack_config(stack, REPO), stack=stack)
+
+
+def build_stack(stack: str, **overrides) -> "StackConfig":
+    """A committed stack's config with `overrides`, built as the program builds it: a run stack reads its cluster
+    stack's outputs (played under mocks from its committed file, once)."""
+    from infra.config import build
+
+    raw = {**load_stack_config(stack, REPO), **overrides}
+    return build(raw, stack=stack, cluster_outputs=cluster_outputs_reader(raw, REPO))
 
 
 @pytest.fixture(scope="session")

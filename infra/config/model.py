@@ -280,6 +280,8 @@ class StackRole:
     run: str | None = None                # run: its stack name, the stem every name of the run is made from
     tpu_quota: int | None = None          # cluster: the shared ClusterQueue's google.com/tpu quota
     run_stacks: tuple[str, ...] = ()      # cluster: runs on it (the cluster is protected while any are listed)
+    # run: whether its cluster stack's runStacks lists it (None: the cluster's outputs were not read)
+    listed_on_cluster: bool | None = None
 
     @property
     def owns_cluster(self) -> bool:

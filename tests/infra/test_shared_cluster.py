@@ -13,7 +13,7 @@ from infra.config import ConfigError, build
 from preview import harness
 from preview.harness import MissingStack, ProgramRun, run_program
 from preview.stack_files import load_stack_config
-from tests.conftest import REPO, SPLIT_STACKS, committed_stack_run
+from tests.conftest import REPO, SPLIT_STACKS, build_stack, committed_stack_run
 
 CLUSTER, RUNS = "team", ("team-8b", "team-qwen")
 REFERENCE = "organization/tpu-multislice/team"
@@ -34,7 +34,7 @@ RUN_SIDE = {"kubernetes:core/v1:Namespace", "kubernetes:ray.io/v1:RayJob", "kube
 
 def test_the_committed_split_stacks_are_the_team_cluster_and_its_two_runs():
     assert SPLIT_STACKS == [CLUSTER, *RUNS]
-    backends = {stack: build(load_stack_config(stack, REPO), stack=stack).workload.backend for stack in RUNS}
+    backends = {stack: build_stack(stack).workload.backend for stack in RUNS}
     assert backends == {"team-8b": "rayjob", "team-qwen": "jobset"}
 
 
@@ -84,20 +84,56 @@ def test_destroying_a_run_deletes_its_objects_and_nothing_of_the_cluster(stack):
     assert all(physical(run)[key].inputs.get("disableOnDestroy") is False for key in shared)
 
 
-def test_a_run_stops_before_its_cluster_side_resources_when_its_config_contradicts_the_cluster():
-    raw = {**load_stack_config("team-8b", REPO), "clusterName": "another-cluster"}
+def test_a_run_stack_reads_project_zone_and_cluster_name_from_its_cluster_stack():
+    """The committed runs do not repeat them: config build takes them from the cluster stack's outputs (under
+    mocks its own program's), so the run's pools and names land on the cluster the reference names."""
+    cluster = committed_stack_run(CLUSTER).outputs
+    for stack in RUNS:
+        raw = load_stack_config(stack, REPO)
+        assert not {"project", "zone", "clusterName"} & set(raw)
+        config = build_stack(stack)
+        assert (config.gcp.project, config.gcp.zone, config.cluster.name) == (
+            cluster["project"], cluster["location"], cluster["clusterName"])
+        assert config.gcp.region == "us-east5"
+    # An older run stack that repeats them, equal to the cluster's, is accepted as before.
+    repeated = build_stack("team-8b", project=cluster["project"], zone=cluster["location"],
+                           clusterName=cluster["clusterName"])
+    assert repeated.cluster.name == cluster["clusterName"]
+
+
+@pytest.mark.parametrize("key, value", [("clusterName", "another-cluster"), ("zone", "us-central1-a"),
+                                        ("project", "another-project")])
+def test_a_run_repeating_a_value_its_cluster_contradicts_is_refused_at_config_build(key, value):
+    """One line naming the key, the value and the cluster's; config build refuses, so nothing registers."""
+    with pytest.raises(ConfigError) as error:
+        build_stack("team-8b", **{key: value})
+    theirs = committed_stack_run(CLUSTER).outputs["location" if key == "zone" else key]
+    assert error.value.problems == [f"tpu-multislice:{key}={value!r} is not valid; {theirs!r}, what cluster "
+                                    f"stack {REFERENCE} exports (or unset it)"]
+    assert error.value.problems[0].key == key
+    assert all(len(line) <= 100 for line in str(error.value).splitlines())
     monitor = harness.RecordingMonitor(harness.GcpMocks())
-    with pytest.raises(Exception, match="clusterName='another-cluster' is not valid; allowed: 'tpu-multislice-team'"):
-        run_program(raw, stack="team-8b", monitor=monitor)
-    # No slice pool, Kubernetes provider or object was registered: all of them wait on the checked name.
-    assert not [r.name for r in monitor.registrations if r.type == "gcp:container/nodePool:NodePool"
-                or r.type.startswith("kubernetes:") or r.type == "pulumi:providers:kubernetes"]
+    with pytest.raises(Exception, match=f"{key}={value!r} is not valid"):
+        run_program({**load_stack_config("team-8b", REPO), key: value}, stack="team-8b", monitor=monitor)
+    assert monitor.registrations == []
+
+
+def test_a_run_whose_cluster_stack_cannot_be_read_is_refused_in_one_line():
+    raw = {**load_stack_config("team-8b", REPO), "clusterStack": "organization/tpu-multislice/gone"}
+    with pytest.raises(ConfigError) as error:
+        build(raw, stack="team-8b", cluster_outputs=harness.played_outputs(REPO))
+    assert error.value.problems == [
+        "tpu-multislice:clusterStack='organization/tpu-multislice/gone' is not valid: its outputs could not "
+        "be read (unknown stack 'organization/tpu-multislice/gone'); allowed: a cluster stack that is up "
+        "(pulumi up --stack gone)"]
 
 
 def test_a_run_whose_cluster_stack_is_gone_fails_at_the_reference():
     raw = {**load_stack_config("team-8b", REPO), "clusterStack": "organization/tpu-multislice/gone"}
+    monitor = harness.RecordingMonitor(harness.GcpMocks())
     with pytest.raises(Exception, match="unknown stack"):
-        run_program(raw, stack="team-8b")
+        run_program(raw, stack="team-8b", monitor=monitor)
+    assert monitor.registrations == []          # refused at config build, before anything registers
     assert "organization/tpu-multislice/gone" not in harness.STACK_OUTPUTS
 
 
@@ -142,7 +178,7 @@ def test_two_runs_with_the_longest_names_share_no_name_on_one_cluster(backend):
     # Their goodput series (MaxText's job name is the run name) and dashboards are apart too.
     assert [run.outputs["run"].split(":", 1)[0] for run in runs] == [f"name {first}", f"name {second}"]
     with pytest.raises(ConfigError, match="1-40 lowercase"):
-        build(raw, stack=stem + "ab")
+        build(raw, stack=stem + "ab", cluster_outputs=harness.played_outputs(REPO))
 
 
 @pytest.mark.parametrize("raw, stack, refused", [
@@ -155,7 +191,7 @@ def test_two_runs_with_the_longest_names_share_no_name_on_one_cluster(backend):
 ])
 def test_a_run_stack_refuses_what_the_cluster_decides(raw, stack, refused):
     with pytest.raises(ConfigError, match=refused.replace("(", r"\(").replace(")", r"\)")) as error:
-        build({**load_stack_config("team-8b", REPO), **raw}, stack=stack)
+        build_stack(stack, **raw)
     assert all(len(line) <= 100 for line in str(error.value).splitlines())
 
 
@@ -214,6 +250,6 @@ def test_the_offline_plan_of_a_run_validates_against_its_cluster_stacks_objects(
 
     run = committed_stack_run(stack)
     assert set(run.referenced) == {REFERENCE}
-    plan = build_plan(run, build(load_stack_config(stack, REPO), stack=stack), stack, default_schemas_dir())
+    plan = build_plan(run, build_stack(stack), stack, default_schemas_dir())
     assert [str(e) for e in plan.validation.errors] == []
     assert plan.cost.gke_fee_usd_per_hour == 0.0 and any(n.startswith("queue: joins LocalQueue") for n in plan.cost.notes)
