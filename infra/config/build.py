@@ -36,7 +36,7 @@ def build(raw: Mapping[str, Any], compile_step: CompileStep | None = None, stack
         raise ConfigError(read_problems)    # the cluster stack could not be read: every other check would guess
     raw = stack_role.with_run_names(raw, stack)
     config = _build(raw, stack=stack, prior=read_problems, listed=listed)
-    if compile_step is None:
+    if compile_step is None or not config.stack.has_run:    # a shared cluster runs nothing: nothing to compile
         return config
     from infra.config.compile_check import compile_undecided
 
@@ -110,7 +110,9 @@ def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None, prio
         backend=_backend_settings(v, raw, shape.chips),
         # A shared cluster runs nothing, so builds no image; its runs build theirs.
         worker_image=_worker_image_settings(v, role.run or v["clusterName"], region) if role.has_run else None,
-        shape_changes=(*changes, *filter(None, [shape_changes.size_default(v, raw, workload_plan)])),
+        # A shared cluster has no run whose shape could change.
+        shape_changes=(*changes, *filter(None, [shape_changes.size_default(v, raw, workload_plan)]))
+        if role.has_run else (),
         stack=stack_role.with_listing(role, listed),
     )
 

@@ -102,18 +102,21 @@ def without_unread_requirements(raw: Mapping[str, Any], problems: list[str]) -> 
                            "clusterStack", reference, "set them to the cluster's")]
 
 
-def run_reference(cluster_stack: str, run: str) -> str:
-    """A run stack's fully qualified name, in its cluster stack's organization and project (what runStacks
-    lists)."""
-    org, project, _ = cluster_stack.split("/")
-    return f"{org}/{project}/{run}"
-
-
 def with_listing(role: StackRole, listed: tuple[str, ...] | None) -> StackRole:
-    """A run's role with whether its cluster stack's runStacks lists it (None: not read)."""
-    if role.role is not Role.RUN or listed is None or role.cluster_stack is None or role.run is None:
-        return role
-    return replace(role, listed_on_cluster=run_reference(role.cluster_stack, role.run) in listed)
+    """A run's role with its cluster stack's runStacks as read (None: not read)."""
+    return replace(role, cluster_run_stacks=listed) if role.role is Role.RUN else role
+
+
+def unlisted_run(role: StackRole) -> str | None:
+    """What a run stack says when its cluster stack's runStacks does not list it: `pulumi destroy` of the
+    cluster is then not refused while this run is up (the cluster's protection comes from that list)."""
+    if role.listed_on_cluster is not False:
+        return None
+    cluster = role.cluster_stack.rsplit("/", 1)[1]
+    index = len(role.cluster_run_stacks or ())
+    return (f"runStacks: cluster stack {role.cluster_stack} does not list this run, so its destroy is not "
+            f"refused while this run is up; list it there:\n  pulumi config set --path 'runStacks[{index}]' "
+            f"{role.reference} --stack {cluster} && pulumi up --stack {cluster}")
 
 
 def _declared_role(raw: Mapping[str, Any]) -> str:

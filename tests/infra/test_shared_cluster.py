@@ -219,12 +219,92 @@ def test_a_cluster_stack_without_a_quota_is_refused():
 
 
 def test_a_cluster_stack_with_runs_listed_is_protected_from_destroy():
-    raw = {**load_stack_config(CLUSTER, REPO), "runStacks": ["organization/tpu-multislice/team-8b"]}
-    run = run_program(raw, stack="team-protected")
-    protected = {r.type for r in run.resources if r.protect}
+    listed = load_stack_config(CLUSTER, REPO)["runStacks"]
+    assert listed == [f"organization/tpu-multislice/{run}" for run in RUNS]
+    protected = {r.type for r in committed_stack_run(CLUSTER).resources if r.protect}
     assert {"gcp:container/cluster:Cluster", "gcp:compute/network:Network",
             "gcp:serviceaccount/account:Account"} <= protected
-    assert not any(r.protect for r in committed_stack_run(CLUSTER).resources)
+    emptied = run_program({**load_stack_config(CLUSTER, REPO), "runStacks": []}, stack="team-emptied")
+    assert not any(r.protect for r in emptied.resources)
+
+
+def _outputs_without_listing(reference: str) -> dict:
+    """The committed cluster's outputs, with runStacks emptied (a cluster whose owner did not list its runs)."""
+    return {**harness.played_outputs(REPO)(reference), "runStacks": []}
+
+
+def test_a_run_its_cluster_does_not_list_says_so_at_up_and_in_its_plan(monkeypatch, caplog):
+    """runStacks stays on the cluster stack (`pulumi destroy` runs no program, so the cluster's protection must
+    be in its state before), so a run it forgot is said where the run's owner looks: config build reads the list
+    with the cluster's outputs, `pulumi up` warns, and the plan has it as a cost note."""
+    from preview.model import build_plan
+
+    assert build_stack("team-8b").stack.listed_on_cluster is True
+    assert not [n for n in build_plan(committed_stack_run("team-8b"), build_stack("team-8b"), "team-8b", None,
+                                      REPO).cost.notes if n.startswith("runStacks")]
+    raw = load_stack_config("team-8b", REPO)
+    config = build(raw, stack="team-8b", cluster_outputs=_outputs_without_listing)
+    assert config.stack.listed_on_cluster is False
+    outputs, secret = harness.STACK_OUTPUTS[REFERENCE]
+    monkeypatch.setitem(harness.STACK_OUTPUTS, REFERENCE, ({**outputs, "runStacks": []}, secret))
+    with caplog.at_level("WARNING"):
+        run = run_program(raw, stack="team-8b")
+    said = [r.getMessage() for r in caplog.records if "does not list this run" in r.getMessage()]
+    joined = " ".join(said[0].replace("\\\n", " ").split()) if len(said) == 1 else said   # commands join back
+    assert "pulumi config set --path 'runStacks[0]' organization/tpu-multislice/team-8b --stack team && " \
+        "pulumi up --stack team" in joined, said
+    notes = build_plan(run, config, "team-8b", None, REPO).cost.notes
+    assert [n for n in notes if n.startswith("runStacks: cluster stack")]
+
+
+def test_the_cluster_plan_names_runs_missing_from_runStacks_and_listed_ones_no_stack_references():
+    from preview.model import build_plan
+
+    cluster = committed_stack_run(CLUSTER)
+    assert not [n for n in build_plan(cluster, build_stack(CLUSTER), CLUSTER, None, REPO).cost.notes
+                if n.startswith("runStacks")]
+    gone = "organization/tpu-multislice/team-gone"
+    config = build_stack(CLUSTER, runStacks=[f"organization/tpu-multislice/{RUNS[0]}", gone])
+    notes = [n for n in build_plan(cluster, config, CLUSTER, None, REPO).cost.notes if n.startswith("runStacks")]
+    assert len(notes) == 2, notes
+    assert notes[0].startswith(f"runStacks: organization/tpu-multislice/{RUNS[1]} reference(s) this cluster")
+    assert f"runStacks[2]' organization/tpu-multislice/{RUNS[1]}" in notes[0]
+    assert notes[1].startswith(f"runStacks: {gone} listed, but no stack file here references")
+
+
+def test_the_cluster_stacks_plan_shows_only_what_it_owns_and_a_runs_plan_only_its_run():
+    """A shared cluster trains nothing: no recipe, preemption, planner, start-up, compile or run assumptions, no
+    default run shape, and its cost is what it bills up (system pool and GKE fee); a run's plan shows its run,
+    and none of the cluster's own assumptions or bills."""
+    import io
+
+    from preview.cli import render_cost, render_text
+    from preview.model import build_plan
+    from preview.verdict import not_checked
+
+    config = build_stack(CLUSTER)
+    assert config.shape_changes == ()
+    plan = build_plan(committed_stack_run(CLUSTER), config, CLUSTER, None, REPO)
+    assert (plan.recipe, plan.preemption, plan.planner, plan.planner_fields, plan.startup) == ([], {}, [], {}, [])
+    assert [line.split(":")[0] for line in plan.assumptions] == [
+        "GKE version", "APIs", "control plane", "goodput log reader", "upgrades"]
+    assert not [line for line, _ in not_checked(plan, CLUSTER, False, False) if "XLA" in line]
+    text = io.StringIO()
+    render_text(plan, None, text)
+    shown = text.getvalue()
+    for run_only in ("Recipe:", "Preemption", "Start-up", "Planner", "slices released", "cost while training"):
+        assert run_only not in shown, run_only
+    assert "cost while up, with or without runs: 0.64 USD/h (system pool 0.54 USD/h, GKE fee 0.10 USD/h)" in shown
+
+    for stack in RUNS:
+        run_plan = build_plan(committed_stack_run(stack), build_stack(stack), stack, None, REPO)
+        heads = {line.split(":")[0] for line in run_plan.assumptions}
+        assert not heads & {"GKE version", "goodput log reader", "upgrades"} and "TPU quota" in heads
+        assert run_plan.recipe and run_plan.preemption and run_plan.startup
+        cost = io.StringIO()
+        render_cost(run_plan.cost, cost, run_plan.role)
+        assert "system pool" not in cost.getvalue().splitlines()[0]
+        assert "bill in its cluster stack" in cost.getvalue()
 
 
 def test_run_stacks_queue_in_the_clusters_queue():
