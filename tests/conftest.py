@@ -30,6 +30,9 @@ ALL_STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pul
 # (stackRole=cluster, clusterStack) have their own (tests/infra/test_shared_cluster.py).
 COMMITTED_STACKS = [stack for stack in ALL_STACKS if is_single_stack(stack, REPO)]
 SPLIT_STACKS = [stack for stack in ALL_STACKS if stack not in COMMITTED_STACKS]
+# Every stack that launches a run: the single stacks and the run stacks on a shared cluster (not the cluster).
+STACKS_WITH_A_RUN = [stack for stack in ALL_STACKS
+                     if load_stack_config(stack, REPO).get("stackRole", "cluster-and-run") != "cluster"]
 
 
 @functools.lru_cache(maxsize=None)
