@@ -333,3 +333,13 @@ def test_the_offline_plan_of_a_run_validates_against_its_cluster_stacks_objects(
     plan = build_plan(run, build_stack(stack), stack, default_schemas_dir())
     assert [str(e) for e in plan.validation.errors] == []
     assert plan.cost.gke_fee_usd_per_hour == 0.0 and any(n.startswith("queue: joins LocalQueue") for n in plan.cost.notes)
+
+
+def test_a_run_stack_built_without_its_clusters_outputs_says_why_once():
+    """A tool that builds a run stack's config without reading its cluster stack: one line naming clusterStack,
+    not 'project is required' and the like for keys the run was never asked to set."""
+    with pytest.raises(ConfigError) as error:
+        build(load_stack_config("team-8b", REPO), stack="team-8b")
+    assert error.value.problems == [
+        f"tpu-multislice:clusterStack={REFERENCE!r}: project, zone, clusterName come from the cluster stack's "
+        "outputs, which this build did not read; allowed: set them to the cluster's"]
