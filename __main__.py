@@ -3,6 +3,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from infra.cluster import GkeCluster
+from infra.cluster_ref import read_outputs
 from infra.config import ConfigError, build, raw_from_pulumi
 from infra.config.model import Role
 from infra.identity import NodeServiceAccount, WorkloadIdentity
@@ -21,7 +22,9 @@ from workloads.bundle import load_bundle
 
 try:
     # XLA decides before anything registers: the steps compileCheck names that it has not judged are compiled here.
-    config = build(raw_from_pulumi(), compile_step=compile_check.for_program, stack=pulumi.get_stack())
+    # A run stack takes its project, zone and cluster name from its cluster stack's outputs, read here.
+    config = build(raw_from_pulumi(), compile_step=compile_check.for_program, stack=pulumi.get_stack(),
+                   cluster_outputs=read_outputs)
 except ConfigError as error:
     # RunError ends the program with the message only: no traceback, and nothing has been registered.
     raise pulumi.RunError(str(error)) from None

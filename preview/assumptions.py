@@ -36,22 +36,32 @@ def _preemption(config: StackConfig) -> list[str]:
     return lines
 
 
-def _first_run(config: StackConfig) -> list[str]:
-    """What a real `pulumi up` reads or needs from the project that mocks stand in for (infra/preflight.py)."""
+def _project(config: StackConfig) -> list[str]:
+    """What any stack's `pulumi up` reads or needs from the project that mocks stand in for (infra/preflight.py)."""
     project = config.gcp.project
-    lines = [f"APIs: cloudresourcemanager.googleapis.com and container.googleapis.com are assumed on in {project} "
-             "(the look-ups run before the stack can enable APIs); otherwise `pulumi up` stops in one line naming "
-             f"`gcloud services enable cloudresourcemanager.googleapis.com container.googleapis.com --project "
-             f"{project}`",
-             "control plane: reached through GKE's DNS endpoint with a Google token; whoever runs `pulumi up` or "
-             "kubectl needs container.clusters.connect (check: `gcloud container clusters get-credentials ... "
-             "--dns-endpoint && kubectl get ns`)",
-             "goodput log reader: a custom role holding only logging.logEntries.list is assumed enough to read the "
-             "goodput entries back from the _Default bucket (creating it needs roles/iam.roleAdmin); check the "
-             "dashboard's goodput chart after a run",
-             "upgrades: GKE is assumed to accept the NO_MINOR_OR_NODE_UPGRADES exclusion's fixed start in the past "
-             "(terraform-provider-google's acceptance test uses a 2019 start); check `gcloud container clusters "
-             "describe CLUSTER --format='value(maintenancePolicy)'`"]
+    return [f"APIs: cloudresourcemanager.googleapis.com and container.googleapis.com are assumed on in {project} "
+            "(the look-ups run before the stack can enable APIs); otherwise `pulumi up` stops in one line naming "
+            f"`gcloud services enable cloudresourcemanager.googleapis.com container.googleapis.com --project "
+            f"{project}`",
+            "control plane: reached through GKE's DNS endpoint with a Google token; whoever runs `pulumi up` or "
+            "kubectl needs container.clusters.connect (check: `gcloud container clusters get-credentials ... "
+            "--dns-endpoint && kubectl get ns`)"]
+
+
+def _cluster_owned(config: StackConfig) -> list[str]:
+    """What only a stack that creates the cluster assumes (a run on a shared cluster creates none of it)."""
+    return ["goodput log reader: a custom role holding only logging.logEntries.list is assumed enough to read the "
+            "goodput entries back from the _Default bucket (creating it needs roles/iam.roleAdmin); check the "
+            "dashboard's goodput chart after a run",
+            "upgrades: GKE is assumed to accept the NO_MINOR_OR_NODE_UPGRADES exclusion's fixed start in the past "
+            "(terraform-provider-google's acceptance test uses a 2019 start); check `gcloud container clusters "
+            "describe CLUSTER --format='value(maintenancePolicy)'`"]
+
+
+def _first_run(config: StackConfig) -> list[str]:
+    """What a run's `pulumi up` reads from the project that mocks stand in for: quota, buckets."""
+    project = config.gcp.project
+    lines = []
     need = quota_need(config.tpu.shape.generation.name, config.gcp.region, config.tpu.total_chips,
                       config.tpu.capacity.value)
     if need.quotas:
@@ -75,6 +85,15 @@ def _first_run(config: StackConfig) -> list[str]:
 
 
 def assumptions(config: StackConfig) -> list[str]:
+    """Each stack's own: a shared cluster's are the cluster's and the project's, a run's on a shared cluster the
+    project's and its run's, a single stack's all of them."""
+    owns_cluster = config.stack.owns_cluster
+    lines = (_gke_version(config) if owns_cluster else []) + _project(config)
+    lines += _cluster_owned(config) if owns_cluster else []
+    return lines + (_run(config) if config.stack.has_run else [])
+
+
+def _gke_version(config: StackConfig) -> list[str]:
     cluster = config.cluster
     lines = []
     if cluster.gke_version is None:
@@ -89,7 +108,11 @@ def assumptions(config: StackConfig) -> list[str]:
                      f"`pulumi up` checks it against the {cluster.release_channel} channel's newest version first "
                      "(the provider exposes no channel minimum: an older patch the channel no longer offers is "
                      "refused by GKE itself), and only warns once the cluster exists")
-    lines.extend(_first_run(config))
+    return lines
+
+
+def _run(config: StackConfig) -> list[str]:
+    lines = _first_run(config)
     backend = backend_for(config)
     for image in backend.images(config):
         lines.append(f"image {image}: its tag or digest cannot be checked offline; check it exists "

@@ -130,22 +130,36 @@ def _first_clause(text: str) -> tuple[str, str]:
     return text, ""
 
 
-def render_cost(cost: CostSummary, out: TextIO) -> None:
-    """What runs when and what it costs, in lines of at most 100 columns."""
+def render_cost(cost: CostSummary, out: TextIO, role: str = "cluster-and-run") -> None:
+    """What runs when and what it costs, in lines of at most 100 columns. role: the stack's (stackRole): a shared
+    cluster bills its idle cluster only (its runs bill their slices in their own stacks), a run on one its run
+    only (the cluster's system pool and fee bill in the cluster stack)."""
     def usd(value: float | None) -> str:
         return f"{value:,.2f} USD/h" if value is not None else "unknown"
 
-    # The data cache disks (a run that mounts data) on a line of their own, within the total.
-    cache = (f",\n    data cache {usd(cost.data_cache_usd_per_hour)}" if cost.data_cache_usd_per_hour != 0 else "")
-    out.write(f"  cost while training: {usd(cost.training_usd_per_hour)} (TPU {usd(cost.tpu_training_usd_per_hour)}"
-              f", system pool {usd(cost.system_usd_per_hour)}, GKE fee {usd(cost.gke_fee_usd_per_hour)}{cache})\n")
-    warm = f", {cost.warm_chips} warm chips" if cost.warm_chips else ""
-    out.write(f"  cost while idle: {usd(cost.idle_usd_per_hour)} (TPU {usd(cost.tpu_idle_usd_per_hour)}{warm}; "
-              "system pool, GKE fee)\n")
-    when, after = _first_clause(cost.released)
-    out.write(f"  slices released {when}\n")
-    if after:
-        out.write(f"    {after}\n")
+    if role == "cluster":
+        out.write(f"  cost while up, with or without runs: {usd(cost.idle_usd_per_hour)} (system pool "
+                  f"{usd(cost.system_usd_per_hour)}, GKE fee {usd(cost.gke_fee_usd_per_hour)});\n"
+                  "    each run's slices bill in its own stack\n")
+    else:
+        # The data cache disks (a run that mounts data) on a line of their own, within the total.
+        cache = (f",\n    data cache {usd(cost.data_cache_usd_per_hour)}" if cost.data_cache_usd_per_hour != 0
+                 else "")
+        shared = role == "run"
+        others = (f", system pool {usd(cost.system_usd_per_hour)}, GKE fee {usd(cost.gke_fee_usd_per_hour)}"
+                  if not shared else "")
+        out.write(f"  cost while training: {usd(cost.training_usd_per_hour)} (TPU "
+                  f"{usd(cost.tpu_training_usd_per_hour)}{others}{cache})\n")
+        warm = f", {cost.warm_chips} warm chips" if cost.warm_chips else ""
+        idle = "; system pool, GKE fee" if not shared else ""
+        out.write(f"  cost while idle: {usd(cost.idle_usd_per_hour)} (TPU {usd(cost.tpu_idle_usd_per_hour)}{warm}"
+                  f"{idle})\n")
+        if shared:
+            out.write("    the cluster's system pool and GKE fee bill in its cluster stack, once for every run\n")
+        when, after = _first_clause(cost.released)
+        out.write(f"  slices released {when}\n")
+        if after:
+            out.write(f"    {after}\n")
     for note in cost.notes:
         out.write("\n".join(fit_line(f"    note: {note}")) + "\n")
 
@@ -190,7 +204,7 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
         out.write("  TPU: none of its own (a shared cluster: each run stack creates and bills its slices)\n")
     else:
         _render_tpu(plan, out)
-    render_cost(plan.cost, out)
+    render_cost(plan.cost, out, plan.role)
     if plan.planner:
         out.write("\nPlanner (the run's plan is the plan export):\n")
         for note in plan.planner:
@@ -218,9 +232,10 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
     for note in report.notes + plan.notes:
         out.write(f"  note: {note}\n")
 
-    out.write("\nRecipe:\n")
-    for line in plan.recipe:
-        out.write(f"  {line}\n")
+    if plan.recipe:
+        out.write("\nRecipe:\n")
+        for line in plan.recipe:
+            out.write(f"  {line}\n")
 
     if plan.preemption:
         out.write("\nPreemption (Spot notice, save, grace periods):\n")
@@ -247,6 +262,16 @@ def render_text(plan: Plan, schemas_dir: Path | None, out: TextIO) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
+def _cluster_outputs(raw: dict[str, Any], root: Path):
+    """A run stack's config build reads its cluster stack's outputs, played under mocks (the Pulumi runtime is
+    loaded for it only then); other stacks read none."""
+    if "clusterStack" not in raw:
+        return None
+    from preview.harness import played_outputs
+
+    return played_outputs(root)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     raw: dict[str, Any] = {}
@@ -265,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         except OverrideError as error:
             refusals.append((error, ("--set", assignment)))
     try:
-        config = build(raw, stack=args.stack)
+        config = build(raw, stack=args.stack, cluster_outputs=_cluster_outputs(raw, args.root))
     except ConfigError as error:
         refusals.append((error, ("--stack", args.stack)))
     schemas_dir, crd_notice, refused = crd_schemas(args)
@@ -285,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the program failed under mocks: {type(error).__name__}: {error}", file=sys.stderr)
         return EXIT_PROGRAM
 
-    plan = build_plan(run, config, args.stack, schemas_dir)
+    plan = build_plan(run, config, args.stack, schemas_dir, args.root)
     messages: list[str] = []
     if args.out is not None:
         written = write_plan_files(plan, args.out)
@@ -454,6 +479,8 @@ def slices_to_compile(config: StackConfig, asked: bool) -> list[int]:
     """The slice counts whose step this preview compiles (core/compile_verdicts.py slices_to_compile: with
     --compile or compileCheck=always every distinct shape the run takes, with auto those near the limit)."""
     from core.compile_verdicts import slices_to_compile as counts
+    if not config.stack.has_run:        # a shared cluster runs nothing: its runs' stacks compile their steps
+        return []
     return counts(config.workload.plan, config.workload.compile_check, asked)
 
 

@@ -25,7 +25,7 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.config import set_all_config
 from pulumi.runtime.stack import run_in_stack
 
-from infra import data_lookups
+from infra import cluster_ref, data_lookups
 from workloads import compile_check
 from infra.config.schema import NAMESPACE
 
@@ -112,6 +112,11 @@ class GcpMocks(pulumi.runtime.Mocks):
                 return {"name": args.args["name"], "location": args.args.get("location")}
             return {}, [("name", f"projects/{args.args.get('project')}/locations/{args.args.get('location')}/"
                                  f"clusters/{args.args.get('name')} not found")]
+        if args.token == READ_STACK_OUTPUTS:              # config build of a run stack (infra/cluster_ref.py)
+            name = args.args.get("name")
+            if name not in STACK_OUTPUTS:
+                return {}, [("name", f"unknown stack {name!r}")]
+            return stack_reference_state(name)
         if args.token == READ_OBJECT_TOKEN and GCS_OBJECTS is None:
             return {}, [("bucket", OFFLINE_STORAGE)]
         if args.token == READ_OBJECT_TOKEN:
@@ -157,6 +162,7 @@ GCS_OBJECTS: dict[str, dict[str, str]] | None = None
 # from its Pulumi.<stack>.yaml beside the program, before it runs a run stack; tests may put other outputs here
 # (a cluster that is gone: no entry, which a real StackReference answers with an error).
 STACK_REFERENCE_TOKEN = "pulumi:pulumi:StackReference"
+READ_STACK_OUTPUTS = cluster_ref.READ_STACK_OUTPUTS
 STACK_OUTPUTS: dict[str, tuple[dict[str, Any], set[str]]] = {}
 # The cluster stacks' own program runs behind STACK_OUTPUTS, where the harness made them.
 CLUSTER_RUNS: dict[str, "ProgramRun"] = {}
@@ -191,6 +197,23 @@ def play_cluster_stack(raw_config: dict[str, Any], program: Path) -> None:
     run = run_program(cluster_raw, stack=cluster, program=program)
     STACK_OUTPUTS[reference] = (run.outputs, run.secret_outputs)
     CLUSTER_RUNS[reference] = run
+
+
+def played_outputs(root: Path = PROJECT_ROOT):
+    """What config build reads a run stack's cluster stack with offline (infra/config/stack_role.py
+    ClusterOutputs): the cluster stack's own program played under mocks from its Pulumi.<stack>.yaml in `root`
+    (once per name), or what a test put in STACK_OUTPUTS."""
+    def read(reference: str) -> dict[str, Any]:
+        play_cluster_stack({"clusterStack": reference}, root / "__main__.py")
+        if reference not in STACK_OUTPUTS:
+            raise LookupError(f"unknown stack {reference!r}")
+        return dict(STACK_OUTPUTS[reference][0])
+    return read
+
+
+def cluster_outputs_reader(raw: dict[str, Any], root: Path = PROJECT_ROOT):
+    """played_outputs for a run stack's config (one with clusterStack); None for other stacks, which read none."""
+    return played_outputs(root) if "clusterStack" in raw else None
 
 
 class _WithoutOfflineStorage(logging.Filter):

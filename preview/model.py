@@ -357,6 +357,8 @@ class Plan:
     planner: list[str] = field(default_factory=list)
     # A shared cluster (stackRole=cluster): no TPU and no run of its own; its runs' stacks have them.
     shared_cluster: bool = False
+    # The stack's role (stackRole: cluster-and-run, cluster, run): which sections are its own.
+    role: str = "cluster-and-run"
     planner_fields: dict[str, Any] = field(default_factory=dict)   # the same as numbers (planner_fields below)
     compile: dict[str, Any] | None = None   # `--compile`: preview/compile/ CompileResult.as_dict()
     # From a cold node to the first step, per host, from benchmarks/startup_bench.py's figures (preview/startup.py).
@@ -405,7 +407,39 @@ def _preemption(config: StackConfig) -> dict[str, Any]:
     return {"summary": budget.describe() + costs.describe(), **budget.as_dict(), "costs": costs.as_dict()}
 
 
-def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Path | None) -> Plan:
+def run_listing_notes(config: StackConfig, stack: str, root: Path | None) -> list[str]:
+    """runStacks against the stacks that reference the cluster: a run its cluster does not list (its plan says
+    so from the cluster's outputs), and on a cluster stack the run stacks in `root` it does not list and the
+    listed ones no stack file in `root` references it from. Offline, the stack files in `root` are the project's
+    stacks (`pulumi stack ls` lists them on a backend)."""
+    from infra.config import stack_role
+    from preview.stack_files import runs_referencing
+
+    if config.stack.role.value == "run":
+        unlisted = stack_role.unlisted_run(config.stack)
+        return [unlisted.replace("\n  ", " ")] if unlisted else []
+    if config.stack.has_run or root is None:
+        return []
+    here = runs_referencing(stack, root)
+    listed = list(config.stack.run_stacks)
+    notes = []
+    missing = [run for run in here if run not in listed]
+    if missing:
+        notes.append(f"runStacks: {', '.join(missing)} reference(s) this cluster (stack files here) but are not "
+                     "listed: `pulumi destroy` of this stack is not refused while they run; list them: "
+                     + "; ".join(f"pulumi config set --path 'runStacks[{len(listed) + i}]' {run}"
+                                 for i, run in enumerate(missing)))
+    extra = [run for run in listed if run not in here]
+    if extra:
+        notes.append(f"runStacks: {', '.join(extra)} listed, but no stack file here references this cluster from "
+                     "it (destroyed, or kept elsewhere); while listed the cluster stays protected: remove it once "
+                     "the run is destroyed")
+    return notes
+
+
+def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Path | None,
+               root: Path | None = None) -> Plan:
+    """root: the project directory whose stack files a cluster stack's runStacks is compared with."""
     names = {r.urn: r.name for r in run.resources}
     resources, manifests, notes = [], [], []
     for reg in run.resources:
@@ -432,19 +466,25 @@ def build_plan(run: ProgramRun, config: StackConfig, stack: str, schemas_dir: Pa
     validation = validate_objects(plain_objects, schemas_dir, kubernetes_version=cluster_version(run, config),
                                   tpu_pools=None if config.cluster.autopilot else pools, provided=provided)
     graph = DependencyGraph.from_registrations(run.resources)
+    has_run = config.stack.has_run
+    cost = cost_summary(pool_costs(run.resources), config)
+    cost.notes.extend(run_listing_notes(config, stack, root))
     exports = {key: SECRET if key in run.secret_outputs else k8s_manifests.integral_floats_to_ints(mask_secrets(value))
                for key, value in sorted(run.outputs.items())}
     return Plan(
         stack=stack, resources=resources, manifests=manifests,
         gcp_resources=[r for r in resources if r.custom and r.type.startswith("gcp:")],
-        exports=exports, tpu=tpu_summary(pools, config), cost=cost_summary(pool_costs(run.resources), config),
+        exports=exports, tpu=tpu_summary(pools, config), cost=cost,
         validation=validation,
         deploy=graph.deploy_path(), destroy=graph.destroy_path(), graph=graph,
         dashboard=dashboard_summary(run.resources, config), notes=notes, assumptions=assumptions(config),
-        recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology),
-        preemption=_preemption(config), planner=list(config.workload.plan.notes) if config.stack.has_run else [],
-        shared_cluster=not config.stack.has_run,
-        planner_fields=planner_fields(config.workload.plan), startup=budget_lines(config))
+        shared_cluster=not has_run, role=config.stack.role.value,
+        # A shared cluster runs nothing: the run's sections (recipe, preemption, planner, start-up) are its runs'.
+        recipe=recipe_summary(config.workload.plan, config.tpu.shape.generation.name, config.tpu.shape.topology)
+        if has_run else [],
+        preemption=_preemption(config) if has_run else {}, planner=list(config.workload.plan.notes) if has_run else [],
+        planner_fields=planner_fields(config.workload.plan) if has_run else {},
+        startup=budget_lines(config) if has_run else [])
 
 
 def planner_fields(chosen: CorePlan) -> dict[str, Any]:

@@ -29,3 +29,15 @@ def load_stack_config(stack: str, root: Path) -> dict[str, Any]:
     config = document.get("config") or {}
     prefix = f"{NAMESPACE}:"
     return {key[len(prefix):]: value for key, value in config.items() if key.startswith(prefix)}
+
+
+def runs_referencing(cluster: str, root: Path) -> list[str]:
+    """The run stacks in `root` whose clusterStack names the stack `cluster` of this project, each by the fully
+    qualified name the cluster's runStacks lists it under (its reference's organization and project)."""
+    found = []
+    for path in sorted(root.glob("Pulumi.*.yaml")):
+        stack = path.name[len("Pulumi."):-len(".yaml")]
+        reference = load_stack_config(stack, root).get("clusterStack")
+        if isinstance(reference, str) and reference.endswith(f"/{NAMESPACE}/{cluster}"):
+            found.append(f"{reference.rsplit('/', 1)[0]}/{stack}")
+    return found

@@ -70,7 +70,7 @@ def not_checked(plan: Plan, stack: str, crd_missing: bool, crd_opted_out: bool) 
     cel = sum(len(counts.get("not_evaluated") or {}) for counts in report.cel.values())
     if cel:
         lines.append((f"{cel} CEL rule(s) the offline check cannot evaluate (listed under Validation)", None))
-    if plan.compile is None:
+    if plan.compile is None and not plan.shared_cluster:     # a shared cluster trains nothing
         lines.append(("the training step against XLA's compiler (TPU HBM)",
                       f"python -m preview --stack {stack} --compile"))
     if plan.assumptions:

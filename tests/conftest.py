@@ -20,7 +20,7 @@ import pytest
 # stays on CPU instead of asking libtpu for a TPU first.
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from preview.harness import ProgramRun, run_program  # noqa: E402
+from preview.harness import ProgramRun, cluster_outputs_reader, run_program  # noqa: E402
 from preview.k8s.validation import default_schemas_dir
 from preview.stack_files import is_single_stack, load_stack_config
 
@@ -30,11 +30,23 @@ ALL_STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in REPO.glob("Pul
 # (stackRole=cluster, clusterStack) have their own (tests/infra/test_shared_cluster.py).
 COMMITTED_STACKS = [stack for stack in ALL_STACKS if is_single_stack(stack, REPO)]
 SPLIT_STACKS = [stack for stack in ALL_STACKS if stack not in COMMITTED_STACKS]
+# Every stack that launches a run: the single stacks and the run stacks on a shared cluster (not the cluster).
+STACKS_WITH_A_RUN = [stack for stack in ALL_STACKS
+                     if load_stack_config(stack, REPO).get("stackRole", "cluster-and-run") != "cluster"]
 
 
 @functools.lru_cache(maxsize=None)
 def committed_stack_run(stack: str) -> ProgramRun:
     return run_program(load_stack_config(stack, REPO), stack=stack)
+
+
+def build_stack(stack: str, **overrides) -> "StackConfig":
+    """A committed stack's config with `overrides`, built as the program builds it: a run stack reads its cluster
+    stack's outputs (played under mocks from its committed file, once)."""
+    from infra.config import build
+
+    raw = {**load_stack_config(stack, REPO), **overrides}
+    return build(raw, stack=stack, cluster_outputs=cluster_outputs_reader(raw, REPO))
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import pulumi_kubernetes as k8s
 from infra.bucket_access import look_up as look_up_read_access
 from infra.cluster import GkeCluster
 from infra.cluster_ref import ClusterRef
-from infra.config import ConfigError, StackConfig
+from infra.config import ConfigError, StackConfig, stack_role
 from infra.data_lookups import gcp_lookups
 from infra.data_lookups import look_up as look_up_run
 from infra.identity import (TELEMETRY_ROLES, NodeServiceAccount, WorkloadIdentity, admin_goodput_role_id,
@@ -171,6 +171,9 @@ def look_up_run_and_say(config: StackConfig, preflight: Preflight):
 def run_stack(config: StackConfig, preflight: Preflight) -> None:
     """A run on the cluster stack config.stack.cluster_stack names."""
     run_facts, read_access = look_up_run_and_say(config, preflight)
+    unlisted = stack_role.unlisted_run(config.stack)
+    if unlisted:
+        pulumi.log.warn(for_pulumi(unlisted))
     for command in shared_node_reads(config):
         pulumi.log.warn(for_pulumi(
             f"the pods read data as the cluster's node account; its owner grants it once:\n  {command}"))

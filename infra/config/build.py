@@ -19,7 +19,8 @@ from infra.config.parse import parse_values
 from infra.config.preemption import stack_shutdown_budget
 
 
-def build(raw: Mapping[str, Any], compile_step: CompileStep | None = None, stack: str | None = None) -> StackConfig:
+def build(raw: Mapping[str, Any], compile_step: CompileStep | None = None, stack: str | None = None,
+          cluster_outputs: stack_role.ClusterOutputs | None = None) -> StackConfig:
     """Validate raw config (key without namespace → value as Pulumi stores it) into a StackConfig.
 
     compile_step: how the calling program compiles a step with XLA (the Pulumi program's, workloads/compile_check.py).
@@ -27,19 +28,26 @@ def build(raw: Mapping[str, Any], compile_step: CompileStep | None = None, stack
     here, their verdicts kept (infra/config/compile_check.py); the config is then built again on those verdicts,
     so a step XLA refuses is refused like any other mistake, before anything registers. Without it no verdict
     is read (a verdict's key is the backend's argv, which only a compiler builds).
-    stack: the Pulumi stack's name; a run stack (clusterStack) names what it creates from it."""
+    stack: the Pulumi stack's name; a run stack (clusterStack) names what it creates from it.
+    cluster_outputs: reads a stack's outputs by name; a run stack takes its project, zone and cluster name from
+    its cluster stack's (stack_role.with_cluster_exports). Without it a run stack must set them itself."""
+    raw, read_problems, listed = stack_role.with_cluster_exports(raw, cluster_outputs, stack)
+    if read_problems and any(key not in raw for key, _ in stack_role.FROM_CLUSTER):
+        raise ConfigError(read_problems)    # the cluster stack could not be read: every other check would guess
     raw = stack_role.with_run_names(raw, stack)
-    config = _build(raw, stack=stack)
-    if compile_step is None:
+    config = _build(raw, stack=stack, prior=read_problems, listed=listed)
+    if compile_step is None or not config.stack.has_run:    # a shared cluster runs nothing: nothing to compile
         return config
     from infra.config.compile_check import compile_undecided
 
-    return _build(raw, compile_undecided(config, compile_step), stack)
+    return _build(raw, compile_undecided(config, compile_step), stack, read_problems, listed)
 
 
-def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None) -> StackConfig:
-    """build() without compiling; `compiled`: what this build's compiles gave (compile_check.CompileOutcome)."""
-    problems: list[str] = []
+def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None, prior: list[str] = (),
+           listed: tuple[str, ...] | None = None) -> StackConfig:
+    """build() without compiling; `compiled`: what this build's compiles gave (compile_check.CompileOutcome);
+    `prior`: problems found reading the cluster stack's outputs; `listed`: the cluster's runStacks as read."""
+    problems: list[str] = list(prior)
     v = parse_values(raw, problems)
     rules.check_applies(v, raw, problems)
     role = stack_role.check_role(v, raw, stack, problems)
@@ -66,6 +74,7 @@ def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None) -> S
     stack_role.check_run_plan(role, v, workload_plan, problems)
     tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
     data_rules.check_data(v, raw, workload_plan, maxtext_settings, problems)
+    problems = stack_role.without_unread_requirements(raw, problems)
     if problems:
         raise ConfigError(problems)
     assert shape is not None and region is not None and workload_plan is not None and tpu_pod is not None
@@ -101,8 +110,10 @@ def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None) -> S
         backend=_backend_settings(v, raw, shape.chips),
         # A shared cluster runs nothing, so builds no image; its runs build theirs.
         worker_image=_worker_image_settings(v, role.run or v["clusterName"], region) if role.has_run else None,
-        shape_changes=(*changes, *filter(None, [shape_changes.size_default(v, raw, workload_plan)])),
-        stack=role,
+        # A shared cluster has no run whose shape could change.
+        shape_changes=(*changes, *filter(None, [shape_changes.size_default(v, raw, workload_plan)]))
+        if role.has_run else (),
+        stack=stack_role.with_listing(role, listed),
     )
 
 

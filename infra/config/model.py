@@ -280,6 +280,8 @@ class StackRole:
     run: str | None = None                # run: its stack name, the stem every name of the run is made from
     tpu_quota: int | None = None          # cluster: the shared ClusterQueue's google.com/tpu quota
     run_stacks: tuple[str, ...] = ()      # cluster: runs on it (the cluster is protected while any are listed)
+    # run: its cluster stack's runStacks as config build read them (None: the cluster's outputs were not read)
+    cluster_run_stacks: tuple[str, ...] | None = None
 
     @property
     def owns_cluster(self) -> bool:
@@ -288,6 +290,21 @@ class StackRole:
     @property
     def has_run(self) -> bool:
         return self.role is not Role.CLUSTER
+
+    @property
+    def reference(self) -> str | None:
+        """A run stack's fully qualified name, in its cluster stack's organization and project (what the
+        cluster's runStacks lists)."""
+        if self.cluster_stack is None or self.run is None:
+            return None
+        return f"{self.cluster_stack.rsplit('/', 1)[0]}/{self.run}"
+
+    @property
+    def listed_on_cluster(self) -> bool | None:
+        """Whether the cluster stack's runStacks lists this run (None: not read, or not a run)."""
+        if self.cluster_run_stacks is None or self.reference is None:
+            return None
+        return self.reference in self.cluster_run_stacks
 
     @property
     def pool_labels(self) -> dict[str, str]:

@@ -396,7 +396,8 @@ KEYS: tuple[Key, ...] = (
         ("cluster-and-run", "cluster", "run")),
     Key("clusterStack", "string", "stackRole=run: the cluster stack this run lands on, as Pulumi's fully "
         "qualified stack name ORG/PROJECT/STACK (organization/tpu-multislice/team on a self-managed backend); "
-        "read with a StackReference. Setting it makes the stack a run stack.", DERIVED,
+        "read with a StackReference. Setting it makes the stack a run stack, whose project, zone and clusterName "
+        "are read from the cluster stack's outputs (set, they must equal them).", DERIVED,
         check=check.matches(STACK_REFERENCE, "ORG/PROJECT/STACK, each letters, digits, '-', '_' or '.'")),
     Key("clusterTpuQuota", "integer", "stackRole=cluster: TPU chips (google.com/tpu) the shared Kueue "
         "ClusterQueue admits at once across all runs; a run that would go over it waits whole in the queue. Set "
@@ -405,7 +406,8 @@ KEYS: tuple[Key, ...] = (
         applies_to=(AppliesTo("stackRole", ("cluster",), "only a cluster stack owns the shared queue"),)),
     Key("runStacks", "array", "stackRole=cluster: the run stacks on this cluster (ORG/PROJECT/STACK). While it "
         "is not empty the cluster, its network and its node account are protected: `pulumi destroy` of the "
-        "cluster stack refuses until they are destroyed and the list is emptied.", (),
+        "cluster stack refuses until they are destroyed and the list is emptied. A run it does not list, or an "
+        "entry no run stack matches, is said in the plans and at a run's `pulumi up`.", (),
         applies_to=(AppliesTo("stackRole", ("cluster",), "only a cluster stack has runs on it"),)),
 )
 

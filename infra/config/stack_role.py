@@ -14,7 +14,8 @@ stack name so that two runs on one cluster never share one; a cluster stack may 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import replace
+from typing import Any, Callable, Mapping
 
 from infra import naming
 from infra.config.model import Problem, Role, StackRole
@@ -40,6 +41,82 @@ DCN_KEYS = ("dcn", "dcnMtu", "dcnSubnets", "dranet")
 # RayJob integration, the JobSet through its JobSet integration). Pathways is not wired to the shared queue yet.
 RUN_BACKENDS = ("rayjob", "jobset")
 SINGLE = StackRole()
+# What a run stack reads of its cluster stack at config build, before anything registers: each key a run stack
+# no longer repeats, with the cluster stack's output it comes from (workloads/stack_programs.py cluster_stack
+# exports them). The Pulumi program reads them through the engine's own stack-outputs invoke
+# (infra/cluster_ref.py read_outputs); the offline plan from the cluster stack's program played under mocks.
+FROM_CLUSTER = (("project", "project"), ("zone", "location"), ("clusterName", "clusterName"))
+RUN_STACKS_EXPORT = "runStacks"
+# Reads a stack's outputs by its fully qualified name; raises LookupError(why) when it cannot.
+ClusterOutputs = Callable[[str], Mapping[str, Any]]
+
+
+def with_cluster_exports(raw: Mapping[str, Any], read: ClusterOutputs | None, stack: str | None
+                         ) -> tuple[dict[str, Any], list[str], tuple[str, ...] | None]:
+    """A run stack's config with project, zone and clusterName taken from its cluster stack's outputs: a value
+    the run repeats is kept if it equals the cluster's (older run stacks set all three) and refused in one line
+    naming the key if it differs. Returns (config, problems, the cluster's runStacks as read, None if unread).
+    Other stacks' config, a run stack read with no reader (a tool that builds without one), and a reference
+    check_role refuses (another project's stack, the run itself) pass as they are."""
+    raw = dict(raw)
+    reference = raw.get("clusterStack")
+    if (_declared_role(raw) != Role.RUN.value or read is None or not isinstance(reference, str)
+            or reference.count("/") != 2 or reference.split("/")[1] != NAMESPACE
+            or reference.split("/")[2] == stack):
+        return raw, [], None
+    try:
+        outputs = read(reference)
+    except LookupError as error:
+        cluster = reference.rsplit("/", 1)[1]
+        return raw, [Problem(f"{NAMESPACE}:clusterStack={reference!r} is not valid: its outputs could not be read "
+                             f"({error}); allowed: a cluster stack that is up (pulumi up --stack {cluster})",
+                             "clusterStack", reference, "a cluster stack that is up")], None
+    problems: list[str] = []
+    for key, export in FROM_CLUSTER:
+        theirs = outputs.get(export)
+        if theirs is None:
+            _refuse("clusterStack", reference, f"a stack with stackRole=cluster (it exports no {export})",
+                    problems)
+        elif key in raw and str(raw[key]) != str(theirs):
+            _refuse(key, raw[key], f"{theirs!r}, what cluster stack {reference} exports (or unset it)", problems)
+            raw[key] = theirs       # the rest is checked on the cluster's value: one line for this mistake
+        else:
+            raw[key] = theirs
+    listed = outputs.get(RUN_STACKS_EXPORT)
+    return raw, problems, tuple(listed) if isinstance(listed, (list, tuple)) else None
+
+
+def without_unread_requirements(raw: Mapping[str, Any], problems: list[str]) -> list[str]:
+    """A run stack whose cluster stack's outputs were not read (its reference is refused, or the tool building it
+    reads none) is missing project, zone and clusterName for that one reason: said once, naming clusterStack,
+    not as three keys the user was never asked to set."""
+    reference = raw.get("clusterStack")
+    missing = [key for key, _ in FROM_CLUSTER if key not in raw]
+    if _declared_role(raw) != Role.RUN.value or not isinstance(reference, str) or not missing:
+        return problems
+    kept = [p for p in problems if not (getattr(p, "key", None) in missing and " is required" in p)]
+    if any(getattr(p, "key", None) == "clusterStack" for p in kept):
+        return kept
+    return kept + [Problem(f"{NAMESPACE}:clusterStack={reference!r}: {', '.join(missing)} come from the cluster "
+                           "stack's outputs, which this build did not read; allowed: set them to the cluster's",
+                           "clusterStack", reference, "set them to the cluster's")]
+
+
+def with_listing(role: StackRole, listed: tuple[str, ...] | None) -> StackRole:
+    """A run's role with its cluster stack's runStacks as read (None: not read)."""
+    return replace(role, cluster_run_stacks=listed) if role.role is Role.RUN else role
+
+
+def unlisted_run(role: StackRole) -> str | None:
+    """What a run stack says when its cluster stack's runStacks does not list it: `pulumi destroy` of the
+    cluster is then not refused while this run is up (the cluster's protection comes from that list)."""
+    if role.listed_on_cluster is not False:
+        return None
+    cluster = role.cluster_stack.rsplit("/", 1)[1]
+    index = len(role.cluster_run_stacks or ())
+    return (f"runStacks: cluster stack {role.cluster_stack} does not list this run, so its destroy is not "
+            f"refused while this run is up; list it there:\n  pulumi config set --path 'runStacks[{index}]' "
+            f"{role.reference} --stack {cluster} && pulumi up --stack {cluster}")
 
 
 def _declared_role(raw: Mapping[str, Any]) -> str:

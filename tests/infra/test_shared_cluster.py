@@ -13,7 +13,7 @@ from infra.config import ConfigError, build
 from preview import harness
 from preview.harness import MissingStack, ProgramRun, run_program
 from preview.stack_files import load_stack_config
-from tests.conftest import REPO, SPLIT_STACKS, committed_stack_run
+from tests.conftest import REPO, SPLIT_STACKS, build_stack, committed_stack_run
 
 CLUSTER, RUNS = "team", ("team-8b", "team-qwen")
 REFERENCE = "organization/tpu-multislice/team"
@@ -34,7 +34,7 @@ RUN_SIDE = {"kubernetes:core/v1:Namespace", "kubernetes:ray.io/v1:RayJob", "kube
 
 def test_the_committed_split_stacks_are_the_team_cluster_and_its_two_runs():
     assert SPLIT_STACKS == [CLUSTER, *RUNS]
-    backends = {stack: build(load_stack_config(stack, REPO), stack=stack).workload.backend for stack in RUNS}
+    backends = {stack: build_stack(stack).workload.backend for stack in RUNS}
     assert backends == {"team-8b": "rayjob", "team-qwen": "jobset"}
 
 
@@ -84,20 +84,56 @@ def test_destroying_a_run_deletes_its_objects_and_nothing_of_the_cluster(stack):
     assert all(physical(run)[key].inputs.get("disableOnDestroy") is False for key in shared)
 
 
-def test_a_run_stops_before_its_cluster_side_resources_when_its_config_contradicts_the_cluster():
-    raw = {**load_stack_config("team-8b", REPO), "clusterName": "another-cluster"}
+def test_a_run_stack_reads_project_zone_and_cluster_name_from_its_cluster_stack():
+    """The committed runs do not repeat them: config build takes them from the cluster stack's outputs (under
+    mocks its own program's), so the run's pools and names land on the cluster the reference names."""
+    cluster = committed_stack_run(CLUSTER).outputs
+    for stack in RUNS:
+        raw = load_stack_config(stack, REPO)
+        assert not {"project", "zone", "clusterName"} & set(raw)
+        config = build_stack(stack)
+        assert (config.gcp.project, config.gcp.zone, config.cluster.name) == (
+            cluster["project"], cluster["location"], cluster["clusterName"])
+        assert config.gcp.region == "us-east5"
+    # An older run stack that repeats them, equal to the cluster's, is accepted as before.
+    repeated = build_stack("team-8b", project=cluster["project"], zone=cluster["location"],
+                           clusterName=cluster["clusterName"])
+    assert repeated.cluster.name == cluster["clusterName"]
+
+
+@pytest.mark.parametrize("key, value", [("clusterName", "another-cluster"), ("zone", "us-central1-a"),
+                                        ("project", "another-project")])
+def test_a_run_repeating_a_value_its_cluster_contradicts_is_refused_at_config_build(key, value):
+    """One line naming the key, the value and the cluster's; config build refuses, so nothing registers."""
+    with pytest.raises(ConfigError) as error:
+        build_stack("team-8b", **{key: value})
+    theirs = committed_stack_run(CLUSTER).outputs["location" if key == "zone" else key]
+    assert error.value.problems == [f"tpu-multislice:{key}={value!r} is not valid; {theirs!r}, what cluster "
+                                    f"stack {REFERENCE} exports (or unset it)"]
+    assert error.value.problems[0].key == key
+    assert all(len(line) <= 100 for line in str(error.value).splitlines())
     monitor = harness.RecordingMonitor(harness.GcpMocks())
-    with pytest.raises(Exception, match="clusterName='another-cluster' is not valid; allowed: 'tpu-multislice-team'"):
-        run_program(raw, stack="team-8b", monitor=monitor)
-    # No slice pool, Kubernetes provider or object was registered: all of them wait on the checked name.
-    assert not [r.name for r in monitor.registrations if r.type == "gcp:container/nodePool:NodePool"
-                or r.type.startswith("kubernetes:") or r.type == "pulumi:providers:kubernetes"]
+    with pytest.raises(Exception, match=f"{key}={value!r} is not valid"):
+        run_program({**load_stack_config("team-8b", REPO), key: value}, stack="team-8b", monitor=monitor)
+    assert monitor.registrations == []
+
+
+def test_a_run_whose_cluster_stack_cannot_be_read_is_refused_in_one_line():
+    raw = {**load_stack_config("team-8b", REPO), "clusterStack": "organization/tpu-multislice/gone"}
+    with pytest.raises(ConfigError) as error:
+        build(raw, stack="team-8b", cluster_outputs=harness.played_outputs(REPO))
+    assert error.value.problems == [
+        "tpu-multislice:clusterStack='organization/tpu-multislice/gone' is not valid: its outputs could not "
+        "be read (unknown stack 'organization/tpu-multislice/gone'); allowed: a cluster stack that is up "
+        "(pulumi up --stack gone)"]
 
 
 def test_a_run_whose_cluster_stack_is_gone_fails_at_the_reference():
     raw = {**load_stack_config("team-8b", REPO), "clusterStack": "organization/tpu-multislice/gone"}
+    monitor = harness.RecordingMonitor(harness.GcpMocks())
     with pytest.raises(Exception, match="unknown stack"):
-        run_program(raw, stack="team-8b")
+        run_program(raw, stack="team-8b", monitor=monitor)
+    assert monitor.registrations == []          # refused at config build, before anything registers
     assert "organization/tpu-multislice/gone" not in harness.STACK_OUTPUTS
 
 
@@ -142,7 +178,7 @@ def test_two_runs_with_the_longest_names_share_no_name_on_one_cluster(backend):
     # Their goodput series (MaxText's job name is the run name) and dashboards are apart too.
     assert [run.outputs["run"].split(":", 1)[0] for run in runs] == [f"name {first}", f"name {second}"]
     with pytest.raises(ConfigError, match="1-40 lowercase"):
-        build(raw, stack=stem + "ab")
+        build(raw, stack=stem + "ab", cluster_outputs=harness.played_outputs(REPO))
 
 
 @pytest.mark.parametrize("raw, stack, refused", [
@@ -155,7 +191,7 @@ def test_two_runs_with_the_longest_names_share_no_name_on_one_cluster(backend):
 ])
 def test_a_run_stack_refuses_what_the_cluster_decides(raw, stack, refused):
     with pytest.raises(ConfigError, match=refused.replace("(", r"\(").replace(")", r"\)")) as error:
-        build({**load_stack_config("team-8b", REPO), **raw}, stack=stack)
+        build_stack(stack, **raw)
     assert all(len(line) <= 100 for line in str(error.value).splitlines())
 
 
@@ -183,12 +219,92 @@ def test_a_cluster_stack_without_a_quota_is_refused():
 
 
 def test_a_cluster_stack_with_runs_listed_is_protected_from_destroy():
-    raw = {**load_stack_config(CLUSTER, REPO), "runStacks": ["organization/tpu-multislice/team-8b"]}
-    run = run_program(raw, stack="team-protected")
-    protected = {r.type for r in run.resources if r.protect}
+    listed = load_stack_config(CLUSTER, REPO)["runStacks"]
+    assert listed == [f"organization/tpu-multislice/{run}" for run in RUNS]
+    protected = {r.type for r in committed_stack_run(CLUSTER).resources if r.protect}
     assert {"gcp:container/cluster:Cluster", "gcp:compute/network:Network",
             "gcp:serviceaccount/account:Account"} <= protected
-    assert not any(r.protect for r in committed_stack_run(CLUSTER).resources)
+    emptied = run_program({**load_stack_config(CLUSTER, REPO), "runStacks": []}, stack="team-emptied")
+    assert not any(r.protect for r in emptied.resources)
+
+
+def _outputs_without_listing(reference: str) -> dict:
+    """The committed cluster's outputs, with runStacks emptied (a cluster whose owner did not list its runs)."""
+    return {**harness.played_outputs(REPO)(reference), "runStacks": []}
+
+
+def test_a_run_its_cluster_does_not_list_says_so_at_up_and_in_its_plan(monkeypatch, caplog):
+    """runStacks stays on the cluster stack (`pulumi destroy` runs no program, so the cluster's protection must
+    be in its state before), so a run it forgot is said where the run's owner looks: config build reads the list
+    with the cluster's outputs, `pulumi up` warns, and the plan has it as a cost note."""
+    from preview.model import build_plan
+
+    assert build_stack("team-8b").stack.listed_on_cluster is True
+    assert not [n for n in build_plan(committed_stack_run("team-8b"), build_stack("team-8b"), "team-8b", None,
+                                      REPO).cost.notes if n.startswith("runStacks")]
+    raw = load_stack_config("team-8b", REPO)
+    config = build(raw, stack="team-8b", cluster_outputs=_outputs_without_listing)
+    assert config.stack.listed_on_cluster is False
+    outputs, secret = harness.STACK_OUTPUTS[REFERENCE]
+    monkeypatch.setitem(harness.STACK_OUTPUTS, REFERENCE, ({**outputs, "runStacks": []}, secret))
+    with caplog.at_level("WARNING"):
+        run = run_program(raw, stack="team-8b")
+    said = [r.getMessage() for r in caplog.records if "does not list this run" in r.getMessage()]
+    joined = " ".join(said[0].replace("\\\n", " ").split()) if len(said) == 1 else said   # commands join back
+    assert "pulumi config set --path 'runStacks[0]' organization/tpu-multislice/team-8b --stack team && " \
+        "pulumi up --stack team" in joined, said
+    notes = build_plan(run, config, "team-8b", None, REPO).cost.notes
+    assert [n for n in notes if n.startswith("runStacks: cluster stack")]
+
+
+def test_the_cluster_plan_names_runs_missing_from_runStacks_and_listed_ones_no_stack_references():
+    from preview.model import build_plan
+
+    cluster = committed_stack_run(CLUSTER)
+    assert not [n for n in build_plan(cluster, build_stack(CLUSTER), CLUSTER, None, REPO).cost.notes
+                if n.startswith("runStacks")]
+    gone = "organization/tpu-multislice/team-gone"
+    config = build_stack(CLUSTER, runStacks=[f"organization/tpu-multislice/{RUNS[0]}", gone])
+    notes = [n for n in build_plan(cluster, config, CLUSTER, None, REPO).cost.notes if n.startswith("runStacks")]
+    assert len(notes) == 2, notes
+    assert notes[0].startswith(f"runStacks: organization/tpu-multislice/{RUNS[1]} reference(s) this cluster")
+    assert f"runStacks[2]' organization/tpu-multislice/{RUNS[1]}" in notes[0]
+    assert notes[1].startswith(f"runStacks: {gone} listed, but no stack file here references")
+
+
+def test_the_cluster_stacks_plan_shows_only_what_it_owns_and_a_runs_plan_only_its_run():
+    """A shared cluster trains nothing: no recipe, preemption, planner, start-up, compile or run assumptions, no
+    default run shape, and its cost is what it bills up (system pool and GKE fee); a run's plan shows its run,
+    and none of the cluster's own assumptions or bills."""
+    import io
+
+    from preview.cli import render_cost, render_text
+    from preview.model import build_plan
+    from preview.verdict import not_checked
+
+    config = build_stack(CLUSTER)
+    assert config.shape_changes == ()
+    plan = build_plan(committed_stack_run(CLUSTER), config, CLUSTER, None, REPO)
+    assert (plan.recipe, plan.preemption, plan.planner, plan.planner_fields, plan.startup) == ([], {}, [], {}, [])
+    assert [line.split(":")[0] for line in plan.assumptions] == [
+        "GKE version", "APIs", "control plane", "goodput log reader", "upgrades"]
+    assert not [line for line, _ in not_checked(plan, CLUSTER, False, False) if "XLA" in line]
+    text = io.StringIO()
+    render_text(plan, None, text)
+    shown = text.getvalue()
+    for run_only in ("Recipe:", "Preemption", "Start-up", "Planner", "slices released", "cost while training"):
+        assert run_only not in shown, run_only
+    assert "cost while up, with or without runs: 0.64 USD/h (system pool 0.54 USD/h, GKE fee 0.10 USD/h)" in shown
+
+    for stack in RUNS:
+        run_plan = build_plan(committed_stack_run(stack), build_stack(stack), stack, None, REPO)
+        heads = {line.split(":")[0] for line in run_plan.assumptions}
+        assert not heads & {"GKE version", "goodput log reader", "upgrades"} and "TPU quota" in heads
+        assert run_plan.recipe and run_plan.preemption and run_plan.startup
+        cost = io.StringIO()
+        render_cost(run_plan.cost, cost, run_plan.role)
+        assert "system pool" not in cost.getvalue().splitlines()[0]
+        assert "bill in its cluster stack" in cost.getvalue()
 
 
 def test_run_stacks_queue_in_the_clusters_queue():
@@ -214,6 +330,16 @@ def test_the_offline_plan_of_a_run_validates_against_its_cluster_stacks_objects(
 
     run = committed_stack_run(stack)
     assert set(run.referenced) == {REFERENCE}
-    plan = build_plan(run, build(load_stack_config(stack, REPO), stack=stack), stack, default_schemas_dir())
+    plan = build_plan(run, build_stack(stack), stack, default_schemas_dir())
     assert [str(e) for e in plan.validation.errors] == []
     assert plan.cost.gke_fee_usd_per_hour == 0.0 and any(n.startswith("queue: joins LocalQueue") for n in plan.cost.notes)
+
+
+def test_a_run_stack_built_without_its_clusters_outputs_says_why_once():
+    """A tool that builds a run stack's config without reading its cluster stack: one line naming clusterStack,
+    not 'project is required' and the like for keys the run was never asked to set."""
+    with pytest.raises(ConfigError) as error:
+        build(load_stack_config("team-8b", REPO), stack="team-8b")
+    assert error.value.problems == [
+        f"tpu-multislice:clusterStack={REFERENCE!r}: project, zone, clusterName come from the cluster stack's "
+        "outputs, which this build did not read; allowed: set them to the cluster's"]

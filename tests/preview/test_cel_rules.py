@@ -15,7 +15,7 @@ import pytest
 from preview.k8s import cel_rules
 from preview.k8s.manifests import is_kubernetes_type, object_from_inputs
 from preview.k8s.validation import default_schemas_dir, validate_objects
-from tests.conftest import COMMITTED_STACKS, MINIMAL, committed_stack_run
+from tests.conftest import ALL_STACKS, MINIMAL, committed_stack_run
 from preview.harness import run_program
 
 # One expression per standard name the evaluator is trusted with; each must evaluate to true in the package.
@@ -47,9 +47,12 @@ def test_every_trusted_function_works_in_the_evaluator():
     assert set(cel.compile(OPERATORS).functions()) <= cel_rules.STANDARD_OPERATORS
 
 
-@pytest.mark.parametrize("stack", COMMITTED_STACKS)
+@pytest.mark.parametrize("stack", ALL_STACKS)     # the shared cluster's queue objects and its runs' too
 def test_every_committed_stack_passes_the_rules_it_reaches(stack):
-    report = validate_objects(objects_of(committed_stack_run(stack)), default_schemas_dir())
+    run = committed_stack_run(stack)
+    # A run's objects name its cluster stack's (the ClusterQueue its LocalQueue feeds), as its plan validates them.
+    provided = [o for referenced in run.referenced.values() for o in objects_of(referenced)]
+    report = validate_objects(objects_of(run), default_schemas_dir(), provided=provided)
     assert report.errors == [], report.errors
     assert report.cel, "no custom resource with CEL rules was checked"
     for kind, counts in report.cel.items():

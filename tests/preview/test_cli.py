@@ -18,7 +18,7 @@ from preview.cli import render_text
 from preview.files import load_kubernetes_files, write_plan_files
 from preview.model import build_plan, cluster_version, tpu_pools
 from preview.stack_files import load_stack_config
-from tests.conftest import COMMITTED_STACKS, REPO, committed_stack_run
+from tests.conftest import COMMITTED_STACKS, REPO, SPLIT_STACKS, build_stack, committed_stack_run
 
 REQUIRED_KEYS = {"resources", "manifests", "exports", "validation", "cost", "critical_path"}
 
@@ -74,6 +74,20 @@ def test_secrets_are_never_printed(cli_plans, stack):
     assert document["exports"]["kubeconfig"] == "[secret]"
     # The kubeconfig is also an input of the Kubernetes provider: masked there too.
     assert "certificate-authority-data" not in proc.stdout
+
+
+@pytest.mark.parametrize("stack", SPLIT_STACKS)
+def test_the_split_stacks_plans_print_no_secret(stack):
+    """The shared cluster and its runs, in process from their cached program runs (a CLI run each would cost
+    minutes): a run stack's kubeconfig comes through its StackReference, still a secret in its provider."""
+    from preview.model import build_plan
+
+    plan = build_plan(committed_stack_run(stack), build_stack(stack), stack, None, REPO)
+    text = json.dumps(plan.as_dict())
+    assert plan.exports.get("kubeconfig", "[secret]") == "[secret]"
+    provider = next(r for r in plan.resources if r.type == "pulumi:providers:kubernetes")
+    assert provider.inputs["kubeconfig"] == "[secret]"
+    assert "certificate-authority-data" not in text and "clusterCaCertificate" not in text
 
 
 def test_graph_picture_is_written(cli_plans):

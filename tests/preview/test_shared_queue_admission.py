@@ -8,7 +8,7 @@ import pytest
 from infra.config import build
 from preview.k8s.kueue_admission import Queue, pod_sets, workload_requests
 from preview.stack_files import load_stack_config
-from tests.conftest import REPO, committed_stack_run
+from tests.conftest import REPO, build_stack, committed_stack_run
 from workloads import shared_queue
 
 TPU = "google.com/tpu"
@@ -21,7 +21,7 @@ def _inputs(stack: str, token: str) -> dict:
 def _run(stack: str) -> tuple[dict, dict, dict]:
     """(the run's job, its LocalQueue, its namespace's labels)."""
     token = {"rayjob": "kubernetes:ray.io/v1:RayJob", "jobset": "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"}[
-        build(load_stack_config(stack, REPO), stack=stack).workload.backend]
+        build_stack(stack).workload.backend]
     return (_inputs(stack, token), _inputs(stack, "kubernetes:kueue.x-k8s.io/v1beta2:LocalQueue"),
             _inputs(stack, "kubernetes:core/v1:Namespace")["metadata"]["labels"])
 

@@ -6,12 +6,12 @@ import pytest
 
 from preview import cli
 from preview.terminal import WIDTH, fit, fit_line
-from tests.conftest import COMMITTED_STACKS, REPO
+from tests.conftest import ALL_STACKS, REPO
 
 
-# Every committed stack, and dev at a batch near the HBM limit (the planner's near-limit notes, 172-376 columns
+# Every committed stack (the shared cluster and its runs too), and dev at a batch near the HBM limit (the planner's near-limit notes, 172-376 columns
 # once, and the warning that the elastic run turned fixed); compileCheck=off: nothing is compiled here.
-PLANS = [(stack, []) for stack in COMMITTED_STACKS] + [
+PLANS = [(stack, []) for stack in ALL_STACKS] + [
     ("dev", ["--set", "perDeviceBatchSize=12", "--set", "compileCheck=off"])]
 
 

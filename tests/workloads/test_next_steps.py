@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from tests.conftest import COMMITTED_STACKS, committed_stack_run
+from tests.conftest import STACKS_WITH_A_RUN, committed_stack_run
 
 # The tools docs/deploying.md lists under prerequisites.
 GUIDE_TOOLS = {"gcloud", "kubectl", "tensorboard", "ray", "pulumi"}
@@ -17,7 +17,7 @@ def _backend(outputs: dict) -> str:
     return next(backend for backend, key in STATUS_KEY.items() if key in outputs)
 
 
-@pytest.mark.parametrize("stack", COMMITTED_STACKS)
+@pytest.mark.parametrize("stack", STACKS_WITH_A_RUN)
 def test_next_steps_start_with_credentials_then_the_jobs_state(stack):
     outputs = committed_stack_run(stack).outputs
     lines = outputs["nextSteps"].splitlines()
@@ -32,7 +32,7 @@ def test_next_steps_start_with_credentials_then_the_jobs_state(stack):
         assert first in GUIDE_TOOLS, command
 
 
-@pytest.mark.parametrize("stack", COMMITTED_STACKS)
+@pytest.mark.parametrize("stack", STACKS_WITH_A_RUN)
 def test_watch_command_follows_the_drivers_log(stack):
     """`$(pulumi stack output watchCommand)` word-splits the value: no quotes, pipes or substitutions in it."""
     outputs = committed_stack_run(stack).outputs
@@ -56,7 +56,7 @@ LOG_TARGET = {"rayjob": lambda o: f"job/{o['rayJobName']}",
               "pathways": lambda o: "replicatedjob-name=pathways-head -c maxtext"}
 
 
-@pytest.mark.parametrize("stack", COMMITTED_STACKS)
+@pytest.mark.parametrize("stack", STACKS_WITH_A_RUN)
 def test_next_steps_follow_the_log_and_say_why_pods_are_pending(stack):
     outputs = committed_stack_run(stack).outputs
     backend = _backend(outputs)

@@ -15,16 +15,14 @@ import shlex
 
 import pytest
 
-from infra.config import build
-from preview.stack_files import load_stack_config
-from tests.conftest import COMMITTED_STACKS, REPO, committed_stack_run
+from tests.conftest import STACKS_WITH_A_RUN, build_stack, committed_stack_run
 from workloads.common import RUN_LABEL
 
 TRAINING_JOB = {"rayjob": "kubernetes:ray.io/v1:RayJob", "jobset": "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet",
                 "pathways": "kubernetes:jobset.x-k8s.io/v1alpha2:JobSet"}
 
 
-@pytest.mark.parametrize("stack", COMMITTED_STACKS)
+@pytest.mark.parametrize("stack", STACKS_WITH_A_RUN)     # a run stack on a shared cluster too
 def test_the_relaunch_command_replaces_exactly_the_training_job(stack):
     run = committed_stack_run(stack)
     command = run.outputs.get("relaunchCommand")
@@ -40,6 +38,6 @@ def test_the_relaunch_command_replaces_exactly_the_training_job(stack):
     # Deleted before it is created again: the old job must not hold the TPU hosts the new one asks for.
     assert job.delete_before_replace
     # The same run name: the replaced job resumes from the run's checkpoints.
-    config = build(load_stack_config(stack, REPO))
+    config = build_stack(stack)
     assert job.inputs["metadata"]["labels"][RUN_LABEL] == config.workload.run.run_name
     assert command in run.outputs["nextSteps"]

@@ -10,12 +10,11 @@ from urllib.parse import unquote
 
 import pytest
 
-from infra.config import build
 from preview.k8s.manifests import is_kubernetes_type, object_from_inputs
 from preview.k8s.rules import pod_sites
 from preview.harness import run_program
 from preview.stack_files import load_stack_config
-from tests.conftest import COMMITTED_STACKS, REPO, committed_stack_run
+from tests.conftest import REPO, STACKS_WITH_A_RUN, build_stack, committed_stack_run
 from workloads.common import RUN_LABEL
 
 RUN_KINDS = ("RayJob", "JobSet")
@@ -36,15 +35,16 @@ def _labelled(objects: list[dict], run_name: str) -> None:
             assert site.template["metadata"]["labels"][RUN_LABEL] == run_name, (obj["metadata"]["name"], site.path)
 
 
-@pytest.mark.parametrize("stack", COMMITTED_STACKS)
+@pytest.mark.parametrize("stack", STACKS_WITH_A_RUN)     # a run stack on a shared cluster too
 def test_every_job_and_pod_of_a_committed_stack_carries_its_run(stack):
-    config = build(load_stack_config(stack, REPO))
+    config = build_stack(stack)
     run = committed_stack_run(stack)
     _labelled(_objects(run), config.workload.run.run_name)
     query = unquote(run.outputs["consoleLogsUrl"])
     assert f'labels."k8s-pod/tpu-multislice/run"="{config.workload.run.run_name}"' in query
     # The run's pods, from nextSteps as from their own export.
-    command = f"kubectl get pods -n tpu-training -l tpu-multislice/run={config.workload.run.run_name} -o wide"
+    command = (f"kubectl get pods -n {config.kubernetes.namespace} -l tpu-multislice/run="
+               f"{config.workload.run.run_name} -o wide")
     assert run.outputs["runPodsCommand"] == command and command in run.outputs["nextSteps"]
 
 
