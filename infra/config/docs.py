@@ -1,8 +1,8 @@
-"""Pulumi.yaml's config schema and the config reference's table (docs/configuration.md), generated from
-infra/config/schema.py.
+"""The config reference's table (docs/configuration.md), generated from infra/config/schema.py, and Pulumi.yaml
+kept free of a `config:` block.
 
-`python -m infra.config.docs` prints the table; `--write` rewrites both files in place.
-tests/infra/test_config_schema.py fails when either copy is stale.
+`python -m infra.config.docs` prints the table; `--write` rewrites the table and Pulumi.yaml in place.
+tests/infra/test_config_schema.py fails when either is stale.
 """
 from __future__ import annotations
 
@@ -18,8 +18,14 @@ TABLE_HEADER = "| key | type | default | applies to | description |"
 # How write() finds the table, whatever columns an older copy had.
 REFERENCE_PAGE = "docs/configuration.md"
 _TABLE_START = "| key | type | default |"
-PULUMI_YAML_HEADER = ("# Config schema: types and descriptions only. Defaults live in infra/config/schema.py (one place);\n"
-                      "# regenerate with `.venv/bin/python -m infra.config.docs --write`.\n")
+# Why Pulumi.yaml declares no config: the Pulumi CLI treats a project config key declared without a default as
+# required, and refuses every stack that leaves it unset ("Stack 'dev' is missing configuration value ...":
+# pulumi/pulumi sdk/go/common/workspace/config.go mergeConfig). Most keys here are optional with no value of their
+# own (unset means "derived" or "off"), and a declared default would be merged into every stack's config, so the
+# config build could no longer tell a key the user set from one they did not (rules.check_applies needs that).
+PULUMI_YAML_HEADER = ("# No `config:` block on purpose: the Pulumi CLI requires every key declared there without a default,\n"
+                      "# and the keys' defaults live in infra/config/schema.py (one place; docs/configuration.md lists them).\n"
+                      "# Regenerate with `.venv/bin/python -m infra.config.docs --write`.\n")
 
 
 def _default(key: Key) -> str:
@@ -54,28 +60,10 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-# Pulumi project config declares string, integer, boolean and array keys only (pulumi/pulumi
-# sdk/go/common/workspace/project.json, simpleConfigType); a map-valued key stays undeclared there, which the CLI
-# accepts, and is checked by the stack's own config build like every other key.
-DECLARABLE_TYPES = ("string", "integer", "boolean", "array")
-
-
-def pulumi_config_schema() -> dict:
-    schema = {}
-    for key in KEYS:
-        if key.type not in DECLARABLE_TYPES:
-            continue
-        entry: dict = {"type": key.type, "description": key.description}
-        if key.type == "array":
-            entry["items"] = {"type": "string"}
-        schema[key.name] = entry
-    return schema
-
-
 def write(repo: Path = REPO) -> None:
     project_file = repo / "Pulumi.yaml"
     project = yaml.safe_load(project_file.read_text())
-    project["config"] = pulumi_config_schema()
+    project.pop("config", None)
     project_file.write_text(PULUMI_YAML_HEADER + yaml.safe_dump(project, sort_keys=False, width=120))
     page_file = repo / REFERENCE_PAGE
     page = page_file.read_text()
@@ -86,7 +74,7 @@ def write(repo: Path = REPO) -> None:
 
 if __name__ == "__main__":
     parser = OneLineParser(prog="python -m infra.config.docs", description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help="rewrite Pulumi.yaml's config block and docs/configuration.md's table")
+    parser.add_argument("--write", action="store_true", help="rewrite docs/configuration.md's table and Pulumi.yaml")
     if parser.parse_args().write:
         write()
     else:

@@ -1,7 +1,7 @@
 """The stack's config keys: name, type, default and description, in one table.
 
-Pulumi.yaml's `config:` block and the config reference's table (docs/configuration.md) are checked against this
-table by tests, so the three never drift. Defaults live here only (Pulumi.yaml carries types and descriptions).
+The config reference's table (docs/configuration.md) is generated from this table and checked against it by tests.
+Defaults live here only: Pulumi.yaml declares no keys (infra/config/docs.py says why).
 """
 from __future__ import annotations
 
@@ -382,8 +382,7 @@ KEYS: tuple[Key, ...] = (
         "0.2.5 base.yml keys; keys the stack sets itself are refused with the config key that sets them; keys "
         "that change memory go through the planner (ici_context_parallelism, num_vocab_tiling, mu_dtype, "
         "eval_per_device_batch_size) or are "
-        "named in the plan as not estimated. Not declared in Pulumi.yaml: Pulumi project config cannot declare "
-        "a map.", ()),
+        "named in the plan as not estimated.", ()),
     Key("runName", "string", "Name of the training run: its folder in the bucket (maxtext/RUN/ holds its "
         "checkpoints), its job and its goodput series on the dashboard. A new name starts a new run (from "
         "loadParametersPath or from scratch); the same name resumes from its own checkpoints; a finished run "
