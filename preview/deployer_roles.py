@@ -334,6 +334,14 @@ def stack_roles(stack: str, root: Path) -> tuple[dict, list[DeployerRole], Grant
     return raw, roles_for({r.type for r in run.resources if r.custom}), granted_roles(run.resources)
 
 
+def built_stack(stack: str, raw: dict, root: Path):
+    """The stack's validated config as after the admin's step; a run stack's project and cluster are its cluster
+    stack's (read offline: preview/harness.py cluster_outputs_reader)."""
+    from infra.config import build
+    from preview.harness import cluster_outputs_reader
+    return build({**raw, "adminBootstrap": "true"}, stack=stack, cluster_outputs=cluster_outputs_reader(raw, root))
+
+
 def every_stack_grants(root: Path) -> GrantedRoles:
     """What any committed stack grants on the project: the condition for a deployer of every stack."""
     found = GrantedRoles(())
@@ -371,13 +379,14 @@ def main(argv: list[str] | None = None) -> int:
         problems.append("--grants and --admin-script need --member (e.g. --member user:you@example.com)")
     elif member is None:
         problems.append(f"--member={args.member!r} is not an e-mail or an IAM member such as user:EMAIL")
-    roles, granted, raw = None, None, {}
+    roles, granted, raw, config = None, None, {}, None
     project = args.project
     if args.stack:
         from infra.config import ConfigError
         from preview.stack_files import StackFileError
         try:
             raw, roles, granted = stack_roles(args.stack, ROOT)
+            config = built_stack(args.stack, raw, ROOT)
         except StackFileError:
             known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in ROOT.glob("Pulumi.*.yaml"))
             return refuse(prog, f"--stack={args.stack!r}: no such stack; stacks: {', '.join(known)}")
@@ -385,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             for problem in error.problems:       # one refusal per mistake, each laid out within 100 columns
                 refuse(prog, problem)
             return EXIT_USAGE
-        project = project or raw.get("project")
+        project = project or config.gcp.project
     if project is None:
         problems.append("--grants needs --project PROJECT, or --stack NAME (its project)")
     elif project == PLACEHOLDER_PROJECT:
@@ -396,8 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     if roles is None:
         granted = every_stack_grants(ROOT)
-    deployment = Deployment(project=project, member=member, cluster=raw.get("clusterName", "tpu-multislice"),
-                            image_builder=_image_builder(raw) if args.stack else "cloud-build")
+    deployment = Deployment(project=project, member=member,
+                            cluster=config.cluster.name if args.stack else "tpu-multislice",
+                            image_builder=_image_builder(config) if args.stack else "cloud-build")
     if args.admin_script:
         print(admin_script(deployment))
         print()
@@ -413,10 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _image_builder(raw: dict) -> str | None:
+def _image_builder(config) -> str | None:
     """The stack's image builder as the admin's step needs it: None when the stack builds no image."""
-    from infra.config import build
-    config = build({**raw, "adminBootstrap": "true"})
     return config.worker_image.builder if config.worker_image else None
 
 

@@ -95,6 +95,17 @@ def test_grants_for_a_dcn_stack_include_the_firewall_role_and_are_ready_to_paste
     assert max(len(line) for line in out.splitlines()) <= 100
 
 
+def test_grants_for_a_run_stack_take_its_cluster_s_project_and_refuse_in_one_line(capsys):
+    """A run stack (clusterStack) states no project or clusterName of its own: its grants read them from its
+    cluster stack, as the program does (once a traceback: its config was built without the cluster's outputs)."""
+    code, out, err = _grants(capsys, "--grants", "--stack", "team-8b", "--member", "me@example.com")
+    assert code != 0 and "Traceback" not in err and "placeholder" in err   # the cluster's project: the placeholder
+    code, out, err = _grants(capsys, "--grants", "--stack", "team-8b", "--project", PROJECT, "--member",
+                             "me@example.com")
+    assert code == 0 and "Traceback" not in err
+    assert {(project, member) for project, member, _ in _granted(out)} == {(PROJECT, "user:me@example.com")}
+
+
 def test_grants_take_the_project_and_member_given(capsys):
     code, out, _ = _grants(capsys, "--grants", "--project", "other-project", "--member",
                            "deployer@other-project.iam.gserviceaccount.com")
