@@ -106,11 +106,22 @@ def decide(record: Record | None, jobset_uid: str, attempt: int, newest_step: in
                    f"{summarize(endings)}")
 
 
+def _parsed(text: str | None) -> Record | None:
+    """The stored record; a record that does not parse (a hand edit, an older format) counts afresh rather than
+    stop counting for good."""
+    if text is None:
+        return None
+    try:
+        return Record.load(text)
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def _update(store: Store, change: Callable[[Record | None], tuple[Record | None, str | None]]
             ) -> str | None:
     for _ in range(WRITE_TRIES):
         text, generation = store.read()
-        record = Record.load(text) if text is not None else None
+        record = _parsed(text)
         after, reason = change(record)
         if after is None or after == record:
             return reason
@@ -168,18 +179,28 @@ class GcsStore:
     """An object in the checkpoint bucket; Cloud Storage's generation preconditions make the write conditional
     (https://cloud.google.com/storage/docs/request-preconditions: ifGenerationMatch=0 means "does not exist")."""
 
-    def __init__(self, url: str) -> None:
-        from google.cloud import storage
-
-        bucket, _, name = url.removeprefix("gs://").partition("/")
+    def __init__(self, url: str, bucket=None) -> None:
+        bucket_name, _, name = url.removeprefix("gs://").partition("/")
         self.blob_name = name
-        self.bucket = storage.Client().bucket(bucket)
+        if bucket is None:
+            from google.cloud import storage
+
+            bucket = storage.Client().bucket(bucket_name)
+        self.bucket = bucket
 
     def read(self) -> tuple[str | None, int]:
-        blob = self.bucket.get_blob(self.blob_name)
-        if blob is None:
-            return None, 0
-        return blob.download_as_text(if_generation_match=blob.generation), int(blob.generation)
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        for _ in range(WRITE_TRIES):
+            blob = self.bucket.get_blob(self.blob_name)
+            if blob is None:
+                return None, 0
+            try:
+                # The text of exactly the generation returned: a write between the two calls is read again.
+                return blob.download_as_text(if_generation_match=blob.generation), int(blob.generation)
+            except (PreconditionFailed, NotFound):
+                continue
+        raise RuntimeError(f"{RECORD_NAME}: changed under every read")
 
     def write(self, text: str, if_generation: int | str) -> bool:
         from google.api_core.exceptions import PreconditionFailed

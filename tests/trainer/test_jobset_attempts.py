@@ -175,3 +175,46 @@ def test_jobset_run_exits_8_at_the_start_of_the_attempt_after_n_without_a_new_ch
     assert "2 JobSet attempts in a row (restarts 0 to 1) saved no checkpoint past step 40" in done.stderr
     assert all(len(line) <= 100 for line in done.stderr.splitlines() if "trainer.jobset_run" in line)
     assert ja.Record.load(store.read()[0]).attempt == 2
+
+
+class FakeBucket:
+    """Cloud Storage's generation rule as the google-cloud-storage client raises it (PreconditionFailed, HTTP 412;
+    ifGenerationMatch=0: the object must not exist, https://cloud.google.com/storage/docs/request-preconditions)."""
+
+    def __init__(self) -> None:
+        self.text, self.generation = None, 0
+
+    def get_blob(self, name):
+        return None if self.text is None else FakeBlob(self, self.generation)
+
+    def blob(self, name):
+        return FakeBlob(self, None)
+
+
+class FakeBlob:
+    def __init__(self, bucket: FakeBucket, generation) -> None:
+        self.bucket, self.generation = bucket, generation
+
+    def download_as_text(self, if_generation_match=None):
+        from google.api_core.exceptions import PreconditionFailed
+
+        if if_generation_match != self.bucket.generation:
+            raise PreconditionFailed("412 conditionNotMet")
+        return self.bucket.text
+
+    def upload_from_string(self, text, content_type=None, if_generation_match=None):
+        from google.api_core.exceptions import PreconditionFailed
+
+        if if_generation_match != self.bucket.generation:
+            raise PreconditionFailed("412 conditionNotMet")
+        self.bucket.text, self.bucket.generation = text, self.bucket.generation + 1
+
+
+def test_the_bucket_store_writes_only_over_the_generation_it_read():
+    bucket = FakeBucket()
+    store = ja.GcsStore("gs://b/maxtext/run/" + ja.RECORD_NAME, bucket=bucket)
+    assert store.read() == (None, 0)
+    assert store.write("a", 0) and not store.write("b", 0)
+    assert store.read() == ("a", 1)
+    # "a" is no record (a hand edit): the count starts afresh over it rather than stop for good.
+    assert start(store, 0, 5) is None and ja.Record.load(store.read()[0]) == ja.Record(UID, 0, 5)
