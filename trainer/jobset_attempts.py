@@ -240,6 +240,10 @@ class PodAttempt:
         return f"{self.run_directory.rstrip('/')}/checkpoints"
 
 
+class NotCounted(Exception):
+    """The pod cannot tell its attempt (JobSet did not annotate it): it trains, uncounted, and says so."""
+
+
 def limit_from_env(env: dict[str, str]) -> int | None:
     """N from the container's environment; None when unset. ValueError (one line) when it is not 1 or more."""
     text = env.get(ENV_LIMIT)
@@ -256,7 +260,8 @@ def limit_from_env(env: dict[str, str]) -> int | None:
 
 def pod_attempt(env: dict[str, str], overrides: list[str]) -> PodAttempt | None:
     """What host 0 of a JobSet attempt needs to keep the record; None on every other host, or with no limit set.
-    ValueError (one line) on a bad limit or a missing run directory."""
+    ValueError (one line) on a bad limit or a missing run directory (the project's own settings: refused);
+    NotCounted when JobSet's restart-attempt annotation did not reach the pod (another JobSet version)."""
     limit = limit_from_env(env)
     if limit is None or env.get(ENV_SLICE_INDEX, "0") != "0" or env.get(ENV_HOST_INDEX, "0") != "0":
         return None
@@ -267,8 +272,8 @@ def pod_attempt(env: dict[str, str], overrides: list[str]) -> PodAttempt | None:
     try:
         attempt = int(env.get(ENV_RESTART_ATTEMPT, ""))
     except ValueError:
-        raise ValueError(f"{ENV_RESTART_ATTEMPT}={env.get(ENV_RESTART_ATTEMPT)!r}: JobSet's restart-attempt "
-                         "annotation, an integer") from None
+        raise NotCounted(f"{ENV_RESTART_ATTEMPT}={env.get(ENV_RESTART_ATTEMPT)!r} is not JobSet's restart-attempt "
+                         "annotation (an integer): attempts without progress are not counted") from None
     return PodAttempt(jobset_uid=env.get(ENV_JOBSET_UID, ""), attempt=attempt, limit=limit,
                       run_directory=f"{keys['base_output_directory'].rstrip('/')}/{keys['run_name']}")
 

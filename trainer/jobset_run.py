@@ -57,6 +57,9 @@ def main(argv: list[str]) -> int:
         return exit_codes.CONFIG_ERROR
     try:
         attempt = jobset_attempts.pod_attempt(dict(os.environ), overrides)
+    except jobset_attempts.NotCounted as err:
+        print(fit_columns(f"trainer.jobset_run: {err}"), file=sys.stderr, flush=True)
+        attempt = None
     except ValueError as err:
         print(fit_columns(f"trainer.jobset_run: {err}"), file=sys.stderr)
         return exit_codes.CONFIG_ERROR

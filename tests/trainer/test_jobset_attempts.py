@@ -137,11 +137,16 @@ def test_the_file_store_refuses_a_write_over_a_generation_it_did_not_read(tmp_pa
 @pytest.mark.parametrize("env, says", [
     ({ja.ENV_LIMIT: "0"}, "TRAINER_ATTEMPTS_WITHOUT_PROGRESS=0: use 1 or more"),
     ({ja.ENV_LIMIT: "three"}, "TRAINER_ATTEMPTS_WITHOUT_PROGRESS='three': not an integer"),
-    ({ja.ENV_LIMIT: "3", ja.ENV_RESTART_ATTEMPT: ""}, "JOBSET_RESTART_ATTEMPT='': JobSet's restart-attempt"),
 ])
 def test_bad_pod_settings_are_refused_in_one_line(env, says):
     with pytest.raises(ValueError, match="^" + says.replace("(", r"\(")):
         ja.pod_attempt(env, ["base_output_directory=gs://b/maxtext", "run_name=r"])
+
+
+def test_a_pod_jobset_did_not_annotate_trains_uncounted_and_says_so():
+    """The downward API gives an empty value for a missing annotation: that is JobSet's, not a setting of ours."""
+    with pytest.raises(ja.NotCounted, match="^JOBSET_RESTART_ATTEMPT='' is not JobSet's restart-attempt"):
+        ja.pod_attempt({ja.ENV_LIMIT: "3", ja.ENV_RESTART_ATTEMPT: ""}, ["base_output_directory=/o", "run_name=r"])
 
 
 def test_only_host_0_of_slice_0_keeps_the_record():
