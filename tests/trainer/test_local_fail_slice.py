@@ -65,23 +65,23 @@ def test_it_ends_with_exit_8_naming_what_ended_the_attempts(failing_slice_run):
 
 
 @pytest.mark.local_extra
-def test_it_trained_on_its_minimum_between_and_redid_at_most_n_periods(failing_slice_run):
+def test_it_trained_on_its_minimum_between_and_ended_within_n_attempts(failing_slice_run):
     run, _, records, _ = failing_slice_run
-    attempts = {r["attempt"]: r["workers"] for r in records if r.get("event") == "attempt"}
+    assert run.returncode == exit_codes.INTERRUPTED_WITHOUT_PROGRESS, run.describe()
+    attempts = [(r["attempt"], r["workers"]) for r in records if r.get("event") == "attempt"]
+    trained = {r["attempt"] for r in records if r.get("event") == "step"}
+    # After the first full-size group (which trained from step 0 and lost the slice at step FAIL_FROM), each
+    # minimum (2 workers, one slice) trained before Ray's elastic policy grew into the broken slice again. Whether
+    # it trained steps no group had trained depends on how soon the slice's hosts came back (two runs here: one
+    # trained 60 new steps on its minimum, one re-trained a step and grew at once), so that is not asserted.
+    minimums = [attempt for attempt, workers in attempts[1:] if workers == 2]
+    assert minimums and all(attempt in trained for attempt in minimums[:-1]), attempts
+    full_size = [attempt for attempt, workers in attempts if workers == 4]
+    # The first full-size group progressed; the next N, each dying in its first step, ended the run.
+    assert len(full_size) == 1 + N, attempts
     steps = [r for r in records if r.get("event") == "step"]
-    # The minimum (2 workers, one slice) trained steps no group had trained before the run ended.
-    newest = -1
-    minimum_advanced = False
-    for record in steps:
-        if record["step"] > newest:
-            minimum_advanced |= attempts.get(record["attempt"]) == 2 and record["step"] > FAIL_FROM
-            newest = record["step"]
-    assert minimum_advanced, run.describe()
-    full_size_attempts = [a for a, workers in attempts.items() if workers == 4]
-    # The first full-size group trained from step 0; after it, at most N more before the run ended.
-    assert 1 + N <= len(full_size_attempts) <= 1 + N + 1, attempts
     redone = len(steps) - len({r["step"] for r in steps})
-    assert redone <= N * CHECKPOINT_PERIOD * 2, redone
+    assert redone <= N * CHECKPOINT_PERIOD, redone
 
 
 @pytest.mark.parametrize("ok, driver, expected", [
