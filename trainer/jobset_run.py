@@ -36,7 +36,8 @@ if __name__ == "__main__":
     # with os._exit, since nothing was trained and a thread an import started must not delay the exit.
     signal.signal(signal.SIGTERM, _leave_on_term)
 
-from trainer import failures, maxtext_runtime, notice  # noqa: E402 - after the TERM handler, on purpose
+from core.cli_errors import fit_columns  # noqa: E402 - after the TERM handler, on purpose
+from trainer import failures, jobset_attempts, maxtext_runtime, notice  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -54,6 +55,17 @@ def main(argv: list[str]) -> int:
     except ValueError as err:
         print(f"trainer.jobset_run: {err}", file=sys.stderr)
         return exit_codes.CONFIG_ERROR
+    try:
+        attempt = jobset_attempts.pod_attempt(dict(os.environ), overrides)
+    except jobset_attempts.NotCounted as err:
+        print(fit_columns(f"trainer.jobset_run: {err}"), file=sys.stderr, flush=True)
+        attempt = None
+    except ValueError as err:
+        print(fit_columns(f"trainer.jobset_run: {err}"), file=sys.stderr)
+        return exit_codes.CONFIG_ERROR
+    if attempt is not None and (ended := start_attempt(attempt)):
+        print(fit_columns(jobset_attempts.exit_line(ended)), file=sys.stderr, flush=True)
+        return exit_codes.INTERRUPTED_WITHOUT_PROGRESS
     # MaxText logs through absl at INFO (steps, saves, restores); its own __main__ gets that level from absl's
     # app.run, which this program does not use.
     from absl import logging as absl_logging
@@ -69,12 +81,40 @@ def main(argv: list[str]) -> int:
         code = failures.report("trainer.jobset_run", err)
         if code == exit_codes.OUT_OF_HBM:
             print(f"trainer.jobset_run: {out_of_hbm_advice(overrides)}", file=sys.stderr, flush=True)
+        note_ending(attempt, f"host 0 exit {code} ({exit_codes.describe(code)})")
         return code
     if watch.stopped:
+        note_ending(attempt, "a notice (saved)")
         print(f"trainer.jobset_run: saved at step {watch.notice_step} on notice; exiting "
               f"{exit_codes.PREEMPTED} so the pod is restarted, not counted as done", flush=True)
         return exit_codes.PREEMPTED
     return exit_codes.OK
+
+
+def start_attempt(attempt: jobset_attempts.PodAttempt) -> str | None:
+    """Host 0's count of attempts without progress (trainer/jobset_attempts.py): the reason the run must end, or
+    None. A record that cannot be read or written is said in one line and the run trains: a missed count is
+    cheaper than a run ended by a transient storage error (which would fail MaxText's own saves too)."""
+    try:
+        return jobset_attempts.start_attempt(
+            jobset_attempts.record_store(attempt.run_directory),
+            lambda: jobset_attempts.newest_saved_step(attempt.checkpoint_dir),
+            attempt.jobset_uid, attempt.attempt, attempt.limit)
+    except Exception as err:  # noqa: BLE001 - storage, auth or a corrupt record: say it, keep training
+        print(fit_columns(f"trainer.jobset_run: attempts without progress not counted this attempt "
+                          f"({type(err).__name__}: {err})"), file=sys.stderr, flush=True)
+        return None
+
+
+def note_ending(attempt: jobset_attempts.PodAttempt | None, ending: str) -> None:
+    """How host 0 saw its attempt end, for the line that ends a streak (best effort, like start_attempt)."""
+    if attempt is None:
+        return
+    try:
+        jobset_attempts.note_ending(jobset_attempts.record_store(attempt.run_directory), attempt.jobset_uid,
+                                    attempt.attempt, ending)
+    except Exception as err:  # noqa: BLE001
+        print(f"trainer.jobset_run: ending not recorded ({type(err).__name__})", file=sys.stderr, flush=True)
 
 
 def out_of_hbm_advice(overrides: list[str], env=os.environ) -> str:

@@ -102,6 +102,8 @@ def _slice_job(jobset: dict) -> tuple[str, dict]:
     (FailedPod(exit_code=exit_codes.CONFIG_ERROR), "FailJobSet"),
     (FailedPod(exit_code=exit_codes.IMPORT_ERROR), "FailJobSet"),
     (FailedPod(exit_code=exit_codes.DATA_ERROR), "FailJobSet"),
+    # Host 0 found N restarts in a row without a newer checkpoint (trainer/jobset_attempts.py): the run ends.
+    (FailedPod(exit_code=exit_codes.INTERRUPTED_WITHOUT_PROGRESS), "FailJobSet"),
     (FailedPod(exit_code=exit_codes.RUNTIME_FAILURE), "RestartJobSet"),
     (FailedPod(exit_code=exit_codes.KILLED), "RestartJobSet"),
     # The trainer left at a notice the kubelet did not mark (no DisruptionTarget): the slice that saved at another

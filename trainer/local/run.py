@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from core import exit_codes
 from core.cli_errors import OneLineParser, fit_columns
 from trainer import cli, maxtext_runtime, progress
 from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
@@ -565,9 +566,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"local: kept {workdir}", flush=True)
     ok = rc == 0 and result["reached_target"] and result["final_loss"] is not None and math.isfinite(result["final_loss"])
     print(f"local: {next_step(ok, rc == 130, workdir)}", flush=True)
-    if rc == 130:
+    return local_exit_code(ok, rc)
+
+
+def local_exit_code(ok: bool, rc: int) -> int:
+    """trainer.local's own exit: 0 when the run reached its target, 130 when interrupted, the driver's own code
+    when it ended the run with one of the trainer's (core/exit_codes.py: 7 no progress, 8 interrupted without
+    progress, ...), so the command line tells which end it was; 1 otherwise (a timeout, a run that stopped short)."""
+    if ok:
+        return exit_codes.OK
+    if rc == 130 or (rc in exit_codes.NAMES and rc != exit_codes.OK):
         return rc
-    return 0 if ok else 1
+    return exit_codes.RUNTIME_FAILURE
 
 
 # The offline plan of the committed cloud stack the local run stands for (README: the quick start's next step).

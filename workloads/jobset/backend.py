@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.maxtext_args import settings_of
+from core.run_bounds import attempt_cost_seconds, attempts_without_progress
 from core.tpu_env import libtpu_init_args
 from core.slice_wait import (DISTRIBUTED_INIT_TIMEOUT_S, PODS_READY_TIMEOUT_S, READY_TO_JOIN_S, REQUEUE_LIMIT,
                              SLICE_START_S, requeue_horizon_s)
@@ -16,6 +17,18 @@ from workloads.jobset import spec as jobset_spec
 from workloads.next_steps import RELAUNCH, FOLLOW_LOG, RUN_PODS, SMOKE_RESULT, TENSORBOARD, WHY_PENDING
 from workloads.jobset.component import JobSetWorkload
 from workloads.jobset.exports import jobset_exports
+
+
+def attempts_note(config: StackConfig) -> str:
+    """N and what it can cost, as the pods apply it (workloads/jobset/spec.py passes the same N)."""
+    plan, period = config.workload.plan, config.workload.checkpoint_period
+    n = attempts_without_progress(plan, period)
+    cost_min = n * attempt_cost_seconds(plan, period) / 60
+    return (f"JobSet run bounds: {n} restarts in a row that save no checkpoint newer than the newest any attempt "
+            "saved end the run, whatever ended them (notices, evictions, failures: exit 8, not retried; at most "
+            f"~{cost_min:.0f} min of every slice); host 0 keeps the count in the run's directory "
+            "(attempts-without-progress.json, trainer/jobset_attempts.py) and reads JobSet's restart-attempt "
+            "annotation; it rests on the plan's estimated step time")
 
 
 class JobSetBackend:
@@ -74,15 +87,16 @@ class JobSetBackend:
 
     def assumptions(self, config: StackConfig) -> list[str]:
         return [
-            FAILURE_POLICY_ASSUMPTION, OUT_OF_HBM_ASSUMPTION, MEMORY_BOUND_ASSUMPTION,
+            FAILURE_POLICY_ASSUMPTION, OUT_OF_HBM_ASSUMPTION, MEMORY_BOUND_ASSUMPTION, attempts_note(config),
             f"late slice: Kueue's waitForPodsReady (timeout {PODS_READY_TIMEOUT_S // 60} min, from the assumed "
             f"{SLICE_START_S // 60} min slice start-up) is assumed to suspend and requeue the JobSet without failing "
             f"a Job (Kueue v0.19.2), and a slice's pods to reach jax.distributed.initialize within "
             f"{READY_TO_JOIN_S // 60} min of Ready; JAX waits {DISTRIBUTED_INIT_TIMEOUT_S // 60} min. Check "
             "`kubectl get workloads -n NAMESPACE` shows Evicted/PodsReadyTimeout, not a restart",
             "Spot notice: every slice is assumed to save at JAX's preemption sync and exit 143 (the rule "
-            "SavedAtPreemptionNotice restarts them without counting); a trainer that exits 143 for another reason "
-            "would also restart without counting. Check `kubectl get jobset -n NAMESPACE -o "
+            "SavedAtPreemptionNotice restarts them without counting toward maxRestarts); a trainer that exits 143 "
+            "for another reason would also restart uncounted there, bounded only by the restarts without a new "
+            "checkpoint (exit 8). Check `kubectl get jobset -n NAMESPACE -o "
             "jsonpath='{.items[*].status.restartsCountTowardsMax}'` stays 0 after a preemption"]
 
 

@@ -29,6 +29,10 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 EXCLUSIVE_TOPOLOGY = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"}
 # JobSet labels/annotates every pod with the index of its child Job: that index is the slice id.
 JOB_INDEX_KEY = "jobset.sigs.k8s.io/job-index"
+# ... and with the JobSet's restart attempt (its status.restarts) and uid (JobSet v0.12.0 pkg/constants/constants.go
+# RestartsKey, api/jobset/v1alpha2/jobset_types.go JobSetUIDKey; jobset_controller.go labelAndAnnotateObject).
+RESTART_ATTEMPT_KEY = "jobset.sigs.k8s.io/restart-attempt"
+JOBSET_UID_KEY = "jobset.sigs.k8s.io/jobset-uid"
 REPLICATED_JOB = "slice"
 DRANET_CLAIM = "dcn-nics"
 # The training JobSets' WorkloadPriorityClass (name, value, description); cluster-scoped, so a shared cluster's
@@ -60,6 +64,9 @@ class JobSetSpec:
     # What a pod gets between SIGTERM and SIGKILL: sized to a checkpoint save at a preemption notice
     # (core/preemption.py); None leaves Kubernetes' default.
     termination_grace_s: int | None = None
+    # N attempts in a row without a newer checkpoint end the run (core/run_bounds.attempts_without_progress,
+    # trainer/jobset_attempts.py); None: not counted.
+    attempts_without_progress: int | None = None
 
 
 # ---- quotas: what the pods of one workload request ------------------------------------------------------
@@ -166,6 +173,24 @@ def multislice_env(jobset_name: str, slices: int) -> list[dict]:
     ]
 
 
+def attempt_env(limit: int | None) -> list[dict]:
+    """What host 0 needs to count attempts without progress across JobSet restarts (trainer/jobset_attempts.py):
+    N, and JobSet's restart attempt, uid and slice index through the downward API. The host index within the
+    slice is the Job controller's own JOB_COMPLETION_INDEX (Indexed completion mode)."""
+    if limit is None:
+        return []
+
+    def from_annotation(key: str) -> dict:
+        return {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}
+
+    return [
+        {"name": "TRAINER_ATTEMPTS_WITHOUT_PROGRESS", "value": str(limit)},
+        {"name": "JOBSET_RESTART_ATTEMPT", "valueFrom": from_annotation(RESTART_ATTEMPT_KEY)},
+        {"name": "JOBSET_UID", "valueFrom": from_annotation(JOBSET_UID_KEY)},
+        {"name": "JOBSET_JOB_INDEX", "valueFrom": from_annotation(JOB_INDEX_KEY)},
+    ]
+
+
 def _container(spec: JobSetSpec, jobset_name: str, name: str, command: list[str], args: list[str],
                mounts: list[dict]) -> dict:
     ports = [{"name": "tpu-runtime", "containerPort": TPU_RUNTIME_PORT}, dict(TPU_METRICS_PORT)]
@@ -178,7 +203,7 @@ def _container(spec: JobSetSpec, jobset_name: str, name: str, command: list[str]
         "command": command,
         "args": args,
         "env": (tpu_worker_env(spec.model, spec.shape.generation, spec.slices, spec.dcn_nics)
-                + multislice_env(jobset_name, spec.slices)),
+                + multislice_env(jobset_name, spec.slices) + attempt_env(spec.attempts_without_progress)),
         "ports": ports,
         # No `privileged`: the device plugin exposes the chips and DRANET hands NICs over through the claim.
         # Requests: the job's host memory and CPU (core/pod_sizing.py); CPU limit: what the node can give; memory

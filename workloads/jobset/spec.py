@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from core.maxtext_args import RunSettings, pre_train_argv
+from core.run_bounds import attempts_without_progress
 from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S
 from core.tpu_env import pod_dcn_nics
 from core.worker_lock import LOCK_PATH
@@ -45,6 +46,8 @@ def jobset_spec(config: StackConfig, worker_image: str | None = None) -> jm.JobS
         # Same Autopilot capacity selectors as the Ray workers.
         tpu_node_selector_extra=common.capacity_selectors(config),
         termination_grace_s=config.workload.shutdown.pod_grace_s,
+        attempts_without_progress=attempts_without_progress(config.workload.plan,
+                                                            config.workload.checkpoint_period),
     )
 
 

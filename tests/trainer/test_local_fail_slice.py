@@ -1,0 +1,96 @@
+"""End to end, on request (`pytest -m local_extra`): an elastic run whose optional slice fails at every start
+ends with exit 8 (core/exit_codes.INTERRUPTED_WITHOUT_PROGRESS) within N attempts without progress, naming what
+ended them (issue 43, case b).
+
+One `python -m trainer.local` run (real Ray Train, real MaxText's tiny model on CPU), elastic 1..2 fake v6e 2x4
+slices, `--fail-slice-from 3`: from step 3 on, each worker group that holds the last slice loses its hosts by
+SIGTERM with no drain in its first step (Ray: "received SIGTERM"), as a host failing at every start of a slice
+looks on GKE (KubeRay deletes the whole replica group). Between the failures Ray's elastic policy re-forms the
+group on the minimum, one slice, which trains new steps, then grows into the broken slice again. The watchdog
+counts attempts per group size (trainer/watchdog.py), so the 2-slice group's N attempts in a row without a new
+step end the run although the minimum advances between them; N is 2 here (`--attempts-without-progress`) to keep
+it short. Not in the plain suite: it is several restarts and compiles (minutes on 2 loaded cores), beyond the
+suite's time budget (docs/development.md).
+"""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("maxtext")
+pytest.importorskip("ray.train")
+
+from core import exit_codes  # noqa: E402
+from tests import local_runs  # noqa: E402
+
+STEPS = 400            # never reached: the run ends long before
+FAIL_FROM = 3
+CHECKPOINT_PERIOD = 5
+N = 2
+TIMEOUT_S = 1800
+
+
+@pytest.fixture(scope="module")
+def failing_slice_run(request, tmp_path_factory):
+    if "local_extra" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("a local run of minutes: pytest -m local_extra")
+    work = tmp_path_factory.mktemp("fail-slice")
+    out = work / "out.json"
+    run = local_runs.run_trainer_local(
+        ["--elastic", "1,2", "--fail-slice-from", str(FAIL_FROM), "--attempts-without-progress", str(N),
+         "--steps", str(STEPS), "--checkpoint-period", str(CHECKPOINT_PERIOD), "--max-failures", "0",
+         "--workdir", str(work / "run"), "--json", str(out)], TIMEOUT_S, work / "logs")
+    from trainer import progress
+
+    records = progress.read(work / "run" / "progress")
+    driver_log = (work / "run" / "driver.log").read_text(errors="replace")
+    return run, json.loads(out.read_text()) if out.exists() else None, records, driver_log
+
+
+@pytest.mark.local_extra
+def test_it_ends_with_exit_8_naming_what_ended_the_attempts(failing_slice_run):
+    run, result, _, driver_log = failing_slice_run
+    assert run.returncode == exit_codes.INTERRUPTED_WITHOUT_PROGRESS, run.describe()
+    assert result["driver_exit_code"] == exit_codes.INTERRUPTED_WITHOUT_PROGRESS
+    # The driver's lines are wrapped within 100 columns: read them as one text.
+    flat = " ".join(driver_log.split())
+    ended = re.search(rf"ending the run \(interrupted without progress \(watchdog\)\): {N} attempts of the "
+                      rf"4-worker group in a row trained no step after step \d+ \(limit {N}, "
+                      r"core/run_bounds.py\): each ended by (.*?) x(\d+)", flat)
+    assert ended, run.describe()
+    assert "received SIGTERM" in ended.group(1) and int(ended.group(2)) == N, ended.group(0)
+    # Never charged as failures: the failure budget is 0, so one would have ended the run with exit 1 instead.
+    assert "retried, not counted as a failure" in driver_log
+
+
+@pytest.mark.local_extra
+def test_it_trained_on_its_minimum_between_and_ended_within_n_attempts(failing_slice_run):
+    run, _, records, _ = failing_slice_run
+    assert run.returncode == exit_codes.INTERRUPTED_WITHOUT_PROGRESS, run.describe()
+    attempts = [(r["attempt"], r["workers"]) for r in records if r.get("event") == "attempt"]
+    trained = {r["attempt"] for r in records if r.get("event") == "step"}
+    # After the first full-size group (which trained from step 0 and lost the slice at step FAIL_FROM), each
+    # minimum (2 workers, one slice) trained before Ray's elastic policy grew into the broken slice again. Whether
+    # it trained steps no group had trained depends on how soon the slice's hosts came back (two runs here: one
+    # trained 60 new steps on its minimum, one re-trained a step and grew at once), so that is not asserted.
+    minimums = [attempt for attempt, workers in attempts[1:] if workers == 2]
+    assert minimums and all(attempt in trained for attempt in minimums[:-1]), attempts
+    full_size = [attempt for attempt, workers in attempts if workers == 4]
+    # The first full-size group progressed; the next N, each dying in its first step, ended the run.
+    assert len(full_size) == 1 + N, attempts
+    steps = [r for r in records if r.get("event") == "step"]
+    redone = len(steps) - len({r["step"] for r in steps})
+    assert redone <= N * CHECKPOINT_PERIOD, redone
+
+
+@pytest.mark.parametrize("ok, driver, expected", [
+    (True, 0, 0), (False, 0, 1),                      # stopped short of its target: a plain failure
+    (False, exit_codes.INTERRUPTED_WITHOUT_PROGRESS, 8), (False, exit_codes.NO_PROGRESS, 7),
+    (False, 130, 130), (False, 1, 1), (False, 99, 1),
+])
+def test_trainer_local_exits_with_the_driver_s_own_code(ok, driver, expected):
+    """So `python -m trainer.local --fail-slice-from ...` ends with exit 8 itself, as the RayJob's driver does."""
+    from trainer.local.run import local_exit_code
+
+    assert local_exit_code(ok, driver) == expected
