@@ -216,6 +216,9 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                     why="held out: 70B on two v6e-64 slices (data parallel across them) at batch 3, near the limit"),
     CalibrationCase("qwen3-0.6b-2xv5e-16-b11", "qwen3-0.6b", "v5e", "4x4", 2, 11, held_out=True,
                     why="held out: the pathways stack at its elastic minimum at batch 11, one past its largest"),
+    CalibrationCase("llama3-8b-2xv6e-16-b1-s32k", "llama3-8b", "v6e", "4x4", 2, 1, max_target_length=32768,
+                    held_out=True, why="held out: an untied head at a 32k sequence on two slices (the tied-head "
+                                       "row's shape, Llama's head)"),
 )
 
 

@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-only", action="store_true",
                         help="with --calibrate: stop each compile once XLA has assigned memory (seconds to a few "
                              "minutes instead of up to half an hour of code generation); rows then carry XLA's "
-                             "figures at that point, not libtpu's final peak")
+                             "figures at that point, not libtpu's final peak, and miss refusals XLA makes in code "
+                             "generation (a kernel's scoped VMEM, E1001)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args, planner_args = parser.parse_known_args(argv)
     if args.calibrate:

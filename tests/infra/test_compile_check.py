@@ -270,3 +270,17 @@ def test_a_run_with_an_eval_step_says_its_eval_step_is_estimated_not_compiled(mo
     assert config.workload.plan.evaluates and calls == [1, 2]
     assert ("memory: the eval step is estimated, not compiled: MaxText's train_compile compiles the train step "
             "only") in config.workload.plan.notes
+
+
+def test_a_refusal_after_memory_is_assigned_still_refuses_the_step(monkeypatch, tmp_path):
+    """XLA refuses a kernel's scoped VMEM (E1001 CompileTimeScopedVmemOom) in code generation, minutes after its HLO
+    passes assigned memory within HBM (measured on the prod step in one layer without the pods' flags: memory-only
+    said "fits", the full compile refused the splash-attention dkv kernel, docs/planner.md "Time per verdict").
+    So the program compiles in full: a memory-only stop (here at once) would call that step fitting."""
+    monkeypatch.setattr(aot_runner, "MEMORY_ONLY_GRACE_S", 0.0)
+    calls: list[int] = []
+    with pytest.raises(ConfigError) as refused:
+        build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "vmem", calls))
+    assert calls == [1]
+    said = " ".join(refused.value.problems[0].split())
+    assert "is refused by XLA on 1 x v6e-8" in said and "E1001 CompileTimeScopedVmemOom" in said, said
