@@ -8,7 +8,9 @@ import textwrap
 from typing import Any, Mapping
 
 from core.errors import PlanError
-from core.planner import Alternative, Plan, PlanRequest, advise, plan, with_maxtext_keys
+from core.maxtext_memory_keys import with_maxtext_keys
+from core.nearest_fits import Alternative, advise
+from core.planner import Plan, PlanRequest, plan
 from core.pod_sizing import TpuPodSize, tpu_pod_size
 from core.presets import PRESETS
 from core.tpu_catalog import SliceShape
@@ -29,7 +31,7 @@ def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape |
                   changes: list[ShapeChange] | None = None) -> Plan | None:
     """Run the planner on the config: unknown models, batches that do not divide and models that do not fit
     in HBM are refused here, before anything is registered. maxtextSettings that change memory are taken in
-    (core/planner.py with_maxtext_keys: estimated, or named in the plan as not estimated). A Spot run made
+    (core/maxtext_memory_keys.py with_maxtext_keys: estimated, or named in the plan as not estimated). A Spot run made
     elastic here that comes out fixed is added to `changes` (shape_changes.py: the user did not ask for it)."""
     if shape is None or v["slices"] is None:
         return None
@@ -233,7 +235,7 @@ def hbm_refusal(setting: str, where: str, nearest: str, why: str) -> str:
 _COMPILE_COMMAND = "python -m preview.compile"
 
 
-# The planner's changes a stack's config can express, and the key that expresses each (core/planner.py
+# The planner's changes a stack's config can express, and the key that expresses each (core/nearest_fits.py
 # _CHANGE_ORDER; the mesh, remat and weight dtype of a stack are the planner's and the preset's, not config keys).
 _CONFIG_CHANGES = ("batch", "min_slices", "slices")
 
