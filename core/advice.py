@@ -1,4 +1,4 @@
-"""What to do about a run the planner refuses over HBM: the nearest runs that fit (core/planner.py advise), as the
+"""What to do about a run the planner refuses over HBM: the nearest runs that fit (core/nearest_fits.py advise), as the
 command-line flags of trainer.entrypoint and trainer.local that ask for them (trainer/cli.py)."""
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Mapping
 
 from core.errors import PlanError
 from core.memory import GIB
-from core.planner import Alternative, Plan, PlanRequest, advise, nearest_fits, plan, request_for
+from core.nearest_fits import Alternative, advise, nearest_fits, request_for
+from core.planner import Plan, PlanRequest, plan
 
-# What each kind of change (core/planner.py _CHANGE_ORDER) sets, as trainer/cli.py flags, from the plan that fits.
+# What each kind of change (core/nearest_fits.py _CHANGE_ORDER) sets, as trainer/cli.py flags, from the plan that fits.
 def _flags_of(kind: str, alt: Alternative) -> list[str]:
     chosen = alt.plan
     if kind == "batch":
@@ -72,7 +73,7 @@ def next_smaller_batch(chosen: Plan) -> float | None:
 def out_of_hbm(chosen: Plan) -> str:
     """The line an out-of-HBM failure ends with (core/exit_codes.py OUT_OF_HBM): XLA needed more than the chip
     has for this plan's step and a retry would compile the same step, so: the nearest runs the planner accepts
-    that need fewer bytes per device than this one (core/planner.py nearest_fits, nearest first), as the trainer's
+    that need fewer bytes per device than this one (core/nearest_fits.py nearest_fits, nearest first), as the trainer's
     flags, and the compile that checks one before it runs."""
     request = request_for(chosen)
     # step_memory: the worse of the train and eval steps (the eval step when the run evaluates at a batch of its own).

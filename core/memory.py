@@ -63,7 +63,7 @@ from core.presets import ModelPreset
 
 GIB = 1024**3
 # The estimate's advice where it leaves the verdict open; a plan whose steps XLA has compiled drops it
-# (infra/config/rules.py check_xla_verdicts: the notes follow the compile that ran).
+# (infra/config/plan_rules.py check_xla_verdicts: the notes follow the compile that ran).
 COMPILE_FIRST = "compile it before you pay"
 ACTIVATION_BYTES = 2   # MaxText `dtype: bfloat16` activations
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2}

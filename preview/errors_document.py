@@ -53,7 +53,7 @@ def allowed_list(allowed: Any) -> list[str] | None:
     return [str(allowed)]
 
 
-# The narrowest width the refusals are wrapped at (infra/config/rules.py wraps at 98 and 100 columns).
+# The narrowest width the refusals are wrapped at (infra/config/plan_rules.py wraps at 98 and 100 columns).
 _WRAPPED_AT = 98
 
 

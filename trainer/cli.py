@@ -13,7 +13,8 @@ from core.errors import PlanError
 from core.maxtext_args import (CHECKPOINT_PERIOD_RULE, DATASET_TYPES, DEFAULT_CHECKPOINTS_TO_KEEP, RunSettings,
                                default_checkpoint_period)
 from core.memory import REMAT_POLICIES
-from core.planner import LIFTED_KEYS, PlanRequest, with_maxtext_keys
+from core.maxtext_memory_keys import LIFTED_KEYS, with_maxtext_keys
+from core.planner import PlanRequest
 from core.presets import PRESETS
 
 
@@ -137,7 +138,8 @@ def plan_request(args: argparse.Namespace, default_slices: int) -> PlanRequest:
         evaluates=bool(getattr(args, "eval_dataset_path", "")),
     )
     # --set keys that change memory: context parallelism, vocabulary tiling and mu_dtype are planned and
-    # estimated, the rest (quantization ...) named in the plan as not estimated (core/planner.py with_maxtext_keys).
+    # estimated, the rest (quantization ...) named in the plan as not estimated (core/maxtext_memory_keys.py
+    # with_maxtext_keys).
     return with_maxtext_keys(request, dict(getattr(args, "extra", [])))[0]
 
 

@@ -65,7 +65,7 @@ TPU_METRICS_PORT = {"name": "tpu-metrics", "containerPort": 8431}
 
 def tpu_pod_size(config: StackConfig) -> TpuPodSize:
     """What each TPU pod of the stack's backend requests (its job's host memory and CPU, with headroom) and may use
-    (the node's ceiling): sized and checked once, in config build (infra/config/rules.py check_pod_size)."""
+    (the node's ceiling): sized and checked once, in config build (infra/config/plan_rules.py check_pod_size)."""
     return config.workload.tpu_pod
 
 

@@ -2,14 +2,16 @@
 
 Every check happens here, before any resource is registered: step 1 parses and checks each key on its own
 (parse.py, with the checks the schema keeps beside each key), step 2 applies the rules between keys
-(rules.py). All problems are raised together as one ConfigError, one line per mistake.
+(rules.py: the cluster's; plan_rules, run_rules, worker_env_rules, pathways_rules and data_rules: the run's).
+All problems are raised together as one ConfigError, one line per mistake.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from core.compile_verdicts import CompileStep
-from infra.config import data_rules, rules, shape_changes, stack_role
+from infra.config import (data_rules, pathways_rules, plan_rules, rules, run_rules, shape_changes, stack_role,
+                          worker_env_rules)
 from infra.config.model import (Capacity, ClusterMode, ClusterSettings, ConfigError, GcpSettings, JobSetSettings,
                                 KubernetesSettings, NetworkSettings, PathwaysSettings, RaySettings, StackConfig,
                                 StorageSettings, TpuSettings, WorkloadSettings, BackendSettings, WorkerImageSettings)
@@ -62,23 +64,23 @@ def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None, prio
     rules.check_autopilot(v, raw, problems)
     rules.check_authorized_networks(v, problems)
     bucket, bucket_location = rules.check_storage(v, raw, region, problems)
-    rules.check_workload(v, problems)
-    rules.check_worker_environment(v, problems)
-    rules.check_jobset(v, shape, problems)
-    rules.check_capacity_wait(v, raw, problems)
-    rules.check_pathways(v, raw, shape, problems)
+    run_rules.check_workload(v, problems)
+    worker_env_rules.check_worker_environment(v, problems)
+    run_rules.check_jobset(v, shape, problems)
+    run_rules.check_capacity_wait(v, raw, problems)
+    pathways_rules.check_pathways(v, raw, shape, problems)
     maxtext_settings = data_rules.accepted_maxtext_settings(v, problems)
     changes: list[shape_changes.ShapeChange] = []
-    workload_plan = rules.plan_workload(v, raw, shape, problems, maxtext_settings, changes)
-    workload_plan = rules.check_xla_verdicts(v, workload_plan, problems, compiled)
+    workload_plan = plan_rules.plan_workload(v, raw, shape, problems, maxtext_settings, changes)
+    workload_plan = plan_rules.check_xla_verdicts(v, workload_plan, problems, compiled)
     stack_role.check_run_plan(role, v, workload_plan, problems)
-    tpu_pod = rules.check_pod_size(v, raw, workload_plan, problems)
+    tpu_pod = plan_rules.check_pod_size(v, raw, workload_plan, problems)
     data_rules.check_data(v, raw, workload_plan, maxtext_settings, problems)
     problems = stack_role.without_unread_requirements(raw, problems)
     if problems:
         raise ConfigError(problems)
     assert shape is not None and region is not None and workload_plan is not None and tpu_pod is not None
-    shutdown = stack_shutdown_budget(v, workload_plan, rules.checkpoint_period(v), floors)
+    shutdown = stack_shutdown_budget(v, workload_plan, run_rules.checkpoint_period(v), floors)
     # Needs the shutdown budget, which needs a valid plan: checked once the rest is.
     eval_problems = data_rules.check_eval_pass(v, workload_plan, shutdown)
     if eval_problems:
@@ -101,11 +103,11 @@ def _build(raw: Mapping[str, Any], compiled=None, stack: str | None = None, prio
         kubernetes=KubernetesSettings(namespace=v["namespace"], service_account=v["serviceAccount"]),
         workload=WorkloadSettings(
             backend=v["workloadBackend"], plan=workload_plan, tpu_pod=tpu_pod, train_steps=v["trainSteps"],
-            checkpoint_period=rules.checkpoint_period(v), checkpoints_to_keep=v["checkpointsToKeep"],
+            checkpoint_period=run_rules.checkpoint_period(v), checkpoints_to_keep=v["checkpointsToKeep"],
             maxtext_version=v["maxtextVersion"],
             smoke_test=v["smokeTest"], worker_environment=v["workerEnvironment"],
             shutdown=shutdown,
-            run=data_rules.training_run(v, maxtext_settings, rules.checkpoint_period(v)),
+            run=data_rules.training_run(v, maxtext_settings, run_rules.checkpoint_period(v)),
             memory_check=v["memoryCheck"] is not False, compile_check=v["compileCheck"]),
         backend=_backend_settings(v, raw, shape.chips),
         # A shared cluster runs nothing, so builds no image; its runs build theirs.
@@ -151,4 +153,4 @@ def _backend_settings(v: dict[str, Any], raw: Mapping[str, Any], chips_per_slice
         image=v["rayImage"], cluster_name=v["rayClusterName"], job_name=v["rayJobName"],
         max_failures=v["maxFailures"],
         dashboard_exposure=v["dashboardExposure"], dashboard_source_ranges=tuple(v["dashboardSourceRanges"]),
-        capacity_wait_s=rules.capacity_wait_seconds(v, raw) or None)
+        capacity_wait_s=run_rules.capacity_wait_seconds(v, raw) or None)

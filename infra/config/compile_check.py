@@ -1,7 +1,7 @@
 """XLA decides before anything registers: the config build compiles every distinct step the run takes (each slice
 count of an elastic run, core/compile_verdicts.py slices_to_compile) that has no verdict kept under its complete
 key, unless compileCheck is off, and keeps each verdict, so `pulumi preview` and `pulumi up` refuse a step XLA
-refuses (rules.check_xla_verdicts, on the build that follows) and a second preview of an unchanged stack compiles
+refuses (plan_rules.check_xla_verdicts, on the build that follows) and a second preview of an unchanged stack compiles
 nothing. A compile that ran out of time is kept as undecided and not started again unless asked
 (compile_verdicts.RETRY_ENV).
 
@@ -20,7 +20,7 @@ from core import compile_verdicts
 from infra.config.model import StackConfig
 
 # compile-verdicts.json lives at the project's root (compile_verdicts.verdicts_path; the tests point it elsewhere).
-from infra.config.rules import REPO_ROOT
+from infra.config.worker_env_rules import REPO_ROOT
 
 
 @dataclass(frozen=True)

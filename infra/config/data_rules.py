@@ -15,7 +15,8 @@ from typing import Any, Mapping
 from core import data
 from core.errors import PlanError
 from core.maxtext_args import STACK_KEYS
-from core.planner import LIFTED_KEYS, Plan
+from core.maxtext_memory_keys import LIFTED_KEYS
+from core.planner import Plan
 from core.preemption import MAX_POD_GRACE_S, ShutdownBudget, eval_step_seconds, eval_steps_within_grace
 from infra import naming
 from infra.config.model import TrainingRun
@@ -40,7 +41,7 @@ def _setting(name: str, value: str) -> str:
 
 def accepted_maxtext_settings(v: dict[str, Any], problems: list[str]) -> dict[str, str]:
     """maxtextSettings that may be launched. Unknown keys, keys the stack sets itself and keys another config key
-    owns are refused, one line each. The planner takes in the ones that change memory (core/planner.py
+    owns are refused, one line each. The planner takes in the ones that change memory (core/maxtext_memory_keys.py
     with_maxtext_keys): estimated, or named in the plan as not estimated."""
     settings = v["maxtextSettings"]
     if not settings:

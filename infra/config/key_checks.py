@@ -1,6 +1,7 @@
 """Checks of one key's value on its own. Each returns None when the value is fine, else what is allowed.
 
-The schema attaches them beside each key; rules that relate two or more keys live in rules.py.
+The schema attaches them beside each key; rules that relate two or more keys live in rules.py and the
+*_rules.py modules beside it.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import json
 from typing import Any, Mapping
 
 from infra.config.model import Problem
-from infra.config.schema import KEYS, KEYS_BY_NAME, NAMESPACE, REQUIRED, Key
+from infra.config.schema import KEYS, KEYS_BY_NAME, NAMESPACE, REQUIRED, Key, show
 
 _TYPE_WORDS = {"integer": "an integer", "boolean": "true or false", "array": "a list of strings", "string": "a string",
                "object": "a map of names to plain values (strings, numbers, true/false)"}
@@ -28,6 +28,19 @@ def _setting_text(value: Any) -> str:
 def problem(key: str, value: Any, allowed: str) -> Problem:
     """The one shape of a refusal: the key the user set, the value, what is allowed."""
     return Problem(f"{NAMESPACE}:{key}={value!r} is not valid; {allowed}", key, value, allowed)
+
+
+def quoted_value(value: Any) -> str:
+    """A value as refusals quote it: strings and lists in Python form ('x', ['a']), true/false, numbers."""
+    if isinstance(value, tuple):
+        return repr(list(value))
+    return repr(value) if isinstance(value, str) else show(value)
+
+
+def quoted_setting(key: str, value: Any, raw: Mapping[str, Any]) -> str:
+    """KEY=VALUE as a refusal quotes it, marked when the value is the default rather than the user's."""
+    text = f"{NAMESPACE}:{key}={quoted_value(value)}"
+    return text if key in raw else f"the default {text}"
 
 
 def _parse_value(key: Key, raw: Any) -> Any:

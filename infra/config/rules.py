@@ -1,32 +1,25 @@
 """Step 2 of config build: rules that relate two or more keys. Each appends one line per mistake to
-`problems`, naming the key the user set; values refused in step 1 arrive as None and are skipped."""
+`problems`, naming the key the user set; values refused in step 1 arrive as None and are skipped.
+
+This module holds the cluster's rules (keys that do nothing where they are set, location, TPU shape and
+capacity, warm pools, networks and their sizes, DRANET, GKE version floors, Autopilot, the control plane's
+authorized networks, storage, the system pool). The run's rules live beside it: plan_rules.py (the planner's
+and XLA's verdict on the run's step, the TPU pod's size), run_rules.py (checkpoints, the dashboard, the Kueue
+quota, the capacity wait), worker_env_rules.py (the workers' locked environment), pathways_rules.py and
+data_rules.py."""
 from __future__ import annotations
 
-import dataclasses
-import functools
 import ipaddress
 import math
-import re
-import textwrap
-from pathlib import Path
 from typing import Any, Mapping
 
-from core.errors import PlanError
-from core.maxtext_facts import PATHWAYS_MIN_MAXTEXT, release_tuple
-from core.pathways import PATHWAYS_TPU_VERSIONS, head_requests
-from core.planner import Alternative, Plan, PlanRequest, advise, plan, with_maxtext_keys
-from core.pod_sizing import TpuPodSize, tpu_pod_size
-from core.presets import PRESETS
 from core.tpu_catalog import CATALOG, CatalogError, SliceShape, slice_shape
-from core.worker_lock import LOCK_PATH, PYTHON, load_pins
 from infra import naming, versions
 from infra.config import tpu_zones
 from infra.config.fuse_floors import fuse_floors
-from infra.config.model import Capacity, ClusterMode, Problem
-from infra.config.parse import problem
-from infra.config.shape_changes import ShapeChange, elastic_turned_fixed
-from infra.config.schema import (DEFAULT_CHECKPOINT_PERIOD, DEFAULT_SYSTEM_POOL_MACHINE_TYPE, KEYS, KEYS_BY_NAME,
-                                 NAMESPACE, PATHWAYS_SYSTEM_POOL_MACHINE_TYPE, show)
+from infra.config.model import Capacity, ClusterMode
+from infra.config.parse import problem, quoted_setting, quoted_value
+from infra.config.schema import (DEFAULT_SYSTEM_POOL_MACHINE_TYPE, KEYS, NAMESPACE, PATHWAYS_SYSTEM_POOL_MACHINE_TYPE)
 
 # GKE flex-start provisioning: "TPU v3 and v4 are not supported"
 # (https://cloud.google.com/kubernetes-engine/docs/concepts/provisioning-model).
@@ -34,20 +27,6 @@ FLEX_START_UNSUPPORTED = ("v4",)
 # TPU machine families with managed DRANET (cluster-toolkit modules/compute/gke-node-pool
 # `is_dranet_supported_machine`: prefixes a3-, a4-, a4x-, ct6e-, tpu7x-).
 DRANET_MACHINE_PREFIXES = ("ct6e-", "tpu7x-")
-
-
-def _quoted(value: Any) -> str:
-    """A value as refusals quote it: strings and lists in Python form ('x', ['a']), true/false, numbers."""
-    if isinstance(value, tuple):
-        return repr(list(value))
-    return repr(value) if isinstance(value, str) else show(value)
-
-
-def _setting(key: str, value: Any, raw: Mapping[str, Any]) -> str:
-    """KEY=VALUE as a refusal quotes it, marked when the value is the default rather than the user's."""
-    text = f"{NAMESPACE}:{key}={_quoted(value)}"
-    return text if key in raw else f"the default {text}"
-
 
 def check_applies(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) -> None:
     """A key the user set that does nothing in the chosen backend or mode (schema Key.applies_to) is refused with
@@ -65,8 +44,8 @@ def check_applies(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]
                 break
             if actual not in condition.values:
                 # The key, its value and the fix first (what fits a terminal's first line), then why.
-                problems.append(f"{NAMESPACE}:{key.name}={_quoted(value)}: unset it; it does nothing with "
-                                f"{_setting(condition.when, actual, raw)}: it is read only with "
+                problems.append(f"{NAMESPACE}:{key.name}={quoted_value(value)}: unset it; it does nothing with "
+                                f"{quoted_setting(condition.when, actual, raw)}: it is read only with "
                                 f"{condition.describe()} ({condition.reason})")
                 break
 
@@ -105,13 +84,14 @@ def check_tpu_zone(v: dict[str, Any], raw: Mapping[str, Any], region: str | None
                             "zone stays checked")
         return
     if tpu_zones.single_tenant_only(generation, zone):
-        problems.append(f"{NAMESPACE}:zone={zone!r} has {_setting('tpuGeneration', generation, raw)} only as "
+        problems.append(f"{NAMESPACE}:zone={zone!r} has {quoted_setting('tpuGeneration', generation, raw)} only as "
                         f"single-tenant capacity, not for a general project's node pools; the Cloud TPU zone table "
                         f"(infra/config/tpu_zones.py) lists it in {', '.join(zones)}; if you hold single-tenant "
                         f"capacity in {zone}, set tpuZoneCheck=false")
         return
     if zone not in zones:
-        problems.append(f"{NAMESPACE}:zone={zone!r} does not offer {_setting('tpuGeneration', generation, raw)}; "
+        problems.append(f"{NAMESPACE}:zone={zone!r} does not offer "
+                        f"{quoted_setting('tpuGeneration', generation, raw)}; "
                         f"the Cloud TPU zone table (infra/config/tpu_zones.py) lists it in {', '.join(zones)}; if "
                         f"{zone} is newer than that table, set tpuZoneCheck=false")
 
@@ -128,7 +108,7 @@ def check_tpu(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) ->
                 # The user chose the machine, not the topology: the machine is what conflicts.
                 multi = CATALOG[v["tpuGeneration"]].multi_host_machine.name
                 problems.append(f"{NAMESPACE}:tpuMachineType={v['tpuMachineType']!r} does not serve "
-                                f"{_setting('tpuTopology', v['tpuTopology'], raw)}: it serves {allowed}; set "
+                                f"{quoted_setting('tpuTopology', v['tpuTopology'], raw)}: it serves {allowed}; set "
                                 f"tpuTopology to one of those, or unset tpuMachineType (multi-host slices of "
                                 f"{v['tpuGeneration']} use {multi})")
             elif error.key == "tpuTopology" and machine_set:
@@ -181,11 +161,12 @@ def check_warm_slices(v: dict[str, Any], raw: Mapping[str, Any], problems: list[
     if "warmSlices" not in raw or warm is None or warm == 0:
         return
     if v["capacity"] == Capacity.FLEX_START.value:
-        problems.append(f"{NAMESPACE}:warmSlices={warm} conflicts with {_setting('capacity', 'flex-start', raw)}: "
+        problems.append(f"{NAMESPACE}:warmSlices={warm} conflicts with "
+                        f"{quoted_setting('capacity', 'flex-start', raw)}: "
                         "flex-start capacity is obtained per request and cannot be kept warm; use warmSlices=0, "
                         "or capacity on-demand, spot or reservation")
     elif v["slices"] is not None and warm > v["slices"]:
-        problems.append(f"{NAMESPACE}:warmSlices={warm} is more than {_setting('slices', v['slices'], raw)}: "
+        problems.append(f"{NAMESPACE}:warmSlices={warm} is more than {quoted_setting('slices', v['slices'], raw)}: "
                         f"each warm pool holds one whole slice; use 0..{v['slices']}")
 
 
@@ -260,7 +241,7 @@ def check_range_sizes(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceSha
             problems.append(f"{NAMESPACE}:{key}={str(network)!r} holds {capacity(network)} {unit}, but the stack "
                             f"creates {count}; use a /{need} or larger")
         else:
-            problems.append(f"{_setting(count_key, v[count_key], raw)} makes {count}, but the default {key} "
+            problems.append(f"{quoted_setting(count_key, v[count_key], raw)} makes {count}, but the default {key} "
                             f"{network} holds {capacity(network)} {unit}; set {key} to a /{need} or larger")
 
 
@@ -312,8 +293,8 @@ def check_autopilot(v: dict[str, Any], raw: Mapping[str, Any], problems: list[st
     Autopilot clusters are always enrolled in a release channel)."""
     if v["clusterMode"] == ClusterMode.AUTOPILOT.value and v["releaseChannel"] == "UNSPECIFIED":
         problems.append(f"{NAMESPACE}:releaseChannel='UNSPECIFIED' conflicts with "
-                        f"{_setting('clusterMode', 'autopilot', raw)}: Autopilot clusters are always enrolled in a "
-                        "release channel; use RAPID, REGULAR, STABLE or EXTENDED, or clusterMode=standard")
+                        f"{quoted_setting('clusterMode', 'autopilot', raw)}: Autopilot clusters are always enrolled "
+                        "in a release channel; use RAPID, REGULAR, STABLE or EXTENDED, or clusterMode=standard")
 
 
 def check_authorized_networks(v: dict[str, Any], problems: list[str]) -> None:
@@ -348,452 +329,8 @@ def check_storage(v: dict[str, Any], raw: Mapping[str, Any], region: str | None,
     return bucket, v["bucketLocation"] or (region or "")
 
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LOCKED_PYTHON = ".".join(map(str, PYTHON))
-
-
-@functools.lru_cache(maxsize=1)
-def locked_pins() -> dict[str, str]:
-    return load_pins(REPO_ROOT)
-
-
-def _image_python(key: str, image: str) -> str | None:
-    """The Python an image's tag names: rayproject/ray:2.60.0-py312 → 3.12, python:3.12.11-slim → 3.12."""
-    tag = naming.image_tag(image)
-    if match := re.search(r"(?:^|-)py3(\d+)(?:-|$)", tag):
-        return f"3.{match.group(1)}"
-    if image.rsplit(":", 1)[0].rsplit("/", 1)[-1] == "python" and (match := re.match(r"3\.(\d+)", tag)):
-        return f"3.{match.group(1)}"
-    return None
-
-
-def check_worker_environment(v: dict[str, Any], problems: list[str]) -> None:
-    """Every backend that installs Python packages installs the one lock (worker_env/requirements.lock), made for
-    CPython 3.12 (maxtext 0.2.5 and jax >= 0.11.1 need Python >= 3.12): the images must run that Python, the Ray
-    image that Ray, and maxtextVersion must be the lock's."""
-    pins = locked_pins()
-    backend = v["workloadBackend"]
-    version = v["maxtextVersion"]
-    if backend in ("rayjob", "jobset") and version is not None and version != pins["maxtext"]:
-        problems.append(problem("maxtextVersion", version, f"{pins['maxtext']}, the MaxText of the workers' locked "
-                                f"environment ({LOCK_PATH}; change it there with scripts/lock_worker_env.sh)"))
-    images = {"rayjob": "rayImage", "jobset": "jobsetImage"}
-    key = images.get(backend)
-    # With the built image (workerEnvironment=image) the runtime images are not used: a user's is refused as
-    # doing nothing (check_applies), once.
-    image = v[key] if key and v["workerEnvironment"] == "runtime" else None
-    if image is None:
-        return
-    python = _image_python(key, image)
-    if python is not None and python != LOCKED_PYTHON:
-        problems.append(problem(key, image, f"an image with Python {LOCKED_PYTHON}, the Python the workers' "
-                                f"environment is locked for (e.g. {KEYS_BY_NAME[key].default})"))
-    if key == "rayImage":
-        match = re.match(r"(\d+\.\d+\.\d+)", naming.image_tag(image))
-        if match and match.group(1) != pins["ray"]:
-            problems.append(problem(key, image, f"Ray {pins['ray']}, the Ray of the workers' locked environment "
-                                    f"(e.g. {KEYS_BY_NAME[key].default})"))
-
-
-def checkpoint_period(v: dict[str, Any]) -> int | None:
-    """The user's checkpointPeriod, or the default yielding to a shorter run: min(50, trainSteps)."""
-    if v["checkpointPeriod"] is not None:
-        return v["checkpointPeriod"]
-    return min(DEFAULT_CHECKPOINT_PERIOD, v["trainSteps"]) if v["trainSteps"] is not None else None
-
-
 def system_pool_machine_type(v: dict[str, Any]) -> str:
     """The user's systemPoolMachineType, or the default that fits the backend's head (schema description)."""
     if v["systemPoolMachineType"] is not None:
         return v["systemPoolMachineType"]
     return PATHWAYS_SYSTEM_POOL_MACHINE_TYPE if v["workloadBackend"] == "pathways" else DEFAULT_SYSTEM_POOL_MACHINE_TYPE
-
-
-def check_workload(v: dict[str, Any], problems: list[str]) -> None:
-    if v["trainSteps"] and v["checkpointPeriod"] and v["checkpointPeriod"] > v["trainSteps"]:
-        problems.append(f"{NAMESPACE}:checkpointPeriod={v['checkpointPeriod']} is larger than "
-                        f"{NAMESPACE}:trainSteps={v['trainSteps']}: only step 0 would be saved, so a restart would "
-                        "rewind to the beginning; use a period of at most trainSteps")
-    if v["workloadBackend"] == "rayjob" and v["dashboardExposure"] == "internal-lb":
-        ranges = v["dashboardSourceRanges"]
-        if ranges is not None and not ranges:
-            problems.append(f"{NAMESPACE}:dashboardExposure='internal-lb' needs {NAMESPACE}:dashboardSourceRanges "
-                            "(the Ray job API runs arbitrary code: name who may reach it)")
-        for index, cidr in enumerate(ranges or ()):
-            try:
-                if "/" not in cidr:
-                    raise ValueError(cidr)
-                ipaddress.ip_network(cidr, strict=True)
-            except ValueError:
-                problems.append(problem(f"dashboardSourceRanges[{index}]", cidr, "a CIDR range with an explicit "
-                                        "prefix length, e.g. 10.0.0.0/8"))
-
-
-# What the planner's verdict depends on, in the order a refusal blames them.
-_PLAN_KEYS = ("perDeviceBatchSize", "model", "elasticMinSlices", "slices", "tpuTopology", "tpuGeneration",
-              "tpuMachineType")
-
-
-def plan_workload(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape | None,
-                  problems: list[str], maxtext_settings: Mapping[str, str] | None = None,
-                  changes: list[ShapeChange] | None = None) -> Plan | None:
-    """Run the planner on the config: unknown models, batches that do not divide and models that do not fit
-    in HBM are refused here, before anything is registered. maxtextSettings that change memory are taken in
-    (core/planner.py with_maxtext_keys: estimated, or named in the plan as not estimated). A Spot run made
-    elastic here that comes out fixed is added to `changes` (shape_changes.py: the user did not ask for it)."""
-    if shape is None or v["slices"] is None:
-        return None
-    model = v["model"]
-    if model not in PRESETS or PRESETS[model].cpu_only:
-        allowed = ", ".join(name for name, p in PRESETS.items() if not p.cpu_only)
-        problems.append(problem("model", model, f"allowed: {allowed}"))
-        return None
-    batch = float(v["perDeviceBatchSize"]) if v["perDeviceBatchSize"] is not None else None
-    # elasticMinSlices only means something on the Ray backend (elsewhere check_applies refuses it). An elastic
-    # Pathways run trains on as few as slices - pathwaysElasticSlices (every shape it takes is planned).
-    slices = v["slices"]
-    min_slices = v["elasticMinSlices"] if v["workloadBackend"] == "rayjob" else None
-    lost = v.get("pathwaysElasticSlices") if v["workloadBackend"] == "pathways" else None
-    if lost and slices is not None and 0 < lost < slices:
-        min_slices = slices - lost
-    if min_slices is not None and not 1 <= min_slices <= slices:
-        problems.append(problem("elasticMinSlices", min_slices, f"whole slices from 1 to slices={slices}"))
-        return None
-    # None: memoryCheck was not a boolean (refused on its own); a batch that did not parse is refused on its own too.
-    memory_check = v["memoryCheck"] is not False
-    if not memory_check and "perDeviceBatchSize" not in raw:
-        # Without a batch the planner would keep its own largest candidate over the limit: not a step any
-        # compile checked.
-        problems.append(f"{NAMESPACE}:memoryCheck=false keeps the exact step a compile fitted: set "
-                        f"{NAMESPACE}:perDeviceBatchSize too (the batch that compile used)")
-        return None
-    # A run with an eval split (evalDatasetPath) also runs MaxText's eval step, which is planned too.
-    request = PlanRequest(model=model, generation=shape.generation.name, topology=shape.topology, slices=slices,
-                          min_slices=min_slices, per_device_batch_size=batch, memory_check=memory_check,
-                          evaluates=bool(v.get("evalDatasetPath")))
-    if maxtext_settings:
-        try:
-            request = with_maxtext_keys(request, maxtext_settings)[0]
-        except PlanError as error:
-            problems.append(f"{NAMESPACE}:maxtextSettings is refused by the planner: {error}")
-            return None
-    def decided(chosen: Plan) -> Plan:
-        change = elastic_turned_fixed(v, raw, request, chosen)
-        if change is not None and changes is not None:
-            changes.append(change)
-        return chosen
-
-    if min_slices is None and v["capacity"] == Capacity.SPOT.value:
-        # Spot: keep training on as few slices as the model fits on while preempted slices come back.
-        # The fewest that fit by the estimate (memoryCheck=false would keep the first); none: a fixed-size run.
-        fewer: PlanError | None = None
-        for candidate in range(1, slices + 1):
-            try:
-                chosen = plan(dataclasses.replace(request, min_slices=candidate, memory_check=True))
-            except PlanError as error:
-                fewer = error
-                continue
-            if fewer is not None:
-                # Say why the run cannot shrink further (dev at batch 12 does not fit on one slice).
-                below = (f"elastic: keeps at least {candidate} slices while Spot slices are reclaimed: on "
-                         f"{candidate - 1} the step does not fit ({str(fewer).split(': ', 1)[0]}); a smaller "
-                         f"perDeviceBatchSize lets it shrink further")
-                chosen = dataclasses.replace(chosen, notes=chosen.notes + (below,))
-            return decided(chosen)
-    try:
-        return decided(plan(request))
-    except PlanError as error:
-        keys = f"model={model!r} on {shape.pod_type} x {slices} slices"
-        elastic_key = (f"pathwaysElasticSlices={lost}" if v["workloadBackend"] == "pathways"
-                       else f"elasticMinSlices={min_slices}")
-        if min_slices is not None:
-            keys += f", {elastic_key}"
-        # Name the key the user set that the planner could not place: the batch first, then the model, then the
-        # shape; the model (default or not) when the user set none of them.
-        blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
-        value = shape.topology if blamed == "tpuTopology" else v[blamed]
-        options = nearest_configs(request, on_ray=v["workloadBackend"] == "rayjob")
-        nearest = ", or ".join(options)
-        where = f"{model} on {slices} x {shape.pod_type}" + (
-            f", {elastic_key}" if min_slices is not None else "")
-        problems.append(Problem(hbm_refusal(_setting(blamed, value, raw), where, nearest, str(error)), blamed, value,
-                                options or None))
-        return None
-
-
-def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: list[str],
-                       compiled=None) -> Plan | None:
-    """XLA decides where the program's compiler has a verdict on the run's steps (infra/config/compile_check.py
-    CompileOutcome `compiled`: kept under the step's complete key in compile-verdicts.json, or compiled by this
-    build): a step XLA refused at any slice count the run takes is refused here, before anything registers,
-    naming the batch, what failed and the nearest batch XLA compiled. A step XLA did not decide is named once in
-    the plan's notes (a warning where the Pulumi program shows it) with why: a compile that ran out of time (kept
-    as undecided) or no compiler here; compileCheck=always refuses it. `compiled` None: this build had no
-    compiler (the offline plan compiles after it, preview/cli.py) and says nothing of XLA."""
-    from core import compile_verdicts
-    from core.advice import next_smaller_batch
-
-    if workload_plan is None or v["compileCheck"] == "off" or compiled is None:
-        return workload_plan
-    undecided = [count for count, kept in sorted(compiled.verdicts.items()) if kept.undecided]
-    not_decided = compiled.not_decided
-    if not_decided is None and undecided:
-        seconds = compiled.verdicts[undecided[0]].undecided_after_s
-        retried = "" if set(undecided) <= set(compiled.compiled_now) else " (kept; not compiled again"
-        not_decided = (f"undecided after {seconds:.0f} s, the compile ran out of time{retried}"
-                       + (f": {compile_verdicts.RETRY_ENV}=1 compiles it again)" if retried else ""))
-    if not_decided is not None and v["compileCheck"] == "always":
-        problems.append("\n".join(textwrap.wrap(
-            f"{NAMESPACE}:compileCheck=always needs XLA's verdict on every step and got none: {not_decided}; "
-            "or set compileCheck=auto (a warning instead) or off", 98, subsequent_indent=_INDENT)))
-        return None
-    for count, kept in compiled.verdicts.items():
-        if kept.compiled or kept.undecided:
-            continue
-        nearest = compiled.nearest.get(count)
-        batch = f"{workload_plan.per_device_batch_size:g}"
-        lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {count} x "
-                 f"{workload_plan.shape.pod_type}: {kept.what_failed()}"]
-        if nearest:
-            lines.append(f"nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g} (kept: no compile)")
-        else:
-            # None compiled yet: the largest smaller batch the planner lays out, which the next preview compiles.
-            retry = next_smaller_batch(workload_plan)
-            lines.append(f"nearest to try: {NAMESPACE}:perDeviceBatchSize={retry:g} (not compiled yet: choosing it "
-                         "means a compile)" if retry
-                         else f"nearest to try: a smaller {NAMESPACE}:perDeviceBatchSize (none lays out)")
-        lines.append(f"(XLA's verdict, libtpu {kept.libtpu}, MaxText {kept.maxtext}, kept in "
-                     f"{compile_verdicts.COMPILE_VERDICTS} on {kept.date})")
-        # 98: ConfigError lays each problem out two columns in (within 100 as pulumi up prints it).
-        problems.append("\n".join(textwrap.wrap(lines[0], 98, subsequent_indent=_INDENT + "  ") + [
-            piece for line in lines[1:] for piece in textwrap.wrap(
-                line, 98, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")]))
-        return None
-    notes = []
-    if workload_plan.evaluates:
-        # maxtext 0.2.5 trainers/pre_train/train_compile.py main compiles train.train_step only
-        # (maxtext_utils.get_functional_train_with_signature); no key selects eval_step, which the workers compile
-        # at start (trainers/pre_train/train.py jit_train_and_eval_step).
-        notes.append("memory: the eval step is estimated, not compiled: MaxText's train_compile compiles the "
-                     "train step only")
-    if compiled.file_note:
-        notes.append(f"memory: {compiled.file_note}")
-    if compiled.not_kept:
-        notes.append(f"memory: XLA's verdict was not kept ({compiled.not_kept}): the next preview compiles it again")
-    if not_decided is not None:
-        counts = ", ".join(map(str, undecided)) if undecided and compiled.not_decided is None else "the run's"
-        notes.append(f"memory: XLA did not decide {counts} slice(s): {not_decided}")
-    elif compiled.verdicts:
-        decided = next(iter(compiled.verdicts.values()))
-        notes.append(f"memory: XLA compiled the run's step at {', '.join(map(str, sorted(compiled.verdicts)))} "
-                     f"slice(s) (libtpu {decided.libtpu}, MaxText {decided.maxtext}, jax {decided.jax or '?'})")
-        notes.append(_front_end_assumption(decided))
-        # The notes follow the compile that ran: the estimate's "compile it first" advice is answered.
-        kept_notes = tuple(_answered(note) for note in workload_plan.notes)
-        workload_plan = dataclasses.replace(workload_plan, notes=tuple(note for note in kept_notes if note))
-    return dataclasses.replace(workload_plan, notes=workload_plan.notes + tuple(notes)) if notes else workload_plan
-
-
-def _front_end_assumption(verdict) -> str:
-    """What the verdict assumes of the workers' XLA: the jax that traced the step here is not the workers' (their
-    jax needs Python >= 3.12, worker_env/requirements.lock), and the libtpu is theirs only when fetched
-    (aot/workers_libtpu.py)."""
-    pins = load_pins(REPO_ROOT)
-    libtpu = (f"the workers' libtpu {verdict.libtpu}" if verdict.libtpu == pins["libtpu"] else
-              f"libtpu {verdict.libtpu}, not the workers' {pins['libtpu']} (python -m aot.workers_libtpu --fetch)")
-    return (f"assumption: XLA's verdict came from jax {verdict.jax or '?'}'s front end here (the workers run jax "
-            f"{pins['jax']}) with {libtpu}: the same step is assumed to compile the same")
-
-
-def _answered(note: str) -> str | None:
-    """A plan note once XLA compiled every step of the run: the estimate's near-limit warning (which asks for the
-    compile, core/memory.py COMPILE_FIRST) goes; the shape note's request to compile says it was compiled."""
-    from core.memory import COMPILE_FIRST
-
-    if note.startswith("memory") and COMPILE_FIRST in note:
-        return None
-    return note.replace("; compile before you pay", "; XLA compiled it")
-
-
-# Continuation lines of a multi-line refusal: indented under the first, wrapped so each fits 100 columns.
-_INDENT = "    "
-
-
-def hbm_refusal(setting: str, where: str, nearest: str, why: str) -> str:
-    """A refusal over HBM laid out for a terminal: the first line says what is wrong, the second the nearest
-    configuration that fits, then the planner's reasoning wrapped on the lines after."""
-    lines = [f"{setting} is over HBM: {where}"]
-    if nearest:
-        lines += textwrap.wrap(f"nearest that fits: {nearest}", 100, initial_indent=_INDENT,
-                               subsequent_indent=_INDENT + "  ", break_on_hyphens=False)
-    # A command to copy stays whole, on a line of its own.
-    why, marker, command = why.partition(_COMPILE_COMMAND)
-    lines += textwrap.wrap(f"why: {why.strip()}", 100, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ",
-                           break_on_hyphens=False, break_long_words=False)
-    if marker:
-        # The command alone on its line (what to copy); what follows it is prose, wrapped below.
-        command, opening, rest = command.partition(" (")
-        lines.append(_INDENT + "  " + marker + command)
-        if opening:
-            lines += textwrap.wrap("(" + rest, 100, initial_indent=_INDENT + "  ", subsequent_indent=_INDENT + "  ",
-                                   break_on_hyphens=False, break_long_words=False)
-    return "\n".join(lines)
-
-
-_COMPILE_COMMAND = "python -m preview.compile"
-
-
-# The planner's changes a stack's config can express, and the key that expresses each (core/planner.py
-# _CHANGE_ORDER; the mesh, remat and weight dtype of a stack are the planner's and the preset's, not config keys).
-_CONFIG_CHANGES = ("batch", "min_slices", "slices")
-
-
-def _config_keys(alt: Alternative, on_ray: bool) -> str | None:
-    """The config keys to set for a planner alternative, or None when config cannot express it."""
-    if not set(alt.kinds) <= set(_CONFIG_CHANGES) or ("min_slices" in alt.kinds and not on_ray):
-        return None
-    sets = []
-    if "batch" in alt.kinds:
-        batch = alt.plan.per_device_batch_size
-        sets.append(f"{NAMESPACE}:perDeviceBatchSize={int(batch) if batch == int(batch) else batch}")
-    if "slices" in alt.kinds:
-        sets.append(f"{NAMESPACE}:slices={alt.plan.slices}")
-    if "min_slices" in alt.kinds:
-        sets.append(f"{NAMESPACE}:elasticMinSlices={alt.plan.min_slices}")
-    extra = f" (+{alt.extra_chips} chips)" if alt.extra_chips else ""
-    return " and ".join(sets) + extra
-
-
-def nearest_config(request: PlanRequest, on_ray: bool, limit: int = 2) -> str:
-    """The nearest configurations that fit, as the config keys to set, nearest first ("" when none can)."""
-    return ", or ".join(nearest_configs(request, on_ray, limit))
-
-
-def nearest_configs(request: PlanRequest, on_ray: bool, limit: int = 2) -> list[str]:
-    """nearest_config's options one by one (a refusal's `allowed` in the plan's --json)."""
-    options = [keys for alt in advise(request, limit=8).alternatives
-               if (keys := _config_keys(alt, on_ray)) is not None]
-    return options[:limit]
-
-
-def check_pod_size(v: dict[str, Any], raw: Mapping[str, Any], workload_plan: Plan | None,
-                   problems: list[str]) -> TpuPodSize | None:
-    """What each TPU pod requests and may use (core/pod_sizing.py; Ray pods also hold Ray's own processes and
-    object store); the host memory a planned run needs on each TPU VM must fit what a pod can have."""
-    if workload_plan is None:
-        return None
-    try:
-        return tpu_pod_size(workload_plan, ray=v["workloadBackend"] == "rayjob")
-    except PlanError as error:
-        blamed = next((key for key in _PLAN_KEYS if key in raw), "model")
-        value = workload_plan.shape.topology if blamed == "tpuTopology" else v[blamed]
-        problems.append(f"{_setting(blamed, value, raw)} is refused for {workload_plan.model.name} on "
-                        f"{workload_plan.shape.pod_type}: {error}")
-        return None
-
-
-def check_jobset(v: dict[str, Any], shape: SliceShape | None, problems: list[str]) -> None:
-    """The Kueue quota must admit the whole workload at once."""
-    quota = v["kueueTpuQuota"]
-    if v["workloadBackend"] != "jobset" or shape is None or v["slices"] is None or quota is None:
-        return
-    needed = v["slices"] * shape.chips
-    if quota < needed:
-        problems.append(f"{NAMESPACE}:kueueTpuQuota={quota} cannot admit the workload: it requests slices x chips "
-                        f"= {v['slices']} x {shape.chips} = {needed} google.com/tpu at once; allowed: at least "
-                        f"{needed} (or unset)")
-
-
-def capacity_wait_seconds(v: dict[str, Any], raw: Mapping[str, Any]) -> int | None:
-    """capacityWaitSeconds, or rayPreRunningDeadlineSeconds (its older name) when only that is set."""
-    if "capacityWaitSeconds" not in raw and v["rayPreRunningDeadlineSeconds"] is not None:
-        return v["rayPreRunningDeadlineSeconds"]
-    return v["capacityWaitSeconds"]
-
-
-def check_capacity_wait(v: dict[str, Any], raw: Mapping[str, Any], problems: list[str]) -> None:
-    """One bound for every wait: the older key may stand in for the new one, never contradict it."""
-    new, old = v["capacityWaitSeconds"], v["rayPreRunningDeadlineSeconds"]
-    if "capacityWaitSeconds" in raw and old is not None and new is not None and new != old:
-        problems.append(f"{NAMESPACE}:rayPreRunningDeadlineSeconds={old} and {NAMESPACE}:capacityWaitSeconds="
-                        f"{new} differ: unset rayPreRunningDeadlineSeconds (capacityWaitSeconds bounds every wait, "
-                        "the first included); allowed: the same value or unset")
-
-
-# GiB per vCPU of a Compute Engine machine class, for the rough "does the head fit" check (Compute Engine
-# general-purpose machine family tables; n1-standard has 3.75, rounded down to 3 here to stay conservative).
-_GIB_PER_VCPU = {"standard": 4, "highmem": 8, "highcpu": 1}
-
-
-def _machine_capacity(machine_type: str) -> tuple[int, int] | None:
-    """(vCPUs, GiB) from a predefined machine type name like n2-standard-64; None when the name is not one."""
-    parts = machine_type.split("-")
-    if len(parts) != 3 or parts[1] not in _GIB_PER_VCPU or not parts[2].isdigit():
-        return None
-    vcpus = int(parts[2])
-    per_vcpu = 3 if (parts[0], parts[1]) == ("n1", "standard") else _GIB_PER_VCPU[parts[1]]
-    return vcpus, vcpus * per_vcpu
-
-
-def _pathways_jax(image: str) -> str | None:
-    """The JAX release a Pathways image tag names: jax-0.10.2, or 20261001-jax_0.10.2 (digest ignored)."""
-    match = re.search(r"(?:^|-)jax[-_](\d+\.\d+\.\d+)$", naming.image_tag(image))
-    return match.group(1) if match else None
-
-
-def check_pathways(v: dict[str, Any], raw: Mapping[str, Any], shape: SliceShape | None,
-                   problems: list[str]) -> None:
-    """workloadBackend=pathways: elastic settings, supported TPUs, matching images, where the head runs."""
-    if v["workloadBackend"] != "pathways":
-        return
-    slices, elastic = v["slices"], v["pathwaysElasticSlices"]
-    if elastic is not None and slices is not None and elastic >= slices:
-        problems.append(f"{NAMESPACE}:pathwaysElasticSlices={elastic} is not below {NAMESPACE}:slices={slices}: the "
-                        f"run must keep at least one slice; allowed: 0 to {slices - 1}")
-    is_elastic = bool(elastic and elastic > 0)
-    retries, restarts = v["pathwaysElasticMaxRetries"], v["pathwaysMaxSliceRestarts"]
-    if retries == 0 and is_elastic:
-        # pathwaysutils' elastic_retry raises "max_retries must be positive" and training would never start.
-        problems.append(problem("pathwaysElasticMaxRetries", retries, "at least 1 when pathwaysElasticSlices > 0 "
-                                "(pathwaysutils refuses max_retries=0)"))
-    if restarts == 0 and is_elastic:
-        problems.append(problem("pathwaysMaxSliceRestarts", restarts, "at least 1 when pathwaysElasticSlices > 0 "
-                                "(a lost slice must be allowed to restart to come back)"))
-    if v["pathwaysProfiling"] and is_elastic:
-        problems.append(f"{NAMESPACE}:pathwaysProfiling=true conflicts with {NAMESPACE}:pathwaysElasticSlices="
-                        f"{elastic}: MaxText does not support an elastic event during a profile; profile a separate "
-                        "run with pathwaysElasticSlices=0")
-    if shape is not None and shape.machine.name not in PATHWAYS_TPU_VERSIONS:
-        supported = sorted(PATHWAYS_TPU_VERSIONS)
-        problems.append(f"{NAMESPACE}:tpuGeneration={shape.generation.name!r} on {shape.machine.name} is not "
-                        f"supported by Pathways on GKE (no Pathways instance type); allowed machine types: "
-                        f"{', '.join(supported)}")
-    if v["clusterMode"] == ClusterMode.AUTOPILOT.value:
-        problems.append(f"{NAMESPACE}:clusterMode='autopilot' conflicts with {NAMESPACE}:workloadBackend='pathways': "
-                        "the Pathways pods use hostNetwork and the head needs a large CPU node (xpk runs Pathways "
-                        "on Standard clusters with a CPU pool); use clusterMode=standard")
-    if v["dranet"] and v["dcn"]:
-        problems.append(f"{NAMESPACE}:dranet=true conflicts with {NAMESPACE}:workloadBackend='pathways': Pathways "
-                        "workers run with hostNetwork and already see every NIC of the TPU VM; set dranet=false")
-    server, proxy, trainer = v["pathwaysServerImage"], v["pathwaysProxyImage"], v["pathwaysTrainerImage"]
-    server_jax, proxy_jax = _pathways_jax(server or ""), _pathways_jax(proxy or "")
-    if server_jax and proxy_jax and server_jax != proxy_jax:
-        # Blame the image the user set (the proxy when both are).
-        mine, other = ("pathwaysProxyImage", "pathwaysServerImage") if "pathwaysProxyImage" in raw or \
-            "pathwaysServerImage" not in raw else ("pathwaysServerImage", "pathwaysProxyImage")
-        jax = {"pathwaysServerImage": server_jax, "pathwaysProxyImage": proxy_jax}
-        problems.append(f"{NAMESPACE}:{mine}={v[mine]!r}: its tag (JAX {jax[mine]}) differs from {NAMESPACE}:"
-                        f"{other} tag (JAX {jax[other]}{'' if other in raw else ', the default'}): the proxy and the "
-                        "servers must be one Pathways release")
-    trainer_version = release_tuple(naming.image_tag(trainer or ""))
-    if is_elastic and trainer_version is not None and trainer_version < PATHWAYS_MIN_MAXTEXT:
-        problems.append(problem("pathwaysTrainerImage", trainer, "MaxText 0.2.4 or later for "
-                                "elastic training (elastic_enabled, elastic_max_retries)"))
-    machine = system_pool_machine_type(v) if "systemPoolMachineType" not in raw else (v["systemPoolMachineType"] or "")
-    capacity = _machine_capacity(machine)
-    cpu, memory_gib = head_requests()
-    if v["clusterMode"] != ClusterMode.AUTOPILOT.value and capacity is not None and (
-            capacity[0] <= cpu or capacity[1] <= memory_gib):
-        problems.append(f"{NAMESPACE}:systemPoolMachineType={machine!r} ({capacity[0]} vCPU, {capacity[1]} GiB) "
-                        f"cannot hold the Pathways head ({cpu} vCPU, {memory_gib:.0f} GiB requested, plus system "
-                        "pods); use a larger machine, e.g. n2-standard-64 as in the Pathways on GKE guide")

@@ -33,7 +33,7 @@ class ShapeChange:
 
 def spot_elastic_default(v: Mapping[str, Any]) -> bool:
     """Whether config build makes the run elastic by itself: capacity=spot on the Ray backend with no
-    elasticMinSlices (infra/config/rules.py plan_workload chooses the fewest slices the step fits on)."""
+    elasticMinSlices (infra/config/plan_rules.py plan_workload chooses the fewest slices the step fits on)."""
     return (v["workloadBackend"] == "rayjob" and v["elasticMinSlices"] is None
             and v["capacity"] == Capacity.SPOT.value)
 

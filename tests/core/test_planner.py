@@ -287,7 +287,7 @@ def test_one_device_per_chip_elsewhere():
 # --- advice: the best shape of a run that fits, the nearest that fits for one that does not ----------------------
 
 def test_advice_for_a_run_that_fits_is_the_largest_batch_that_still_fits():
-    from core.planner import advise
+    from core.nearest_fits import advise
     advice = advise(PlanRequest("llama3-8b", "v6e", "4x4", slices=2))
     assert advice.fits and advice.refusal is None and not advice.alternatives
     best = advice.largest_batch
@@ -300,7 +300,7 @@ def test_advice_for_a_run_that_fits_is_the_largest_batch_that_still_fits():
 
 
 def test_advice_for_a_run_that_does_not_fit_names_the_nearest_that_does():
-    from core.planner import advise
+    from core.nearest_fits import advise
     advice = advise(SEED_70B)
     assert not advice.fits and "does not fit" in advice.refusal
     assert advice.alternatives
@@ -313,7 +313,7 @@ def test_advice_for_a_run_that_does_not_fit_names_the_nearest_that_does():
 
 
 def test_advice_adds_slices_only_when_nothing_else_fits():
-    from core.planner import advise
+    from core.nearest_fits import advise
     advice = advise(PlanRequest("llama3-70b", "v6e", "4x4", slices=1))
     assert not advice.fits
     first = advice.alternatives[0]
@@ -321,7 +321,7 @@ def test_advice_adds_slices_only_when_nothing_else_fits():
 
 
 def test_advice_has_no_alternatives_for_input_errors():
-    from core.planner import advise
+    from core.nearest_fits import advise
     advice = advise(PlanRequest("llama3-8b", "v6e", "3x3"))
     assert not advice.fits and "unknown" in advice.refusal and advice.alternatives == ()
 
@@ -333,7 +333,7 @@ def test_maxtext_keys_that_change_memory_are_estimated_or_named_never_refused():
     over fsdp and context: logical_axis_rules), num_vocab_tiling (maxtext/utils/vocabulary_tiling.py: the loss in
     chunks of the tokens), mu_dtype (AdamW's first moment; "Inherits from weight_dtype if unset"), quantization
     (fp8 among QuantizationType in maxtext/configs/types.py)."""
-    from core.planner import with_maxtext_keys
+    from core.maxtext_memory_keys import with_maxtext_keys
     base = PlanRequest("llama3-8b", "v6e", "4x4", slices=2)
     request, rest = with_maxtext_keys(base, {"num_vocab_tiling": "4", "mu_dtype": "bfloat16",
                                              "ici_context_parallelism": "2", "quantization": "fp8",
@@ -360,7 +360,7 @@ def test_the_request_for_a_plan_plans_it_again_with_the_maxtext_keys_it_was_plan
     """core/advice.py re-plans a chosen run one change at a time from request_for: dropping the MaxText keys a run
     was planned with (context parallelism, vocabulary tiling, mu_dtype, keys not estimated) would advise another
     run than the one that failed."""
-    from core.planner import request_for
+    from core.nearest_fits import request_for
 
     request = PlanRequest("llama3-8b", "v6e", "4x4", slices=2, min_slices=1, ici_context=2, num_vocab_tiling=4,
                           mu_dtype="bfloat16", unmodeled=(("quantization", "fp8"),))
@@ -408,6 +408,7 @@ def test_one_scan_gives_both_batch_bounds_the_two_scans_gave():
 def test_advice_answers_from_the_plans_own_batch_scan(monkeypatch):
     """advise() plans once and reads the largest batch from the scan the plan's notes were written from: one
     scan per advice, the same answer as scanning the plan again."""
+    import core.nearest_fits as nearest_fits
     import core.planner as planner
 
     request = PlanRequest("llama3-8b", "v6e", "4x4", slices=2)
@@ -415,12 +416,12 @@ def test_advice_answers_from_the_plans_own_batch_scan(monkeypatch):
     scans = []
     real = planner.batch_bounds
     monkeypatch.setattr(planner, "batch_bounds", lambda chosen, *a, **k: scans.append(chosen) or real(chosen, *a, **k))
-    advice = planner.advise(request)
+    advice = nearest_fits.advise(request)
     assert len(scans) == 1 and advice.largest_batch == expected
     # A plan kept over the limit (memory check off) has no scan in its notes: advice scans it once.
     over = PlanRequest("llama3-70b", "v6e", "2x4", slices=1, per_device_batch_size=4, memory_check=False)
     scans.clear()
-    kept = planner.advise(over)
+    kept = nearest_fits.advise(over)
     assert len(scans) == 1 and kept.largest_batch == kept.plan.per_device_batch_size
 
 
@@ -430,7 +431,8 @@ def test_a_run_with_an_eval_split_plans_its_eval_step_at_every_slice_count():
     state but no gradients and nothing saved for a backward pass; the plan's verdict is the worse of the two steps
     at every slice count, and the plan says the eval step is estimated, never compiled (train_compile compiles
     only train.train_step)."""
-    from core.planner import DoesNotFit, with_maxtext_keys
+    from core.maxtext_memory_keys import with_maxtext_keys
+    from core.planner import DoesNotFit
 
     request = PlanRequest("qwen3-0.6b", "v6e", "2x4", slices=2, min_slices=1, per_device_batch_size=8,
                           evaluates=True)
@@ -471,7 +473,7 @@ def test_a_smaller_eval_batch_of_its_own_is_planned_at_the_train_batch_grain_rea
     batch (input_pipeline/grain_data_processing.py: data_processing_utils.get_local_batch_size, from
     global_batch_size_to_load), so every eval pass runs at per_device_batch_size: a smaller eval key does not make
     the eval step smaller, and the plan must not say it does."""
-    from core.planner import with_maxtext_keys
+    from core.maxtext_memory_keys import with_maxtext_keys
 
     request = PlanRequest("qwen3-0.6b", "v6e", "2x4", slices=2, per_device_batch_size=8, evaluates=True)
     smaller, _ = with_maxtext_keys(request, {"eval_per_device_batch_size": "2"})

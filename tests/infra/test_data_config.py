@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from core.maxtext_args import STACK_KEYS, maxtext_overrides, recipe_settings
-from core.planner import LIFTED_KEYS, plan
+from core.maxtext_memory_keys import LIFTED_KEYS
+from core.planner import plan
 from trainer import cli
 from trainer.entrypoint import build_parser
 from infra.config import NAMESPACE, ConfigError, build

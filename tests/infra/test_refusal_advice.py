@@ -1,5 +1,5 @@
 """A run the planner refuses over memory is refused with the nearest configurations that fit, written as the config
-keys to set (core/planner.py advise), and each suggestion really builds."""
+keys to set (core/nearest_fits.py advise), and each suggestion really builds."""
 from __future__ import annotations
 
 import re

@@ -1,6 +1,6 @@
 """A change of the run's shape the user did not ask for is a warning at the top of the plan and in `pulumi up`,
 naming the key that keeps what the user wanted (infra/config/shape_changes.py, decided in config build: the
-elastic default in infra/config/rules.py plan_workload, the size keys' defaults in the schema)."""
+elastic default in infra/config/plan_rules.py plan_workload, the size keys' defaults in the schema)."""
 from __future__ import annotations
 
 import logging

@@ -5,7 +5,7 @@ import re
 import shlex
 
 from core.maxtext_args import RunSettings
-from core.planner import maxtext_keys_of
+from core.maxtext_memory_keys import maxtext_keys_of
 from core.tpu_env import pod_dcn_nics
 from infra import naming
 from core.worker_lock import LOCK_PATH, parse_pins, requirement_lines
