@@ -181,6 +181,16 @@ def _gone_within(pids, seconds: float) -> bool:
     return not any(_alive(pid) for pid in pids)
 
 
+def kill_leftovers(pids, program: subprocess.Popen | None = None) -> None:
+    """A test's cleanup: whatever it started that is still running (a failed assertion) is killed."""
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    if program is not None and program.poll() is None:
+        program.kill()
+        program.wait()
+
+
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
 def test_stopping_the_program_stops_the_compile_it_runs(tmp_path, signum):
     """SIGTERM or Ctrl-C to the program while its config build compiles ends train_compile and what it started."""
@@ -191,11 +201,7 @@ def test_stopping_the_program_stops_the_compile_it_runs(tmp_path, signum):
         assert program.wait(timeout=30) == 9
         assert _gone_within((worker, helper), 10), "the compile outlived the program"
     finally:
-        for pid in (worker, helper):
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        if program.poll() is None:
-            program.kill()
+        kill_leftovers((worker, helper), program)
 
 
 def test_a_verdict_that_cannot_be_kept_still_decides_and_says_so(monkeypatch, tmp_path):
@@ -223,9 +229,7 @@ def test_a_program_killed_by_sigkill_leaves_no_compile_behind(tmp_path):
         program.wait(timeout=60)
         assert _gone_within((worker, helper), 60), "the compile outlived the killed program"
     finally:
-        for pid in (worker, helper):
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
+        kill_leftovers((worker, helper))
 
 
 def test_a_compile_that_runs_out_of_time_is_kept_as_undecided_and_not_restarted(monkeypatch, tmp_path):

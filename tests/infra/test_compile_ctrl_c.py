@@ -34,7 +34,7 @@ import time
 import pytest
 
 from tests.conftest import REPO
-from tests.infra.test_compile_check import FAKE, _alive, _gone_within
+from tests.infra.test_compile_check import FAKE, _alive, _gone_within, kill_leftovers
 
 # The program as Pulumi's Python language host runs it (no handler of its own for KeyboardInterrupt: an
 # uncaught one ends the process by SIGINT, Python's documented exit for it).
@@ -99,9 +99,4 @@ def test_ctrl_c_under_pulumi_leaves_no_compile_behind(tmp_path, pulumi_does, out
             assert program.wait(timeout=60) == -signal.SIGKILL
         assert _gone_within((worker, helper), 60), "the compile outlived the program"
     finally:
-        for pid in (worker, helper):
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        if program.poll() is None:
-            program.kill()
-            program.wait()
+        kill_leftovers((worker, helper), program)
