@@ -157,14 +157,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _program_compiling(tmp_path):
-    """The program, its config build compiling with the stand-in (train_compile and a helper it started): the
-    program's process and the two pids, once both run."""
+def program_compiling(tmp_path, program_code: str = "", **popen):
+    """The program (`program_code`, by default one whose config build compiles with the stand-in: train_compile
+    and a helper it started): its process and the compile's two pids, once both run."""
     pids = tmp_path / "pids"
     env = {**os.environ, "FAKE_COMPILE": "helper", "FAKE_COMPILE_RECORD": str(tmp_path / "record.json"),
            "FAKE_COMPILE_PIDS": str(pids), "PYTHONPATH": str(REPO),
            "TPU_MULTISLICE_COMPILE_VERDICTS": str(tmp_path / "verdicts.json")}
-    program = subprocess.Popen([sys.executable, "-c", _STOPPABLE], cwd=REPO, env=env)
+    program = subprocess.Popen([sys.executable, "-c", program_code or _STOPPABLE], cwd=REPO, env=env, **popen)
     deadline = time.monotonic() + 120
     while not pids.exists() or len(pids.read_text().split()) < 2:
         assert program.poll() is None and time.monotonic() < deadline, "the stand-in compile never started"
@@ -194,7 +194,7 @@ def kill_leftovers(pids, program: subprocess.Popen | None = None) -> None:
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
 def test_stopping_the_program_stops_the_compile_it_runs(tmp_path, signum):
     """SIGTERM or Ctrl-C to the program while its config build compiles ends train_compile and what it started."""
-    program, (worker, helper) = _program_compiling(tmp_path)
+    program, (worker, helper) = program_compiling(tmp_path)
     try:
         assert _alive(worker) and _alive(helper)
         program.send_signal(getattr(signal, signum))
@@ -222,7 +222,7 @@ def test_a_program_killed_by_sigkill_leaves_no_compile_behind(tmp_path):
     """SIGKILL (no handler runs: Pulumi's second Ctrl-C) to the program while its config build compiles: the
     compile's guard gets its parent-death signal (aot/guard.py, prctl PR_SET_PDEATHSIG) and ends train_compile
     and the helper it started. Polled with a generous bound: the machine may be loaded."""
-    program, (worker, helper) = _program_compiling(tmp_path)
+    program, (worker, helper) = program_compiling(tmp_path)
     try:
         assert _alive(worker) and _alive(helper)
         program.kill()

@@ -28,13 +28,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
-import time
 
 import pytest
 
 from tests.conftest import REPO
-from tests.infra.test_compile_check import FAKE, _alive, _gone_within, kill_leftovers
+from tests.infra.test_compile_check import _alive, _gone_within, kill_leftovers, program_compiling
 
 # The program as Pulumi's Python language host runs it (no handler of its own for KeyboardInterrupt: an
 # uncaught one ends the process by SIGINT, Python's documented exit for it).
@@ -51,18 +49,7 @@ def _program_in_its_own_group(tmp_path):
     """The program, started the way it runs under the language host: a child of this process (playing the
     language host) in a process group apart from the CLI's (the test's); returns it and the compile's two pids
     (the stand-in train_compile and its helper) once both run."""
-    pids = tmp_path / "pids"
-    env = {**os.environ, "FAKE_COMPILE": "helper", "FAKE_COMPILE_RECORD": str(tmp_path / "record.json"),
-           "FAKE_COMPILE_PIDS": str(pids), "PYTHONPATH": str(REPO),
-           "TPU_MULTISLICE_COMPILE_VERDICTS": str(tmp_path / "verdicts.json")}
-    program = subprocess.Popen([sys.executable, "-c", _PROGRAM], cwd=REPO, env=env, process_group=0,
-                               stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while not pids.exists() or len(pids.read_text().split()) < 2:
-        assert program.poll() is None and time.monotonic() < deadline, "the stand-in compile never started"
-        time.sleep(0.2)
-    worker, helper = (int(pid) for pid in pids.read_text().split())
-    return program, (worker, helper)
+    return program_compiling(tmp_path, _PROGRAM, process_group=0, stderr=subprocess.DEVNULL)
 
 
 # (what Pulumi does, whether the program acts on SIGINT within the 5-second grace)
