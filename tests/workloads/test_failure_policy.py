@@ -144,7 +144,7 @@ def test_the_training_container_exits_with_the_codes_the_policy_reads(training_j
     _, job = _slice_job(training_jobset)
     (container,) = job["template"]["spec"]["containers"]
     script = container["command"][2].splitlines()
-    assert script[-1] == 'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"'
+    assert 'python -m trainer.jobset_run "$BASE_CONFIG" "$@" &' in script and script[-1] == 'exit "$status"'
     assert any(line.startswith("BASE_CONFIG=") and line.endswith(f"|| exit {exit_codes.IMPORT_ERROR}")
                for line in script)
     assert "trainer/jobset_run.py" in load_bundle().files
@@ -190,7 +190,7 @@ def test_pathways_restarts_an_evicted_head_free_and_ends_on_what_a_retry_cannot_
         assert jobset_action(rules, pathways_manifests.HEAD_JOB, reason, message) == expected
     # The head's MaxText exits with those codes: it runs through trainer.pathways_run.
     (trainer,) = [c for c in head["template"]["spec"]["containers"] if c["name"] == "maxtext"]
-    assert "exec python3 -m trainer.pathways_run " in trainer["command"][2]
+    assert "\npython3 -m trainer.pathways_run " in trainer["command"][2]
     # Worker pods restart in place (OnFailure), which a podFailurePolicy does not allow.
     worker = jobs[pathways_manifests.WORKER_JOB]
     assert worker["template"]["spec"]["restartPolicy"] == "OnFailure" and "podFailurePolicy" not in worker

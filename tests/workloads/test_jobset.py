@@ -233,7 +233,7 @@ def test_training_runs_maxtext_pre_train_with_the_shared_argv_builder(run, confi
     script = container["command"][2]
     assert container["command"][:2] == ["bash", "-c"]
     # MaxText's own argv, through the trainer's wrapper that exits with core/exit_codes.py (failure policy).
-    assert 'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"' in script
+    assert 'python -m trainer.jobset_run "$BASE_CONFIG" "$@" &' in script.splitlines()
     # The stack's image holds the lock: nothing is installed (tests/workloads/test_cold_start.py).
     assert "pip install" not in script
     args = dict(a.split("=", 1) for a in container["args"])
@@ -287,7 +287,7 @@ def test_training_pods_run_the_shipped_smoke_program_first_and_train_only_if_it_
     script = container["command"][2].splitlines()
     assert script[0] == "set -euo pipefail"                     # a failed smoke test ends the container
     [smoke_line] = [i for i, line in enumerate(script) if "-m trainer.smoke" in line]
-    [train_line] = [i for i, line in enumerate(script) if line.startswith("exec python -m trainer.jobset_run ")]
+    [train_line] = [i for i, line in enumerate(script) if line.startswith("python -m trainer.jobset_run ")]
     assert smoke_line < train_line
     # Run as a step SIGTERM reaches (workloads/jobset/manifests.py as_step; tests/workloads/test_term_before_start.py).
     assert script[smoke_line] == ("{ set +m; (cd /opt/tpu-multislice && python -m trainer.smoke --distributed "

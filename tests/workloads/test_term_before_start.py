@@ -129,7 +129,7 @@ def test_a_jobset_pod_terminated_during_its_install_exits_at_once(tmp_path):
 
 def test_the_pathways_head_terminated_while_maxtext_imports_exits_at_once(tmp_path):
     command = pathways_inputs.trainer_command(build(load_stack_config("pathways", REPO)))
-    assert command[:2] == ["bash", "-c"] and "exec python3 -m trainer.pathways_run" in command[2]
+    assert command[:2] == ["bash", "-c"] and "\npython3 -m trainer.pathways_run" in command[2]
     # The image's MaxText: here one whose import never ends (MaxText and JAX take a while to import).
     started = tmp_path / "import-started"
     package = tmp_path / "fake" / "maxtext" / "trainers" / "pre_train"
@@ -144,6 +144,44 @@ def test_the_pathways_head_terminated_while_maxtext_imports_exits_at_once(tmp_pa
            "PYTHONPATH": f"{REPO}:{tmp_path / 'fake'}", "PYTHONDONTWRITEBYTECODE": "1"}
     status = run_as_pid1_and_terminate(command, env, started, tmp_path)
     assert status == exit_codes.PREEMPTED, f"the head's Python as PID 1 did not end on SIGTERM (status {status})"
+
+
+def _pathways_head_env(tmp_path: Path) -> dict[str, str]:
+    """The head's `python3` is this test's interpreter; `tmp_path/fake` is on its path for stand-ins."""
+    (tmp_path / "fake").mkdir(exist_ok=True)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "python3").symlink_to(sys.executable)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+            "PYTHONPATH": f"{REPO}:{tmp_path / 'fake'}", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def test_the_pathways_head_terminated_during_python_s_start_up_exits_at_once(tmp_path):
+    """Before trainer.pathways_run's first statement, the interpreter starts: `site` runs the image's `.pth`
+    files and `sitecustomize` (here a stand-in that never finishes). No handler of ours exists yet, so a Python
+    exec'd as PID 1 lost that TERM and waited out the grace period; bash as PID 1 (workloads/pid_one.py) traps it
+    and forwards it to its child Python, which TERM's default action ends at once: 143."""
+    command = pathways_inputs.trainer_command(build(load_stack_config("pathways", REPO)))
+    env = _pathways_head_env(tmp_path)
+    started = tmp_path / "start-up-started"
+    (tmp_path / "fake" / "sitecustomize.py").write_text(f"import time\n{_announce(started)}time.sleep({NEVER_S})\n")
+    status = run_as_pid1_and_terminate(command, env, started, tmp_path)
+    assert status == exit_codes.PREEMPTED, f"a TERM during Python's start-up was lost (status {status})"
+
+
+def test_the_pathways_head_ends_with_its_trainer_s_own_code(tmp_path):
+    """bash now outlives the trainer: the container's status must still be trainer.pathways_run's own (the
+    failure policy ends the run on CONFIG_ERROR, workloads/failure_policy.py), not bash's."""
+    command = pathways_inputs.trainer_command(build(load_stack_config("pathways", REPO)))
+    env = _pathways_head_env(tmp_path)
+    # The image's MaxText: here one whose training module cannot be imported (IMPORT_ERROR, not retried).
+    package = tmp_path / "fake" / "maxtext" / "trainers" / "pre_train"
+    package.mkdir(parents=True)
+    for directory in (package.parent.parent, package.parent, package):
+        (directory / "__init__.py").write_text("")
+    (package / "train.py").write_text("raise ImportError('a stand-in module missing from the image')\n")
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, timeout=120)
+    assert done.returncode == exit_codes.IMPORT_ERROR, done.stderr[-2000:]
 
 
 def test_a_failed_install_still_ends_the_pod_with_its_own_code(tmp_path):
@@ -175,7 +213,7 @@ def test_a_jobset_pod_terminated_while_maxtext_imports_after_the_exec_exits_at_o
     config = build({**load_stack_config("jobset", REPO), "smokeTest": "false"})
     jobset = jobset_inputs.jobset_objects(config, load_bundle())["jobset"]
     container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
-    assert container["command"][2].splitlines()[-1] == 'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"'
+    assert 'python -m trainer.jobset_run "$BASE_CONFIG" "$@" &' in container["command"][2].splitlines()
     started = tmp_path / "import-started"
     common = tmp_path / "fake" / "maxtext" / "common"
     common.mkdir(parents=True)
@@ -219,3 +257,28 @@ def test_once_jax_listens_a_term_is_its_preemption_notice_not_the_early_exit():
                           env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "JAX notice at step" in done.stdout and "SIGTERM before training started" not in done.stderr
+
+
+def test_a_jobset_pod_terminated_during_the_trainer_s_python_start_up_exits_at_once(tmp_path):
+    """Before trainer.jobset_run's first statement the interpreter starts: `site` runs the image's `.pth` files
+    and `sitecustomize` (here a stand-in that never finishes, for the trainer's process only). With `exec`, that
+    Python was PID 1 with no handler and the TERM was lost; bash as PID 1 (workloads/pid_one.py) forwards it to
+    its child, which TERM's default action ends at once: 143."""
+    config = build({**load_stack_config("jobset", REPO), "smokeTest": "false"})
+    jobset = jobset_inputs.jobset_objects(config, load_bundle())["jobset"]
+    container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    started = tmp_path / "start-up-started"
+    fake = tmp_path / "fake"
+    (fake / "maxtext").mkdir(parents=True)
+    (fake / "maxtext" / "__init__.py").write_text("")          # base.yml's look-up finds the package
+    (fake / "sitecustomize.py").write_text(
+        "import sys, time\n"
+        "if 'trainer.jobset_run' in sys.orig_argv:\n"
+        + textwrap.indent(f"{_announce(started)}time.sleep({NEVER_S})\n", "    "))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _python_wrapper(bin_dir, "python")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": f"{REPO}:{fake}"}
+    status = run_as_pid1_and_terminate([*container["command"], *container.get("args", [])], env, started, tmp_path)
+    assert status == exit_codes.PREEMPTED, f"a TERM during the trainer's start-up was lost (status {status})"

@@ -17,7 +17,7 @@ from core.pod_sizing import TpuPodSize
 from core.slice_wait import DISTRIBUTED_INIT_TIMEOUT_S
 from workloads.common import (CODE_MOUNT, TPU_METRICS_PORT, code_mount, labels, run_labels, tpu_node_selector,
                               tpu_pod_resources_memory_bounded)
-from workloads import failure_policy
+from workloads import failure_policy, pid_one
 from workloads.kueue_config import DRANET_QUOTA_RESOURCE
 
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -327,7 +327,7 @@ def smoke_argv(spec: JobSetSpec) -> list[str]:
 # it exits), and on TERM forwards it to that step's whole group, waits until every process of the step has
 # stopped (PID 1's exit would kill them mid-cleanup) and exits PREEMPTED: nothing was trained, so a
 # restart loses nothing, and the failure policy already restarts 143 without counting (failure_policy.py). The
-# final `exec` hands PID 1 to trainer.jobset_run, which handles SIGTERM itself.
+# trainer then runs as bash's child, TERM forwarded to it (workloads/pid_one.py).
 FORWARD_TERM = [
     "set -m",
     'step=""',
@@ -374,7 +374,11 @@ def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], bas
         f"print(r.files('maxtext') / 'configs' / 'base.yml')\") || exit {exit_codes.IMPORT_ERROR}",
         # The shipped trainer code first on the path, as for the smoke test (its directory is read-only).
         f'export PYTHONPATH={shlex.quote(CODE_MOUNT)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
-        'exec python -m trainer.jobset_run "$BASE_CONFIG" "$@"',
+        # No `exec`: bash stays PID 1 and forwards TERM to the trainer (workloads/pid_one.py), so a TERM during
+        # the interpreter's start-up, before trainer.jobset_run's first statement, is not lost; from then on the
+        # trainer's handler, then JAX's, receive it as before. Its trap replaces the steps' trap above.
+        pid_one.TRAP_FIRST,
+        *pid_one.supervise('python -m trainer.jobset_run "$BASE_CONFIG" "$@"'),
     ]
     mounts = [code_mount()]
     return _container(spec, jobset_name, "maxtext", ["bash", "-c", "\n".join(lines), "pre_train"],

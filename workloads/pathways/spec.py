@@ -10,7 +10,7 @@ import shlex
 from core.maxtext_args import PRE_TRAIN_MODULE, RunSettings, pre_train_argv
 from core.tpu_env import pod_dcn_nics
 from infra.config import PathwaysSettings, StackConfig
-from workloads import common
+from workloads import common, pid_one
 from workloads.bundle import TrainerBundle
 from workloads.pathways.manifests import PathwaysSpec
 
@@ -85,9 +85,12 @@ def trainer_command(config: StackConfig) -> list[str]:
     if module != PRE_TRAIN_MODULE:
         raise ValueError(f"trainer.pathways_run runs {PRE_TRAIN_MODULE}, not {module}")
     script = "\n".join([
+        # bash stays PID 1 and answers TERM from its first statement (workloads/pid_one.py): with `exec`, Python
+        # was PID 1 and a TERM during the interpreter's start-up, before trainer.pathways_run's handler, was lost.
+        pid_one.TRAP_FIRST,
         # The shipped trainer code first on the path; the image's MaxText stays where the image put it.
         f'export PYTHONPATH={shlex.quote(common.CODE_MOUNT)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
-        f'exec python3 -m trainer.pathways_run {shlex.quote(base_config)} "$@"',
+        *pid_one.supervise(f'python3 -m trainer.pathways_run {shlex.quote(base_config)} "$@"'),
     ])
     return ["bash", "-c", script, "pathways_run", *overrides]
 
