@@ -13,7 +13,7 @@ import importlib.resources
 from typing import Callable
 
 from core.maxtext_facts import MIN_MAXTEXT
-from trainer import patching
+from trainer import eval_split, patching
 from trainer.failures import ConfigurationError, DataError, EnvironmentImportError
 
 # Preset parameter formulas are exact for the dense decoders here; the slack only absorbs an unforeseen
@@ -169,7 +169,14 @@ def install_phase_guards() -> None:
 
     def guarded_create_data_iterator(config, mesh):
         try:
+            # Before the iterators and step 1: an eval split with no record for some host fails only at the
+            # first eval, after billed steps, and again after each restart (trainer/eval_split.py).
+            problem = eval_split.check_eval_split(config, mesh)
+            if problem:
+                raise DataError(problem)
             return create_data_iterator(config, mesh)
+        except DataError:
+            raise
         except ImportError as err:
             raise EnvironmentImportError(f"dataset_type={config.dataset_type} needs {err.name or err}: {err}") from err
         except (ConnectionError, TimeoutError):

@@ -104,3 +104,18 @@ def test_an_eval_step_is_shown_as_estimated_never_compiled():
     # that does not fit ends the run there, not at its first evaluation.
     assert "ahead of time at the run's start" in line and "first evaluation" not in line
     assert not [line for line in assumptions(build(load_stack_config("dev", REPO))) if line.startswith("eval step:")]
+
+
+def test_an_eval_split_s_size_against_the_hosts_is_shown_as_an_assumption():
+    """MaxText 0.2.5 cannot pad the eval pass of a host with no eval record (multihost_dataloading.py
+    _make_padding_batch); the split's size is counted only at run start (trainer/eval_split.py), so the plan
+    names the host count the split must cover."""
+    raw = {**load_stack_config("jobset", REPO), "datasetType": "grain",
+           "datasetPath": "gs://my-data/c4/train-*.array_record",
+           "evalDatasetPath": "gs://my-data/c4/eval-*.array_record", "evalSteps": "2"}
+    config = build(raw)
+    hosts = config.tpu.slices * config.tpu.shape.hosts
+    [line] = [line for line in assumptions(config) if line.startswith("eval split size")]
+    assert f"every one of the {hosts} data-loading host(s)" in line and "evalDatasetPath" in line
+    assert not any(line.startswith("eval split size") for line in assumptions(build(load_stack_config("jobset",
+                                                                                                       REPO))))
