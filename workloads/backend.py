@@ -32,7 +32,7 @@ class WorkloadContext:
 
 
 def relaunch_export(job: pulumi.Resource) -> pulumi.Output[str]:
-    """The `relaunchCommand` export: `pulumi up --replace` of the training job's object (its URN, known once
+    """The `relaunchCommand` export: `pulumi up --target-replace` of the training job's object (its URN, known once
     registered), on every backend."""
     stack = pulumi.get_stack()
     return job.urn.apply(lambda urn: relaunch_command(stack, urn))
