@@ -191,9 +191,10 @@ def _training_run(config: StackConfig) -> list[str]:
                          "GKE >= 1.33.3-gke.1226000 per GKE's FUSE docs; not among the stack's version floors); "
                          "check the pod's gke-gcsfuse-sidecar log for a successful mount")
     if run.eval_dataset_path:
-        hosts = 1 if config.workload.backend == "pathways" else config.tpu.slices * config.tpu.shape.hosts
-        lines.append(f"eval split size: every one of the {hosts} data-loading host(s) is assumed to get at least one "
-                     f"record of evalDatasetPath (MaxText 0.2.5 cannot pad the eval pass of a host that had none and "
+        hosts = config.tpu.slices * config.tpu.shape.hosts
+        lines.append(f"eval split size: each data-loading host (up to {hosts}: one per TPU VM; one client on "
+                     "Pathways) is assumed to get at least one record of evalDatasetPath (MaxText 0.2.5 cannot "
+                     "pad the eval pass of a host that had none and "
                      "fails at the first eval); at run start, before step 1, the trainer counts ArrayRecord and "
                      "mounted Parquet splits from their file indexes and ends the run (exit 4, data error) when a "
                      "host would get none (trainer/eval_split.py); other splits are not counted")
