@@ -27,13 +27,14 @@ def _leave_on_term(signum: int, frame: object) -> None:
 
 
 if __name__ == "__main__":
-    # The pod's bash execs this Python, which is then PID 1: the kernel drops a SIGTERM sent to PID 1 from outside
-    # its namespace unless PID 1 handles it (pid_namespaces(7)), and JAX installs its own handler only inside
-    # jax.distributed.initialize (tsl's SigtermNotifier, which replaces this one with std::signal; from then on
-    # a TERM is MaxText's preemption notice and a save). Before that come the imports of MaxText, JAX and the
-    # data pipeline, and the wait for every host to join: a TERM there (a Spot notice, an eviction) waited out
-    # the whole grace period and ended in SIGKILL. So the handler comes first, before any heavy import; it exits
-    # with os._exit, since nothing was trained and a thread an import started must not delay the exit.
+    # The pod's bash (PID 1) forwards TERM to this Python (workloads/pid_one.py); run as PID 1 itself, the kernel
+    # drops a SIGTERM sent from outside its namespace unless PID 1 handles it (pid_namespaces(7)). JAX installs
+    # its own handler only inside jax.distributed.initialize (tsl's SigtermNotifier, which replaces this one
+    # with std::signal; from then on a TERM is MaxText's preemption notice and a save). Before that come the
+    # imports of MaxText, JAX and the data pipeline, and the wait for every host to join: a TERM there (a Spot
+    # notice, an eviction) must end the pod at once with PREEMPTED and a line. So the handler comes first, before
+    # any heavy import; it exits with os._exit, since nothing was trained and a thread an import started must
+    # not delay the exit.
     signal.signal(signal.SIGTERM, _leave_on_term)
 
 from core.cli_errors import fit_columns  # noqa: E402 - after the TERM handler, on purpose

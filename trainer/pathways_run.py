@@ -25,11 +25,11 @@ def _leave_on_term(signum: int, frame: object) -> None:
 
 
 if __name__ == "__main__":
-    # The head's container execs this Python, which is then PID 1: the kernel drops a SIGTERM sent to PID 1 from
-    # outside its namespace unless PID 1 handles it (pid_namespaces(7)), so without a handler a deletion or an
-    # eviction of the head waited out the grace period and ended in SIGKILL. Installed as the module's first
-    # statements, before any import of ours or MaxText's; SystemExit is not an Exception, so the failure
-    # reporting below does not swallow it.
+    # The head's bash (PID 1) forwards TERM to this Python (workloads/pid_one.py). Run as PID 1 itself, as an
+    # `exec` would make it, the kernel drops a SIGTERM sent from outside its namespace unless PID 1 handles it
+    # (pid_namespaces(7)), and a deletion of the head waited out the grace period for SIGKILL. Installed as the
+    # module's first statements, before any import of ours or MaxText's; SystemExit is not an Exception, so the
+    # failure reporting below does not swallow it.
     signal.signal(signal.SIGTERM, _leave_on_term)
 
 from trainer import failures  # noqa: E402 - after the TERM handler, on purpose

@@ -318,7 +318,7 @@ def smoke_argv(spec: JobSetSpec) -> list[str]:
 
 
 # ---- SIGTERM before MaxText starts ----
-# The container runs `bash -c SCRIPT`: bash is PID 1 until the script's final `exec`, and the kernel drops a
+# The container runs `bash -c SCRIPT`: bash is PID 1 for the container's whole life, and the kernel drops a
 # signal sent to a namespace's PID 1 from outside unless PID 1 handles it (pid_namespaces(7): "the only signals
 # that can be sent to init from ancestor namespaces are those for which init has established a handler"). Without
 # a trap a Spot notice or an eviction during the install or the smoke test waits out the whole grace period and
