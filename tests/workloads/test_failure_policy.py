@@ -145,7 +145,7 @@ def test_the_training_container_exits_with_the_codes_the_policy_reads(training_j
     (container,) = job["template"]["spec"]["containers"]
     script = container["command"][2].splitlines()
     assert 'python -m trainer.jobset_run "$BASE_CONFIG" "$@" &' in script and script[-1] == 'exit "$status"'
-    assert any(line.startswith("BASE_CONFIG=") and line.endswith(f"|| exit {exit_codes.IMPORT_ERROR}")
+    assert any(line.startswith("step=$!; wait") and f"|| exit {exit_codes.IMPORT_ERROR}" in line
                for line in script)
     assert "trainer/jobset_run.py" in load_bundle().files
 

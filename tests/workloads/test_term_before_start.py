@@ -282,3 +282,43 @@ def test_a_jobset_pod_terminated_during_the_trainer_s_python_start_up_exits_at_o
            "PYTHONPATH": f"{REPO}:{fake}"}
     status = run_as_pid1_and_terminate([*container["command"], *container.get("args", [])], env, started, tmp_path)
     assert status == exit_codes.PREEMPTED, f"a TERM during the trainer's start-up was lost (status {status})"
+
+
+def _jobset_container_without_smoke() -> dict:
+    config = build({**load_stack_config("jobset", REPO), "smokeTest": "false"})
+    jobset = jobset_inputs.jobset_objects(config, load_bundle())["jobset"]
+    return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_a_jobset_pod_terminated_while_it_looks_up_maxtext_s_base_config_exits_at_once(tmp_path):
+    """The look-up of base.yml is a Python run before the trainer. Run as `$(...)`, bash ran its trap only once
+    that command substitution ended, so a TERM during its start-up (a stand-in `sitecustomize` that never ends,
+    for the look-up's `python -c` only) waited with it; as a step it is forwarded and the pod exits 143."""
+    container = _jobset_container_without_smoke()
+    started = tmp_path / "look-up-started"
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "sitecustomize.py").write_text(
+        "import sys, time\n"
+        "if '-c' in sys.orig_argv:\n"
+        + textwrap.indent(f"{_announce(started)}time.sleep({NEVER_S})\n", "    "))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _python_wrapper(bin_dir, "python")
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": f"{REPO}:{fake}"}
+    status = run_as_pid1_and_terminate([*container["command"], *container.get("args", [])], env, started, tmp_path)
+    assert status == exit_codes.PREEMPTED, f"a TERM during base.yml's look-up waited (status {status})"
+
+
+def test_a_jobset_pod_whose_maxtext_cannot_be_imported_exits_import_error(tmp_path):
+    """No `maxtext` package for the look-up (an image or lock problem): IMPORT_ERROR, which no restart fixes."""
+    container = _jobset_container_without_smoke()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # The image's Python without MaxText: an interpreter that sees only the standard library.
+    _executable(bin_dir / "python", f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S "$@"\n')
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": ""}
+    done = subprocess.run([*container["command"], *container.get("args", [])], env=env, cwd=tmp_path,
+                          capture_output=True, timeout=120)
+    assert done.returncode == exit_codes.IMPORT_ERROR, done.stderr[-2000:]

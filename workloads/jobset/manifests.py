@@ -369,9 +369,14 @@ def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], bas
     if smoke:
         lines.append(as_step(f"(cd {shlex.quote(CODE_MOUNT)} && {shlex.join(smoke)})"))
     lines += [
-        # MaxText not importable is an image or lock problem, which no restart fixes.
-        "BASE_CONFIG=$(python -c \"import importlib.resources as r; "
-        f"print(r.files('maxtext') / 'configs' / 'base.yml')\") || exit {exit_codes.IMPORT_ERROR}",
+        # MaxText not importable is an image or lock problem, which no restart fixes. A step, not `$(...)`:
+        # bash runs a trap only once a foreground command substitution ends, so a TERM during this Python's
+        # start-up waited for it.
+        "base_config_file=$(mktemp)",
+        "{ set +m; python -c \"import importlib.resources as r; "
+        "print(r.files('maxtext') / 'configs' / 'base.yml')\" > \"$base_config_file\"\n} &",
+        f'step=$!; wait "$step" || exit {exit_codes.IMPORT_ERROR}; step=""',
+        'BASE_CONFIG=$(cat "$base_config_file")',
         # The shipped trainer code first on the path, as for the smoke test (its directory is read-only).
         f'export PYTHONPATH={shlex.quote(CODE_MOUNT)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
         # No `exec`: bash stays PID 1 and forwards TERM to the trainer (workloads/pid_one.py), so a TERM during
