@@ -11,9 +11,10 @@ kernel with the same figures in 40 s (docs/planner.md "Time per verdict"). The k
 (aot/kernel_compile.py) starts from the step's own argv, environment and LIBTPU_INIT_ARGS, through the same
 guarded subprocess (run_compile: parent-death signal, its own process group, the timeout).
 
-What it does not cover (named in the docs, the reason a full compile stays available): kernels other than
+What it does not cover (named in the docs, the reason a full compile stays available): Pallas kernels other than
 attention that a configuration may use (MoE's megablox/ragged kernels, paged or ragged attention, quantized
-matmul kernels), which a dense Llama training step does not run. A kernel compile that fails for a reason that is
+matmul kernels), which the project's presets (dense llama3 and qwen3 models, core/presets.py) do not run in
+training. A kernel compile that fails for a reason that is
 not XLA's verdict (a configuration the kernel program cannot build) falls back to the full compile, and says so.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import TextIO
 
@@ -73,7 +75,8 @@ def run_verdict(target: CompileTarget, *, full: bool = False, timeout: float = D
     phrase = kernel_verdict(kernels)
     if not kernels.compiled and not decided(kernels) and kernels.timed_out_after_s is None:
         # Not XLA's answer (the kernel program could not be built for this configuration): decide in full.
-        say(f"compile: the kernels alone gave no verdict ({(kernels.reason or '')[:40]}): compiling in full")
+        say(textwrap.shorten(f"compile: the kernels alone gave no verdict, compiling in full ({kernels.reason})",
+                             100, placeholder="...)"))
         return dataclasses.replace(whole(), kernels=phrase)
     if not kernels.compiled:      # XLA refused a kernel (E1001 ...), or it ran out of time: the step's verdict
         reason = f"the attention kernels alone: {kernels.reason}"

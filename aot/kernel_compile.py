@@ -1,5 +1,5 @@
 """The training step's attention, alone, compiled ahead of time for the step's real TPU target: the Pallas/Mosaic
-kernels (splash attention's forward and both backward kernels) at the exact per-device shapes and block sizes the
+kernels (splash attention's forward and backward kernels) at the exact per-device shapes and block sizes the
 step runs them at, so that XLA decides their scoped VMEM in seconds instead of the whole step's code generation.
 
 Run by aot/kernel_check.py through the compile guard, like MaxText's train_compile and with the same argv
@@ -19,7 +19,9 @@ What is the same as in the step (maxtext 0.2.5):
   (query_axis_names ...), with the step's segment ids; AttentionOp itself shards them into the kernels
   (tpu_flash_attention's shard_map), so each device's kernel sees the step's per-device shapes;
 - the backward pass: jax.grad of the output's sum with respect to query, key and value, which makes jax emit the
-  splash backward kernels (dkv and dq) as the step's gradient does.
+  splash backward kernels as the step's gradient does (with the recipes' sa_use_fused_bwd_kernel=true one fused
+  kernel, splash_mha_dkv_*, computes dq too; the prod step's program holds splash_mha_fwd_segmented_residuals
+  and splash_mha_dkv_segmented_no_residuals, printed by main).
 What is not: the projections, RoPE, the MLP, the loss and the optimizer (plain XLA, decided by the memory-only
 compile's HBM verdict); the decoder's scan and remat (they repeat and recompute the kernels, they do not change
 their shapes or block sizes).

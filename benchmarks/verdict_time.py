@@ -13,6 +13,7 @@ Cases:
   70b-v6e-64-b4    llama3-70b on 1 x v6e-64 at batch 4 (a "fits" step of the issue), a Ray worker's argv and
                    LIBTPU_INIT_ARGS (preview/compile/runner.py request_target)
   8b-prod-noflags  8b-prod without the pods' LIBTPU_INIT_ARGS: XLA's default scoped VMEM (32 MiB)
+  8b-prod-b5-noflags  the same at batch 5, where the issue's full compile refused 38.1 MiB of scoped VMEM
   1layer-noflags   8b-prod with one decoder layer (override_model_config), without the pods' flags: the same
                    attention kernels at the same shapes, a full compile in minutes (VMEM needs a full compile)
   1layer-flags     the same with the pods' flags (scoped VMEM raised to 96 MiB)
@@ -86,6 +87,7 @@ CASES: dict[str, Callable[[], CompileTarget]] = {
     "8b-prod": _prod,
     "70b-v6e-64-b4": _llama70b,
     "8b-prod-noflags": lambda: _without_flags(_prod()),
+    "8b-prod-b5-noflags": lambda: _without_flags(_prod().with_keys({"per_device_batch_size": "5"})),
     "1layer-noflags": lambda: _one_layer(_without_flags(_prod())),
     "1layer-flags": lambda: _one_layer(_prod()),
 }
@@ -133,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.full:
         plan.append(("8b-prod", FULL))
     if args.vmem:
-        plan += [("1layer-noflags", KERNELS), ("1layer-flags", KERNELS), ("8b-v6e-64-b13", MEMORY_KERNELS),
+        plan += [("1layer-noflags", KERNELS), ("1layer-flags", KERNELS), ("8b-prod-b5-noflags", KERNELS),
+                 ("8b-v6e-64-b13", MEMORY_KERNELS),
                  ("1layer-noflags", MEMORY_ONLY), ("1layer-noflags", FULL), ("1layer-flags", FULL)]
     if args.case:
         modes = args.mode or [MEMORY_KERNELS, FULL]

@@ -58,9 +58,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="also compile the stack's MaxText training step for its TPU target at every slice "
                              "count it takes, as the program's config build does: its attention kernels alone "
                              "(scoped VMEM), then the step memory-only (HBM); XLA's figures per device, or why it "
-                             "does not fit. Measured on 2 cores (docs/planner.md, time per verdict): minutes for the "
-                             "8B prod step and a 70B step. Without it the stack's compileCheck decides; verdicts are "
-                             "kept in compile-verdicts.json")
+                             "does not fit. Measured on 2 cores (docs/planner.md, time per verdict): the 8B prod "
+                             "step 3m11s, a 70B step 4m40s. Without it the stack's compileCheck decides; "
+                             "verdicts are kept in compile-verdicts.json")
     parser.add_argument("--full-compile", action="store_true",
                         help="with --compile: the full compile instead (code generation included; tens of minutes "
                              "for an 8B step here)")

@@ -314,6 +314,18 @@ def test_the_kernels_fitting_leaves_the_hbm_verdict_to_the_memory_only_compile(m
     assert "E1000 CompileTimeHbmOom" in said, said
 
 
+def test_a_plan_decided_by_the_kernels_and_memory_only_says_so(monkeypatch, tmp_path):
+    """The faster mode's verdict is named in the plan as an assumption (what only the full compile would see);
+    a full compile's verdict is not."""
+    calls: list[int] = []
+    fast = build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
+    said = [note for note in fast.workload.plan.notes if "attention kernels alone" in note]
+    assert said and "TPU_MULTISLICE_FULL_COMPILE=1 compiles in full" in said[0], fast.workload.plan.notes
+    monkeypatch.setenv("TPU_MULTISLICE_COMPILE_VERDICTS", str(tmp_path / "full.json"))
+    full = build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls, full=True))
+    assert not [note for note in full.workload.plan.notes if "attention kernels alone" in note]
+
+
 def test_a_kernel_program_that_cannot_be_built_falls_back_to_the_full_compile(monkeypatch, tmp_path):
     """The kernels alone give no verdict of XLA's (a configuration the kernel program cannot build): the step is
     compiled in full, so its VMEM refusal is still found (and the user is told)."""
@@ -324,4 +336,6 @@ def test_a_kernel_program_that_cannot_be_built_falls_back_to_the_full_compile(mo
     with pytest.raises(ConfigError) as refused:
         build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "vmem", [], progress))
     assert "E1001 CompileTimeScopedVmemOom" in " ".join(refused.value.problems[0].split())
-    assert "compile: the kernels alone gave no verdict" in progress.getvalue()
+    said = [line for line in progress.getvalue().splitlines() if "the kernels alone gave no verdict" in line]
+    assert said and said[0].startswith("compile: the kernels alone gave no verdict, compiling in full (")
+    assert all(len(line) <= 100 for line in said), said
