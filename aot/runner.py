@@ -230,16 +230,16 @@ def ray_target(entrypoint_args: Iterable[str], libtpu_args: str, root: Path = PR
 KEY_BASE_CONFIG, KEY_SCRATCH = "<maxtext>/configs/base.yml", Path("<scratch>")
 
 
-def compile_key(target: CompileTarget) -> "CompileKey":
+def compile_key(target: CompileTarget, mode: str = "full") -> "CompileKey":
     """The complete key of XLA's verdict on `target`: train_compile's argv as run_compile runs it (scratch paths as
-    placeholders), the pods' LIBTPU_INIT_ARGS, this process's XLA_FLAGS (they reach the compile), and the
-    MaxText, jax and libtpu versions that compile it."""
+    placeholders), the pods' LIBTPU_INIT_ARGS, this process's XLA_FLAGS (they reach the compile), the MaxText,
+    jax and libtpu versions that compile it, and the mode (core/compile_verdicts.py MODE_*)."""
     from core.compile_verdicts import CompileKey
 
     argv, _ = aot_argv(target, KEY_BASE_CONFIG, KEY_SCRATCH / "out")
     return CompileKey(argv=tuple(argv), libtpu_init_args=target.libtpu_init_args,
                       xla_flags=os.environ.get("XLA_FLAGS", ""), maxtext=installed("maxtext"),
-                      jax=installed("jax"), libtpu=loaded_libtpu())
+                      jax=installed("jax"), libtpu=loaded_libtpu(), mode=mode)
 
 
 def aot_argv(target: CompileTarget, base_config: str, out_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -374,6 +374,8 @@ class CompileResult:
     cached: bool = False                          # read from compile-verdicts.json, not compiled now
     key: Any = None                               # core.compile_verdicts.CompileKey it was compiled under
     timed_out_after_s: float | None = None        # ran out of time: no verdict ("undecided after N s")
+    mode: str = "full"                            # core/compile_verdicts.py MODE_* (aot/kernel_check.py)
+    kernels: str | None = None                    # the attention kernels' own verdict (aot/kernel_check.py)
 
     @property
     def error_code(self) -> str | None:
@@ -394,7 +396,7 @@ class CompileResult:
             "estimate_bytes_per_device": self.estimate_bytes, "breakdown": dict(self.breakdown),
             "argv_source": self.source, "dropped": dict(self.dropped), "libtpu_init_args": self.libtpu_init_args,
             "command": self.command, "libtpu": self.libtpu, "maxtext": installed("maxtext"), "log": self.log,
-            "error_code": self.error_code, "cached": self.cached,
+            "error_code": self.error_code, "cached": self.cached, "mode": self.mode, "kernels": self.kernels,
         }
 
 
@@ -407,7 +409,7 @@ def verdict_of(result: CompileResult, resized) -> "Verdict":
                    error_code=result.error_code, required_bytes=result.required_bytes,
                    peak_bytes=result.peak_bytes_per_device, hbm_bytes=result.hbm_bytes,
                    per_device_batch_size=resized.per_device_batch_size, jax=installed("jax"),
-                   undecided_after_s=result.timed_out_after_s)
+                   undecided_after_s=result.timed_out_after_s, mode=result.mode)
 
 
 def decided(result: CompileResult) -> bool:

@@ -8,9 +8,12 @@ anything registers, and a second preview of an unchanged stack does not compile 
 A verdict is keyed by a digest of everything that changes the compiled program or the compiler's answer
 (CompileKey): train_compile's exact argv after every override (the backend's launch argv resized to the slice
 count, the compile topology, with this machine's scratch paths replaced by fixed placeholders), the pods'
-LIBTPU_INIT_ARGS, the user's XLA_FLAGS, and the MaxText, jax and libtpu versions that compile it. The look-up
-takes only an entry recorded under the same complete key: a verdict recorded under another version or other
-flags is never used, the step is compiled again. The run's own keys (run name, output directory) are the
+LIBTPU_INIT_ARGS, the user's XLA_FLAGS, the MaxText, jax and libtpu versions that compile it, and how it was
+compiled (the mode: MODE_FULL, the whole compile; MODE_MEMORY_KERNELS, memory-only for HBM plus the attention
+kernels alone for scoped VMEM, aot/kernel_check.py). The look-up takes only an entry recorded under the same
+complete key: a verdict recorded under another version or other flags is never used, the step is compiled again;
+of another mode, only a full compile's verdict stands for the faster mode's (it decided everything the faster
+one decides), never the reverse. The run's own keys (run name, output directory) are the
 placeholders; a file written before the complete key (no "format": FORMAT) is read as no verdict, said once.
 
 A compile that runs out of time is kept too, as "undecided after N s" (Verdict.undecided_after_s): the next
@@ -39,6 +42,10 @@ RETRY_ENV = "TPU_MULTISLICE_RETRY_UNDECIDED"
 FORMAT = 2
 # XLA's own error code and name in a refusal: "RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of memory
 # ..." (libtpu 0.0.50.1; a scoped-VMEM refusal says "E1001: CompileTimeScopedVmemOom").
+# How a verdict was compiled (CompileKey.mode). A full compile's key is the key as it was before modes existed, so
+# verdicts kept then (all full compiles) keep their digests.
+MODE_FULL = "full"
+MODE_MEMORY_KERNELS = "memory-only+kernels"
 _ERROR_CODE = re.compile(r"\b(E\d{3,5}):\s*([A-Z]\w+)")
 
 
@@ -64,13 +71,16 @@ class CompileKey:
     maxtext: str
     jax: str
     libtpu: str
+    mode: str = MODE_FULL       # how XLA decided: MODE_FULL or MODE_MEMORY_KERNELS
 
     def digest(self) -> str:
-        document = {**asdict(self), "argv": list(self.argv)}
-        return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32]
+        return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:32]
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "argv": list(self.argv)}
+        document = {**asdict(self), "argv": list(self.argv)}
+        if self.mode == MODE_FULL:
+            del document["mode"]        # a full compile's key as it was before modes (its kept digests stay)
+        return document
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,7 @@ class Verdict:
     # Set when the compile ran out of time: no verdict from XLA, kept so the next preview does not restart it.
     undecided_after_s: float | None = None
     key: dict[str, Any] | None = None    # the CompileKey it was recorded under (CompileKey.as_dict)
+    mode: str = MODE_FULL                # how XLA decided (CompileKey.mode)
 
     @property
     def undecided(self) -> bool:
@@ -153,9 +164,19 @@ def slices_to_compile(plan, check: str, asked: bool = False) -> list[int]:
 
 
 def lookup(verdicts: dict[str, Verdict], key: CompileKey) -> Verdict | None:
-    """The verdict kept under exactly `key`: same argv, flags and versions (never one recorded under others)."""
+    """The verdict kept under exactly `key`: same argv, flags, versions and mode (never one recorded under other
+    flags or versions). For the memory-only+kernels mode, a full compile's decided verdict under the same argv,
+    flags and versions stands too (it decided HBM and VMEM at once); a full compile's look-up never takes the
+    faster mode's, and a full compile that ran out of time does not stop the faster mode from deciding."""
     kept = verdicts.get(key.digest())
-    return kept if kept is not None and kept.key == key.as_dict() else None
+    if kept is not None and kept.key == key.as_dict():
+        return kept
+    if key.mode != MODE_FULL:
+        full = replace(key, mode=MODE_FULL)
+        kept = verdicts.get(full.digest())
+        if kept is not None and kept.key == full.as_dict() and not kept.undecided:
+            return kept
+    return None
 
 
 def retry_undecided() -> bool:

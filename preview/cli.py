@@ -56,11 +56,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="plan without checking custom resources against their CRDs (exit 0 without them)")
     parser.add_argument("--compile", action="store_true",
                         help="also compile the stack's MaxText training step for its TPU target at every slice "
-                             "count it takes (MaxText's AOT compiler, a full compile on this CPU): XLA's peak HBM "
-                             "per device, or why it does not fit. Measured on 2 cores (docs/planner.md): the dev "
-                             "stack's step at 2 slices, 2m31s; an 8B step had not finished after 45 minutes. Other "
-                             "steps (dev at 1 slice among them): not measured. Without it the stack's compileCheck decides (auto: the steps near the HBM "
-                             "limit); verdicts are kept in compile-verdicts.json")
+                             "count it takes, as the program's config build does: its attention kernels alone "
+                             "(scoped VMEM), then the step memory-only (HBM); XLA's figures per device, or why it "
+                             "does not fit. Measured on 2 cores (docs/planner.md, time per verdict): the 8B prod "
+                             "step 3m11s, a 70B step 4m40s. Without it the stack's compileCheck decides; "
+                             "verdicts are kept in compile-verdicts.json")
+    parser.add_argument("--full-compile", action="store_true",
+                        help="with --compile: the full compile instead (code generation included; tens of minutes "
+                             "for an 8B step here)")
     parser.add_argument("--compile-timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="give up on the compile after this long (default 3600)")
     parser.add_argument("--root", type=Path, default=PROJECT_ROOT, help=argparse.SUPPRESS)
@@ -324,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
     if counts:
         from preview.compile import CompileStopped
         try:
-            shapes, compiler = compile_stack(config, plan, args.root, args.compile_timeout, counts)
+            shapes, compiler = compile_stack(config, plan, args.root, args.compile_timeout, counts,
+                                             args.full_compile)
         except (KeyboardInterrupt, CompileStopped) as stop:
             # run_compile has already ended the compile's process group.
             print("compile: stopped (Ctrl-C or SIGTERM); the compile worker was stopped too", file=sys.stderr)
@@ -484,20 +488,24 @@ def slices_to_compile(config: StackConfig, asked: bool) -> list[int]:
     return counts(config.workload.plan, config.workload.compile_check, asked)
 
 
-def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, counts: list[int]):
+def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, counts: list[int],
+                  full: bool = False):
     """preview/compile/ on the stack's own argv and its TPU pods' LIBTPU_INIT_ARGS (from the manifests), at each
     of `counts` slices in slices_to_compile's order, stopping at a refusal (the run's verdict). A step whose
     verdict is kept under its complete key in compile-verdicts.json (core/compile_verdicts.py) is not compiled
     again, nor one kept as undecided (unless compile_verdicts.RETRY_ENV); a new verdict is added to it.
+    `full`: the full compile, else the kernels alone + memory-only (aot/kernel_check.py run_verdict).
     Returns the results and the compiler (its keys find the nearest batch XLA compiled)."""
     from core import compile_verdicts
+    from aot.kernel_check import mode_of
     from aot.runner import compile_key, expected_time, kept, verdict_of
-    from preview.compile import CompileSetupError, failed_setup, run_compile, stack_target
+    from preview.compile import CompileSetupError, failed_setup, run_verdict, stack_target
     from workloads.compile_check import ProgramCompiler
 
     planned = config.workload.plan
     cache = compile_verdicts.verdicts_path(root)
-    compiler = ProgramCompiler(launch=lambda c: stack_target(c, [entry.obj for entry in plan.manifests], root))
+    compiler = ProgramCompiler(launch=lambda c: stack_target(c, [entry.obj for entry in plan.manifests], root),
+                               full=full)
     results = []
     try:
         verdicts, note = compile_verdicts.read(cache)
@@ -506,7 +514,7 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, c
         for count in counts:
             resized = planned.at_slices(count)
             target = compiler.target(config, count)
-            key = compile_key(target)
+            key = compile_key(target, mode_of(full))
             known = compile_verdicts.lookup(verdicts, key)
             if known is not None and known.undecided and compile_verdicts.retry_undecided():
                 known = None
@@ -514,9 +522,9 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, c
                 results.append(from_verdict(known, resized, key.digest()))
             else:
                 print(fit(f"compile: {target.plan}"), file=sys.stderr)
-                print(fit(f"compile: {expected_time(resized.model.name)}; skip: --set compileCheck=off"),
-                      file=sys.stderr)
-                result = run_compile(target, timeout=timeout, progress=sys.stderr)
+                how = expected_time(resized.model.name) if full else "the kernels alone, then memory-only"
+                print(fit(f"compile: {how}; skip: --set compileCheck=off"), file=sys.stderr)
+                result = run_verdict(target, full=full, timeout=timeout, progress=sys.stderr)
                 results.append(result)
                 if kept(result):
                     # XLA's own verdict, or "undecided after N s": kept for the next preview.

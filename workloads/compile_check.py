@@ -4,6 +4,11 @@ compile with MaxText's train_compile and the workers' pinned libtpu (aot/workers
 the plan, when it is not fetched), from the backend's own launch argv and its TPU pods' LIBTPU_INIT_ARGS
 (workloads/backend.py TrainingLaunch).
 
+How XLA decides (aot/kernel_check.py run_verdict): by default the step's attention kernels alone (scoped VMEM,
+seconds) and the step memory-only (HBM, minutes), which gave the full compile's verdict on every refusal class
+measured (docs/planner.md "Time per verdict"); with FULL_ENV=1 in the program's environment, the full compile
+(tens of minutes on 2 cores), whose verdict also stands for the faster mode's (core/compile_verdicts.py lookup).
+
 Here, not in infra/config: the argv is the backend's (workloads/) and the compiler is aot/'s, neither of which the
 config layer may import; __main__.py passes `compile_step` to `build`, which calls it before anything registers.
 
@@ -16,16 +21,25 @@ compile's guard and its parent-death signal (aot/guard.py).
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import textwrap
 from pathlib import Path
 from typing import Callable, TextIO
 
+from aot.kernel_check import mode_of, run_verdict
 from aot.runner import (DEFAULT_TIMEOUT_S, PROJECT_ROOT, CompileSetupError, CompileTarget, compile_key,
-                        expected_time, kept, missing_compiler, ray_target, run_compile, verdict_of)
+                        expected_time, kept, missing_compiler, ray_target, verdict_of)
 from core.compile_verdicts import CompileKey, NotDecided, Verdict
 from infra.config import StackConfig
 from workloads.backends import backend_for
+
+# The program compiles in full (train_compile to its end) instead of memory-only + the kernels alone.
+FULL_ENV = "TPU_MULTISLICE_FULL_COMPILE"
+
+
+def full_from_env() -> bool:
+    return os.environ.get(FULL_ENV, "") not in ("", "0")
 
 
 def stack_target(config: StackConfig, root: Path = PROJECT_ROOT) -> CompileTarget:
@@ -44,13 +58,17 @@ class ProgramCompiler:
     """The program's compiler (core/compile_verdicts.Compiler): the complete key of the run's step at a slice count
     (and at another batch, for the nearest batch XLA compiled) and XLA's verdict on it. The backend's launch argv
     is built once per config (the Ray backend's comes from a subprocess, trainer.entrypoint --print-argv) and
-    resized, so a look-up costs no compile. `compiler`, `tick_s`: for tests (a stand-in for train_compile, a
-    faster ticker)."""
+    resized, so a look-up costs no compile. `full`: the full compile (default: FULL_ENV, else memory-only + the
+    kernels alone). `compiler`, `kernel_compiler`, `tick_s`: for tests (stand-ins for train_compile and
+    aot/kernel_compile.py, a faster ticker)."""
 
     def __init__(self, *, progress: TextIO | None = None, compiler: tuple[str, ...] | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S, tick_s: float | None = None,
-                 launch: Callable[[StackConfig], CompileTarget] | None = None):
+                 launch: Callable[[StackConfig], CompileTarget] | None = None, full: bool | None = None,
+                 kernel_compiler: tuple[str, ...] | None = None):
         self.progress, self.compiler, self.timeout, self.tick_s = progress, compiler, timeout, tick_s
+        self.full = full_from_env() if full is None else full
+        self.kernel_compiler = kernel_compiler
         # The full group's launch (default stack_target; the offline plan's reads the pods' LIBTPU_INIT_ARGS from
         # its rendered manifests, preview/compile/runner.py stack_target).
         self.launch = launch or stack_target
@@ -79,7 +97,7 @@ class ProgramCompiler:
 
     def key(self, config: StackConfig, slices: int, per_device_batch_size: float | None = None) -> CompileKey:
         try:
-            return compile_key(self.target(config, slices, per_device_batch_size))
+            return compile_key(self.target(config, slices, per_device_batch_size), mode_of(self.full))
         except CompileSetupError as error:
             raise NotDecided(textwrap.shorten(f"the compile could not be set up: {error}", 90)) from None
 
@@ -95,11 +113,16 @@ class ProgramCompiler:
             f"compile: XLA decides {slices} x {resized.shape.pod_type} at perDeviceBatchSize="
             f"{resized.per_device_batch_size:g} before anything is created (compileCheck="
             f"{config.workload.compile_check})", 100), file=out, flush=True)
-        print(textwrap.shorten(f"compile: {expected_time(resized.model.name)}; skip: tpu-multislice:compileCheck=off",
-                               100), file=out, flush=True)
+        if self.full:
+            how = f"{expected_time(resized.model.name)}; skip: tpu-multislice:compileCheck=off"
+        else:
+            how = ("the attention kernels alone, then the step memory-only (about 1-4 min here, docs/planner.md)"
+                   f"; in full: {FULL_ENV}=1; skip: tpu-multislice:compileCheck=off")
+        for line in textwrap.wrap(f"compile: {how}", 100, subsequent_indent="    "):
+            print(line, file=out, flush=True)
         try:
-            result = run_compile(target, timeout=self.timeout, progress=out, compiler=self.compiler,
-                                 tick_s=self.tick_s)
+            result = run_verdict(target, full=self.full, timeout=self.timeout, progress=out, compiler=self.compiler,
+                                 kernel_compiler=self.kernel_compiler, tick_s=self.tick_s)
         except CompileSetupError as error:
             raise NotDecided(textwrap.shorten(f"the compile could not be set up: {error}", 90)) from None
         if not kept(result):

@@ -180,6 +180,11 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
         notes.append(f"memory: XLA compiled the run's step at {', '.join(map(str, sorted(compiled.verdicts)))} "
                      f"slice(s) (libtpu {decided.libtpu}, MaxText {decided.maxtext}, jax {decided.jax or '?'})")
         notes.append(_front_end_assumption(decided))
+        if any(verdict.mode == compile_verdicts.MODE_MEMORY_KERNELS for verdict in compiled.verdicts.values()):
+            # aot/kernel_check.py: what the faster mode decides, and what only the full compile would.
+            notes.append("assumption: XLA decided by the attention kernels alone (scoped VMEM) and the step "
+                         "memory-only (HBM), not a full compile: other Pallas kernels and code generation's other "
+                         "refusals are not compiled (TPU_MULTISLICE_FULL_COMPILE=1 compiles in full)")
         # The notes follow the compile that ran: the estimate's "compile it first" advice is answered.
         kept_notes = tuple(_answered(note) for note in workload_plan.notes)
         workload_plan = dataclasses.replace(workload_plan, notes=tuple(note for note in kept_notes if note))

@@ -99,3 +99,40 @@ def test_an_old_or_broken_file_is_no_verdict_with_one_line(content, tmp_path):
     document = json.loads(path.read_text())
     assert document["format"] == compile_verdicts.FORMAT and list(document["verdicts"]) == [key.digest()]
     assert compile_verdicts.read(path)[1] is None
+
+
+def _key(mode: str = compile_verdicts.MODE_FULL) -> compile_verdicts.CompileKey:
+    return compile_verdicts.CompileKey(argv=("base.yml", "a=1"), libtpu_init_args="--f=1", xla_flags="",
+                                       maxtext="0.2.5", jax="0.10.2", libtpu="0.0.50.1", mode=mode)
+
+
+def test_the_mode_is_part_of_the_key_and_a_full_key_keeps_its_digest_from_before_modes(tmp_path):
+    """Memory-only + kernels and the full compile are kept apart; a full compile's key is the key as it was
+    before modes existed (compile-verdicts.json entries recorded then, all full compiles, stay found)."""
+    full, fast = _key(), _key(compile_verdicts.MODE_MEMORY_KERNELS)
+    assert full.digest() != fast.digest() and fast.as_dict()["mode"] == compile_verdicts.MODE_MEMORY_KERNELS
+    before_modes = {field: value for field, value in dataclasses.asdict(full).items() if field != "mode"}
+    before_modes["argv"] = list(full.argv)
+    assert full.as_dict() == before_modes
+
+
+def test_a_full_compile_s_verdict_stands_for_the_faster_mode_never_the_reverse(tmp_path):
+    """A full compile decided everything the faster mode decides: its verdict is used for a memory-only + kernels
+    look-up. The faster mode's verdict is never used for a full compile's look-up, and a full compile that ran
+    out of time does not stop the faster mode from deciding."""
+    full, fast = _key(), _key(compile_verdicts.MODE_MEMORY_KERNELS)
+    verdict = compile_verdicts.Verdict(compiled=False, shape="s", slices=1, libtpu="0.0.50.1", maxtext="0.2.5",
+                                       error_code="E1001 CompileTimeScopedVmemOom")
+    path = tmp_path / "compile-verdicts.json"
+    compile_verdicts.record(path, full, verdict)
+    assert compile_verdicts.lookup(compile_verdicts.load(path), fast).error_code == "E1001 CompileTimeScopedVmemOom"
+
+    other = tmp_path / "other.json"
+    compile_verdicts.record(other, fast, verdict)
+    assert compile_verdicts.lookup(compile_verdicts.load(other), full) is None
+    assert compile_verdicts.lookup(compile_verdicts.load(other), fast) is not None
+
+    timed_out = tmp_path / "timed-out.json"
+    compile_verdicts.record(timed_out, full, dataclasses.replace(verdict, undecided_after_s=3600.0))
+    assert compile_verdicts.lookup(compile_verdicts.load(timed_out), fast) is None
+    assert compile_verdicts.lookup(compile_verdicts.load(timed_out), full).undecided

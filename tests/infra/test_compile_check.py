@@ -29,6 +29,7 @@ from tests.conftest import REPO
 from workloads import compile_check
 
 FAKE = REPO / "tests" / "preview" / "fake_train_compile.py"
+FAKE_KERNELS = REPO / "tests" / "preview" / "fake_kernel_compile.py"
 
 
 def _near() -> dict:
@@ -41,7 +42,8 @@ class _Recording(compile_check.ProgramCompiler):
     """The program's compiler with train_compile replaced by the stand-in; records each compile's slice count."""
 
     def __init__(self, calls: list[int], **kwargs):
-        super().__init__(compiler=(sys.executable, str(FAKE)), tick_s=0.5, **kwargs)
+        super().__init__(compiler=(sys.executable, str(FAKE)), kernel_compiler=(sys.executable, str(FAKE_KERNELS)),
+                         tick_s=0.5, **kwargs)
         self.calls = calls
 
     def __call__(self, config, slices):
@@ -79,9 +81,10 @@ def test_a_near_limit_step_xla_refuses_is_compiled_once_and_refused_before_anyth
     # While it compiled: what XLA decides, then the ticker (every 30 s where the output is not a terminal).
     ticks = progress.getvalue().splitlines()
     assert ticks[0].startswith("compile: XLA decides 1 x v6e-8 at perDeviceBatchSize=9 before anything is created")
-    # Before it starts: about how long here (the calibration's full compile of the model) and how to skip it.
-    assert ticks[1] == ("compile: about 16m06s each here (xla_calibration.json); skip: "
-                        "tpu-multislice:compileCheck=off"), ticks[1]
+    # Before it starts: how XLA decides (the kernels alone, then memory-only), how long, how else, how to skip it.
+    assert " ".join(ticks[1:3]).split() == (
+        "compile: the attention kernels alone, then the step memory-only (about 1-4 min here, docs/planner.md); "
+        "in full: TPU_MULTISLICE_FULL_COMPILE=1; skip: tpu-multislice:compileCheck=off").split(), ticks[1:3]
     assert any(line.startswith("compile: v6e-8 x 1: ") and "elapsed" in line for line in ticks), ticks
     assert aot_runner._Ticker("a step", io.StringIO()).interval == 30.0
 
@@ -141,10 +144,11 @@ _STOPPABLE = """
 import functools, sys
 from aot.runner import CompileStopped
 from preview.harness import run_program
-from tests.infra.test_compile_check import FAKE, _near
+from tests.infra.test_compile_check import FAKE, FAKE_KERNELS, _near
 from workloads.compile_check import ProgramCompiler
 try:
-    run_program(_near(), stack="dev", compile_step=ProgramCompiler(compiler=(sys.executable, str(FAKE))))
+    run_program(_near(), stack="dev", compile_step=ProgramCompiler(
+        compiler=(sys.executable, str(FAKE)), kernel_compiler=(sys.executable, str(FAKE_KERNELS))))
 except (KeyboardInterrupt, CompileStopped):
     sys.exit(9)
 """
@@ -279,12 +283,59 @@ def test_a_run_with_an_eval_step_says_its_eval_step_is_estimated_not_compiled(mo
 def test_a_refusal_after_memory_is_assigned_still_refuses_the_step(monkeypatch, tmp_path):
     """XLA refuses a kernel's scoped VMEM (E1001 CompileTimeScopedVmemOom) in code generation, minutes after its HLO
     passes assigned memory within HBM (measured on the prod step in one layer without the pods' flags: memory-only
-    said "fits", the full compile refused the splash-attention dkv kernel, docs/planner.md "Time per verdict").
-    So the program compiles in full: a memory-only stop (here at once) would call that step fitting."""
+    said "fits", the full compile refused the splash-attention dkv kernel after 9m53s, the kernels alone refused
+    it in 40 s; docs/planner.md "Time per verdict"). The program's memory-only compile stops once memory is
+    assigned (here at once, and the stand-in's code generation would take a minute), so the VMEM refusal must
+    come from the kernels' own compile (aot/kernel_check.py): without it this step would be called fitting."""
     monkeypatch.setattr(aot_runner, "MEMORY_ONLY_GRACE_S", 0.0)
+    monkeypatch.setenv("FAKE_COMPILE_CODEGEN_S", "60")
+    monkeypatch.setenv("FAKE_KERNELS", "vmem")
     calls: list[int] = []
+    compiler = _stand_in(monkeypatch, tmp_path, "vmem", calls)
+    assert not compiler.full
     with pytest.raises(ConfigError) as refused:
-        build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "vmem", calls))
+        build(_near(), compile_step=compiler)
     assert calls == [1]
     said = " ".join(refused.value.problems[0].split())
     assert "is refused by XLA on 1 x v6e-8" in said and "E1001 CompileTimeScopedVmemOom" in said, said
+    from core import compile_verdicts
+    [kept] = compile_verdicts.load(compile_verdicts.verdicts_path(REPO)).values()
+    assert kept.mode == compile_verdicts.MODE_MEMORY_KERNELS and kept.error_code == "E1001 CompileTimeScopedVmemOom"
+
+
+def test_the_kernels_fitting_leaves_the_hbm_verdict_to_the_memory_only_compile(monkeypatch, tmp_path):
+    """With the pods' flags the kernels fit; the step's HBM refusal (E1000) still comes from the memory-only
+    compile, which runs after them."""
+    monkeypatch.setenv("FAKE_KERNELS", "fits")
+    calls: list[int] = []
+    with pytest.raises(ConfigError) as refused:
+        build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "slow_oom", calls))
+    said = " ".join(refused.value.problems[0].split())
+    assert "E1000 CompileTimeHbmOom" in said, said
+
+
+def test_a_plan_decided_by_the_kernels_and_memory_only_says_so(monkeypatch, tmp_path):
+    """The faster mode's verdict is named in the plan as an assumption (what only the full compile would see);
+    a full compile's verdict is not."""
+    calls: list[int] = []
+    fast = build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
+    said = [note for note in fast.workload.plan.notes if "attention kernels alone" in note]
+    assert said and "TPU_MULTISLICE_FULL_COMPILE=1 compiles in full" in said[0], fast.workload.plan.notes
+    monkeypatch.setenv("TPU_MULTISLICE_COMPILE_VERDICTS", str(tmp_path / "full.json"))
+    full = build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls, full=True))
+    assert not [note for note in full.workload.plan.notes if "attention kernels alone" in note]
+
+
+def test_a_kernel_program_that_cannot_be_built_falls_back_to_the_full_compile(monkeypatch, tmp_path):
+    """The kernels alone give no verdict of XLA's (a configuration the kernel program cannot build): the step is
+    compiled in full, so its VMEM refusal is still found (and the user is told)."""
+    monkeypatch.setattr(aot_runner, "MEMORY_ONLY_GRACE_S", 0.0)
+    monkeypatch.setenv("FAKE_COMPILE_CODEGEN_S", "0")
+    monkeypatch.setenv("FAKE_KERNELS", "broken")
+    progress = io.StringIO()
+    with pytest.raises(ConfigError) as refused:
+        build(_near(), compile_step=_stand_in(monkeypatch, tmp_path, "vmem", [], progress))
+    assert "E1001 CompileTimeScopedVmemOom" in " ".join(refused.value.problems[0].split())
+    said = [line for line in progress.getvalue().splitlines() if "the kernels alone gave no verdict" in line]
+    assert said and said[0].startswith("compile: the kernels alone gave no verdict, compiling in full (")
+    assert all(len(line) <= 100 for line in said), said

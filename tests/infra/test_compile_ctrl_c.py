@@ -39,9 +39,10 @@ from tests.infra.test_compile_check import _alive, _gone_within, kill_leftovers,
 _PROGRAM = """
 import sys
 from preview.harness import run_program
-from tests.infra.test_compile_check import FAKE, _near
+from tests.infra.test_compile_check import FAKE, FAKE_KERNELS, _near
 from workloads.compile_check import ProgramCompiler
-run_program(_near(), stack="dev", compile_step=ProgramCompiler(compiler=(sys.executable, str(FAKE))))
+run_program(_near(), stack="dev", compile_step=ProgramCompiler(
+    compiler=(sys.executable, str(FAKE)), kernel_compiler=(sys.executable, str(FAKE_KERNELS))))
 """
 
 

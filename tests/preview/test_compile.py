@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from aot import kernel_check
 from aot import runner as aot_runner
 from core.maxtext_args import pre_train_argv
 from core.tpu_catalog import CATALOG
@@ -286,7 +287,7 @@ def test_cli_compile_option_prints_the_verdict_and_exits_4_when_it_does_not_fit(
         seen.append(target)
         return dataclasses.replace(_canned(compiled), num_slices=target.slices)
 
-    monkeypatch.setattr(pf, "run_compile", fake_run)
+    monkeypatch.setattr(pf, "run_verdict", fake_run)
     code = cli.main(["--stack", "pathways", "--compile", "--json"])
     out, err = capsys.readouterr()
     document = json.loads(out)
@@ -416,7 +417,7 @@ def test_an_elastic_stack_is_compiled_at_its_fewest_slices_first_and_refused_the
         seen.append(target)
         return dataclasses.replace(_canned(target.slices > 1), num_slices=target.slices, topology="v6e-8")
 
-    monkeypatch.setattr(pf, "run_compile", fake_run)
+    monkeypatch.setattr(pf, "run_verdict", fake_run)
     config = build(load_stack_config("dev", REPO))
     assert (config.workload.plan.min_slices, config.workload.plan.slices) == (1, 2)
     code = cli.main(["--stack", "dev", "--compile", "--json"])
@@ -439,7 +440,7 @@ def test_an_elastic_stack_is_compiled_at_its_fewest_slices_first_and_refused_the
     assert seen == [] and document["cached"] and not document["compiled"] and document["num_slices"] == 1
 
     monkeypatch.setenv("TPU_MULTISLICE_COMPILE_VERDICTS", str(tmp_path / "other-verdicts.json"))
-    monkeypatch.setattr(pf, "run_compile", lambda target, **kw: seen.append(target) or dataclasses.replace(
+    monkeypatch.setattr(pf, "run_verdict", lambda target, **kw: seen.append(target) or dataclasses.replace(
         _canned(True), num_slices=target.slices))
     assert cli.main(["--stack", "dev", "--compile", "--json"]) == cli.EXIT_OK
     document = json.loads(capsys.readouterr().out)["compile"]
@@ -454,7 +455,7 @@ def test_compile_check_auto_compiles_every_step_without_a_verdict_and_says_when_
     batch 9 is compiled at 1 slice (nearest the limit) then 2; at batch 4 too; off compiles nothing; without
     MaxText or libtpu here the preview says so in one line (a warning with auto, exit 4 with always)."""
     seen = []
-    monkeypatch.setattr(pf, "run_compile", lambda target, **kw: seen.append(target) or dataclasses.replace(
+    monkeypatch.setattr(pf, "run_verdict", lambda target, **kw: seen.append(target) or dataclasses.replace(
         _canned(True), num_slices=target.slices))
     assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=9", "--json"]) == cli.EXIT_OK
     capsys.readouterr()
@@ -473,7 +474,7 @@ def test_compile_check_auto_compiles_every_step_without_a_verdict_and_says_when_
 
     # The compile itself again (not undo(): that would also drop the scratch verdicts file and the guard against
     # a real compile, tests/conftest.py), with MaxText missing, on a batch no compile above has decided.
-    monkeypatch.setattr(pf, "run_compile", aot_runner.run_compile)
+    monkeypatch.setattr(pf, "run_verdict", kernel_check.run_verdict)
     monkeypatch.setattr(aot_runner, "installed", lambda package: "not installed")
     # auto: a warning in one line, as the program's config build gives (exit 0); always: exit 4.
     assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=11"]) == cli.EXIT_OK
@@ -482,3 +483,23 @@ def test_compile_check_auto_compiles_every_step_without_a_verdict_and_says_when_
                        "compileCheck=off"), err
     assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=11", "--set", "compileCheck=always"]) == (
         cli.EXIT_COMPILE)
+
+
+def test_the_preview_decides_with_the_kernels_and_memory_only_unless_asked_for_the_full_compile(monkeypatch,
+                                                                                                  capsys):
+    """`--compile` decides as the program does (the kernels alone + memory-only, aot/kernel_check.py run_verdict);
+    `--full-compile` asks for the full compile, kept under its own key (a full verdict is not re-read as the faster
+    mode's here: the faster mode's file entry is another key)."""
+    from core import compile_verdicts
+
+    modes = []
+    monkeypatch.setattr(pf, "run_verdict", lambda target, **kw: modes.append(kw["full"]) or dataclasses.replace(
+        _canned(True), num_slices=target.slices))
+    assert cli.main(["--stack", "pathways", "--compile", "--json"]) == cli.EXIT_OK
+    assert modes == [False, False]
+    assert cli.main(["--stack", "pathways", "--compile", "--full-compile", "--json"]) == cli.EXIT_OK
+    assert modes == [False, False, True, True]
+    capsys.readouterr()
+    kept = compile_verdicts.load(compile_verdicts.verdicts_path(REPO)).values()
+    assert sorted(verdict.key.get("mode", "full") for verdict in kept) == [
+        "full", "full", "memory-only+kernels", "memory-only+kernels"]

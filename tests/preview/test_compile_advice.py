@@ -27,7 +27,7 @@ def _canned(compiled: bool) -> pf.CompileResult:
 @pytest.mark.parametrize("compiled", [True, False])
 def test_out_of_hbm_names_the_batch_to_compile_next(monkeypatch, capsys, compiled, tmp_path):
     planned = build(load_stack_config("prod", REPO)).workload.plan.per_device_batch_size
-    monkeypatch.setattr(pf, "run_compile", lambda target, **kwargs: _canned(compiled))
+    monkeypatch.setattr(pf, "run_verdict", lambda target, **kwargs: _canned(compiled))
     code = cli.main(["--stack", "prod", "--compile", "--json", "--root", str(REPO)])
     document = json.loads(capsys.readouterr().out)
     if compiled:
