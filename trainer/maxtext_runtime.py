@@ -358,4 +358,7 @@ def run_pre_train(argv: list[str]) -> None:
     install_elastic_eval_batches()
     if os.environ.get(DATA_TRACE_ENV):
         install_data_trace(os.environ[DATA_TRACE_ENV])
+    from trainer.local import compile_cache        # the local run's CPU workers only (trainer.local sets it)
+    if os.environ.get(compile_cache.CACHE_ENV):
+        compile_cache.install(os.environ[compile_cache.CACHE_ENV])
     train.main(argv)
