@@ -1,11 +1,11 @@
-"""trainer/local/compile_cache.py: the local run's XLA cache is shared by the processes of one distributed CPU
+"""trainer/cpu_compile_cache.py: the local run's XLA cache is shared by the processes of one distributed CPU
 program, so a group that starts again hits in every process or in none (a hit in process 0 alone races it into
 the first collective, whose gloo context gives up after 30 s).
 
 Played with real JAX: two processes of one `jax.distributed` program on CPU compile one sharded function twice,
 with a cache directory. JAX writes from process 0 only (jax/_src/compiler.py `_cache_write`), so process 1's second
 run hits only if its key equals process 0's; JAX's own key differs between them on CPU (the topology fingerprint,
-jax/_src/cache_key.py `_hash_accelerator_config`), the key compile_cache installs does not."""
+jax/_src/cache_key.py `_hash_accelerator_config`), the key trainer/cpu_compile_cache.py installs does not."""
 from __future__ import annotations
 
 import socket
@@ -27,8 +27,8 @@ PROGRAM = textwrap.dedent("""
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=process)
     if shared:
-        from trainer.local import compile_cache
-        compile_cache.install(cache)
+        from trainer import cpu_compile_cache
+        cpu_compile_cache.install(cache)
     else:                                   # JAX's own cache, as MaxText would turn it on
         jax.config.update("jax_compilation_cache_dir", cache)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)

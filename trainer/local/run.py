@@ -36,7 +36,8 @@ from core.cli_errors import OneLineParser, fit_columns
 from trainer import cli, maxtext_runtime, progress
 from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
-from trainer.local import compile_cache, logs
+from trainer import cpu_compile_cache
+from trainer.local import logs
 from trainer.local.cluster import ClusterStartError, LocalTpuCluster, session_members
 from trainer.local.heartbeat import Heartbeat, phase_of
 from trainer.local.injections import (AT_GROUP_START, EVENT_KINDS, _events, _hold, _steps, injection_schedule,
@@ -105,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--verbose", action="store_true",
                    help="the driver's whole log (default: progress lines)")
     g.add_argument("--json", dest="json_path", help="write the outcome as JSON here")
-    g.add_argument("--compile-cache", default=os.environ.get(compile_cache.CACHE_ENV) or None, metavar="DIR",
-                   help=f"XLA cache the workers share (default: ${compile_cache.CACHE_ENV})")
+    g.add_argument("--compile-cache", default=os.environ.get(cpu_compile_cache.CACHE_ENV) or None, metavar="DIR",
+                   help=f"XLA cache the workers share (default: ${cpu_compile_cache.CACHE_ENV})")
     g.add_argument("--trace-data", action="store_true",
                    help="each host's Grain positions, in WORKDIR/data-trace")
     g.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
@@ -200,7 +201,7 @@ class LocalRun:
         if self.args.slow_eval:
             env[SLOW_EVAL_ENV] = str(self.args.slow_eval)
         if self.args.compile_cache:
-            env[compile_cache.CACHE_ENV] = str(Path(self.args.compile_cache).resolve())
+            env[cpu_compile_cache.CACHE_ENV] = str(Path(self.args.compile_cache).resolve())
         if self.args.trace_data:
             (self.workdir / "data-trace").mkdir(exist_ok=True)
             env[maxtext_runtime.DATA_TRACE_ENV] = str(self.workdir / "data-trace")

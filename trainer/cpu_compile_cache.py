@@ -14,12 +14,12 @@ fixed 30 s (why core/maxtext_args.py keeps MaxText's own cache off on CPU). Here
 fingerprint, what identifies the devices on one machine: each device's platform, kind, global id and process,
 the same in every process. A group then hits or misses as one, and its processes stay in step.
 
-Only for the local run on CPU (the worker installs it when CACHE_ENV is set, which only trainer.local sets); on
-TPU the fingerprint is the same on every host and MaxText's own `jax_cache_dir` is used.
+Only for the local run on CPU (trainer/maxtext_runtime.py run_pre_train installs it when CACHE_ENV is set, which
+only trainer.local sets); on TPU, MaxText's own `jax_cache_dir` is used (core/maxtext_args.py).
 """
 from __future__ import annotations
 
-# The cache directory, set by trainer.local in its Ray nodes' environment (workers inherit it).
+# The cache directory, set by trainer.local (--compile-cache) in its Ray nodes' environment (workers inherit it).
 CACHE_ENV = "TRAINER_LOCAL_COMPILE_CACHE"
 
 
