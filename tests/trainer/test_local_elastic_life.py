@@ -151,5 +151,9 @@ def test_eval_on_two_hosts_with_an_uneven_split_pads_and_does_not_hang(life):
                  and r["t"] >= start["t"]]
         assert len(steps) >= EVAL_STEPS, (start, steps)
     padded = "MultiHostDataLoadIterator: host {} failed to load data"
-    assert padded.format(1) in driver_log and padded.format(0) not in driver_log
+    assert padded.format(1) in driver_log
+    # Host 0's share (5 records) fills both steps on 2 hosts; on 4 hosts (3 records each at most) every host pads,
+    # so host 0's line says the split was uneven only when no pass ran on the full group (the usual case here).
+    on_four = [r for r in records if r.get("event") == "eval-start" and group_workers[r["attempt"]] == 4]
+    assert on_four or padded.format(0) not in driver_log
     assert result["steps_completed"] == STEPS
