@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import pytest
 
+from trainer import cpu_compile_cache
+
 REPO = Path(__file__).resolve().parent.parent
 # After trainer.local's own --timeout it still stops its cluster, prints its table and writes its JSON: this long.
 LOCAL_RUN_WIND_DOWN_S = 180.0
@@ -151,6 +153,9 @@ class LocalRuns:
         chosen = [planned for planned in self.planned if planned.module in selected_modules]
         self.scheduled.update(planned.name for planned in chosen)
         if chosen:
+            # One XLA cache for the session's runs (trainer/cpu_compile_cache.py): a worker group that starts
+            # again with programs compiled before reads them instead of compiling them on two loaded cores.
+            self.environment.setdefault(cpu_compile_cache.CACHE_ENV, str(mktemp("jax-cache")))
             threading.Thread(target=self._run_all, args=(chosen, mktemp), name="local-runs", daemon=True).start()
 
     def stop(self) -> None:

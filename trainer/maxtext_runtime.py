@@ -13,7 +13,7 @@ import importlib.resources
 from typing import Callable
 
 from core.maxtext_facts import MIN_MAXTEXT
-from trainer import eval_split, patching
+from trainer import cpu_compile_cache, eval_split, patching
 from trainer.failures import ConfigurationError, DataError, EnvironmentImportError
 
 # Preset parameter formulas are exact for the dense decoders here; the slack only absorbs an unforeseen
@@ -365,4 +365,6 @@ def run_pre_train(argv: list[str]) -> None:
     install_elastic_eval_batches()
     if os.environ.get(DATA_TRACE_ENV):
         install_data_trace(os.environ[DATA_TRACE_ENV])
+    if os.environ.get(cpu_compile_cache.CACHE_ENV):            # the local run's CPU workers (trainer.local)
+        cpu_compile_cache.install(os.environ[cpu_compile_cache.CACHE_ENV])
     train.main(argv)

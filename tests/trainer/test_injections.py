@@ -108,3 +108,46 @@ def test_hold_slice_reclaims_the_last_slice_and_returns_its_capacity_only_after_
     assert run.cluster.calls[2:] == [("add_slice", 1)]
     run.maybe_fail_or_hold_slice([], {"step": 9, "workers": 4, "attempt": "b"})
     assert run.cluster.calls[3:] == []                    # one hold per run
+
+
+def test_a_notice_at_start_reaches_the_next_full_group_before_its_first_step_report(tmp_path, monkeypatch):
+    """`--inject KIND@start` (issue 43 case (d)): not the group the last event played on, not a group without
+    the slice, not a group that already reported a step; the first full group formed after the last event,
+    while it has reported nothing (MaxText reports a step one step late)."""
+    monkeypatch.setattr(local.time, "time", lambda: 1000.0)
+    run = _run(tmp_path, ["--inject", "preempt@5,sigterm@start"], elastic=False)
+    assert run.args.inject == ((5, "preempt"), (0, "sigterm"))
+    run.records = [{"event": "attempt", "attempt": "a", "workers": 4}]
+    run.attempt = "a"
+    run.maybe_inject({"step": 5, "workers": 4, "attempt": "a"})     # the notice to group a
+    run.preempt_deadline = None                                      # its grace is over, the slice is back
+    run.maybe_inject({"step": 6, "workers": 4, "attempt": "a"})
+    assert run.schedule == [(0, "sigterm")]                          # group a had its event: wait for the next
+    run.records += [{"event": "attempt", "attempt": "b", "workers": 4},
+                    {"event": "step", "attempt": "b", "step": 6, "workers": 4}]
+    run.attempt = "b"
+    run.maybe_inject(run.records[-1])
+    assert run.schedule == [(0, "sigterm")]                          # b reported a step already: too late
+    run.records.append({"event": "attempt", "attempt": "c", "workers": 4})
+    run.attempt = "c"
+    run.maybe_inject(run.records[2])
+    assert run.schedule == [] and run.cluster.calls[-1] == ("sigterm_raylets", 1)
+    assert [r["kind"] for r in progress.read(run.progress_dir)] == ["preempted", "sigterm"]
+
+
+def test_start_is_a_step_only_for_the_slice_notices():
+    from trainer.local.injections import _events
+
+    assert _events("sigterm@start,preempt@start,fail@start") == ((0, "sigterm"), (0, "preempt"), (-1, "fail@start"))
+
+
+def test_a_notice_at_start_never_goes_to_the_group_an_event_just_ended(tmp_path, monkeypatch):
+    """After a slice is killed, the newest attempt on record is still the dead group's until the next one says
+    hello: KIND@start waits for that next group."""
+    monkeypatch.setattr(local.time, "time", lambda: 1000.0)
+    run = _run(tmp_path, ["--inject", "kill-slice@5,sigterm@start"], elastic=False)
+    run.records = [{"event": "attempt", "attempt": "a", "workers": 4}]
+    run.attempt = "a"
+    run.maybe_inject({"step": 5, "workers": 4, "attempt": "a"})
+    run.maybe_inject({"step": 5, "workers": 4, "attempt": "a"})
+    assert run.schedule == [(0, "sigterm")] and "sigterm_raylets" not in [c[0] for c in run.cluster.calls]

@@ -192,13 +192,21 @@ def test_elastic_run_reads_every_record_once_across_the_resize(run_a):
     assert hosts[0] == 4 and hosts[-1] == 2, hosts          # 2 slices, then 1 (Ray Train may retry in between)
     # Every host's batch is the records its position names: host i of n reads p+i, p+i+n, ...
     batches = []                                    # (attempt, position, global batch, records)
+    starts = [min(rec["position"] for rec in attempt) for attempt in attempts]
     for k, attempt in enumerate(attempts):
         by_position = defaultdict(list)
         for rec in attempt:
             assert rec["position"] is not None
             by_position[rec["position"]].append(rec)
         for position, recs in by_position.items():
-            assert sorted(r["rank"] for r in recs) == list(range(recs[0]["hosts"]))
+            ranks = sorted(r["rank"] for r in recs)
+            # Every host read every batch of the history. A batch MaxText loads ahead, past where the next attempt
+            # resumed, may be missing on a host of the lost slice: its processes are SIGKILLed one after another
+            # (trainer/local/cluster.py kill_slice), and one may load the batch the other never reached.
+            if k == len(attempts) - 1 or position < starts[k + 1]:
+                assert ranks == list(range(recs[0]["hosts"])), (k, position, ranks)
+            else:
+                assert set(ranks) <= set(range(recs[0]["hosts"])), (k, position, ranks)
             records = []
             for rec in recs:
                 got = [_record(sp, row) for row in rec["rows"]]
@@ -207,7 +215,6 @@ def test_elastic_run_reads_every_record_once_across_the_resize(run_a):
                 records += got
             batches.append((k, position, len(records), sorted(records)))
     # The run's history: each attempt up to where the next one resumed, then the last attempt.
-    starts = [min(p for kk, p, _, _ in batches if kk == k) for k in range(len(attempts))]
     history = [b for b in batches if b[0] == len(attempts) - 1 or b[1] < starts[b[0] + 1]]
     assert len(history) == STEPS
     read = sorted(r for b in history for r in b[3])

@@ -18,7 +18,10 @@ split), elastic 1..2 fake v6e 2x4 slices, started on one slice as the RayJob sta
 - eval passes of 2 eval steps, each made --slow-eval 35 s longer, with the watchdog's stall limit at 60 s: a pass
   is longer than the stall limit, which before trainer/watchdog.py counted eval as progress ended the run with
   exit 7; and the eval batches on an elastic run (trainer/maxtext_runtime.py install_elastic_eval_batches), which
-  before failed at the first eval.
+  before failed at the first eval. The eval split (9 records) does not divide across the 2 hosts that
+  evaluate (issue 43, case (e)): Grain gives host i the records i::2 (5 and 4), a batch is 4 rows, so host 0
+  reads 2 batches and host 1 one; host 1 pads its second step (generate_padding_batch_eval, which
+  core/maxtext_args.py sets with eval_steps) instead of leaving the loop while host 0 waits in the eval step.
 Checked: the run reaches its last step, every notice and return is recovered with no step redone (saved at the
 notice, or before the resize), each notice was retried as a loss above the minimum, eval ran with passes longer
 than the stall limit, and the watchdog never fired. About 10-15 minutes on 2 loaded cores.
@@ -42,6 +45,9 @@ STEPS = 110      # the events are over by about step 50; one eval pass, at step 
 STALL_S = 60.0
 SLOW_EVAL_S = 35.0
 EVAL_STEPS = 2
+# The eval split: 5 records for host 0 and 4 for host 1 of the 2 hosts that evaluate (a batch is 4 rows per host:
+# per_device_batch_size 1 x 4 chips), so host 1 runs out one step before host 0 and pads.
+EVAL_RECORDS = 9
 # trainer.local's --timeout: about 3x the run on 2 cores with other work beside it (docs/development.md).
 TIMEOUT_S = 2700
 
@@ -50,7 +56,7 @@ def _start(work: Path):
     from trainer.local import tiny_data
 
     data = tiny_data.write_text_arrayrecord(work / "train", records=4000)
-    eval_data = tiny_data.write_text_arrayrecord(work / "eval", records=200, seed=1)
+    eval_data = tiny_data.write_text_arrayrecord(work / "eval", records=EVAL_RECORDS, seed=1)
     out = work / "out.json"
     run = local_runs.run_trainer_local(
         ["--model", "tiny-text", "--elastic", "1,2", "--start-slices", "1",
@@ -58,6 +64,9 @@ def _start(work: Path):
          "--steps", str(STEPS),
          "--checkpoint-period", "50", "--dataset-type", "grain", "--dataset-path", data,
          "--eval-dataset-path", eval_data, "--eval-interval", "70", "--eval-steps", str(EVAL_STEPS),
+         # Not also before step 0 (MaxText's default eval_start_step 0): that pass, under the start-up allowance,
+         # proved nothing the pass at step 70 does not, and cost 2 x SLOW_EVAL_S before the first step.
+         "--set", "eval_start_step=70",
          "--slow-eval", str(SLOW_EVAL_S), "--stall-timeout", str(STALL_S), "--set", "grain_worker_count=0",
          "--set", "grain_worker_count_eval=0", "--workdir", str(work / "run"), "--json", str(out)],
         TIMEOUT_S, work / "logs")
@@ -124,3 +133,27 @@ def test_it_evaluated_with_passes_longer_than_the_stall_limit_and_the_watchdog_l
             passes.append(steps[-1]["t"] - start["t"])
     assert passes and max(passes) > STALL_S, passes
     assert "ending the run" not in driver_log
+
+
+def test_eval_on_two_hosts_with_an_uneven_split_pads_and_does_not_hang(life):
+    """Issue 43 case (e): in each eval pass on the 2-host group, host 1 ran out of its share of the split before
+    EVAL_STEPS and padded (MaxText 0.2.5 input_pipeline/multihost_dataloading.py MultiHostDataLoadIterator
+    `_get_next_batch_sharded`: the "Generating a padding batch" line), host 0 never did, and every pass still
+    ran EVAL_STEPS steps and the run went on: no host left the loop while the other waited in the eval step. The
+    rule that makes it so: a run on several hosts needs evalSteps (infra/config/data_rules.py), and with it the
+    hosts pad (core/maxtext_args.py generate_padding_batch_eval)."""
+    result, records, driver_log, _ = life
+    group_workers = {r["attempt"]: r["workers"] for r in records if r.get("event") == "attempt"}
+    on_two = [r for r in records if r.get("event") == "eval-start" and group_workers[r["attempt"]] == 2]
+    assert on_two, [r for r in records if r.get("event") == "eval-start"]         # the pass at step 70
+    for start in on_two:
+        steps = [r for r in records if r.get("event") == "eval-step" and r["attempt"] == start["attempt"]
+                 and r["t"] >= start["t"]]
+        assert len(steps) >= EVAL_STEPS, (start, steps)
+    padded = "MultiHostDataLoadIterator: host {} failed to load data"
+    assert padded.format(1) in driver_log
+    # Host 0's share (5 records) fills both steps on 2 hosts; on 4 hosts (3 records each at most) every host pads,
+    # so host 0's line says the split was uneven only when no pass ran on the full group (the usual case here).
+    on_four = [r for r in records if r.get("event") == "eval-start" and group_workers[r["attempt"]] == 4]
+    assert on_four or padded.format(0) not in driver_log
+    assert result["steps_completed"] == STEPS

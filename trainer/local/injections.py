@@ -7,6 +7,8 @@ Each event plays on the local cluster as it happens on GKE (trainer/local/run.py
 - sigterm: the last slice's raylets get SIGTERM with no drain: Ray reports the node "received SIGTERM"
   (EXPECTED_TERMINATION, src/ray/raylet/main.cc), not preempted, as when the drain deadline is missed or a pod of
   a replica group KubeRay deletes whole goes (raycluster_controller.go reconcileMultiHostWorkerGroup);
+- KIND@start (preempt or sigterm): that notice in the first step of the next group that starts with every slice,
+  before the group reports a step (MaxText reports a step one step late): a notice to a restart (issue 43, item 4);
 - fail: SIGKILL of a worker; kill-slice: SIGKILL of a slice; add: a slice the RayCluster wants arrives;
 - --fail-slice-from STEP: from STEP on, the last slice's hosts die by SIGTERM (as `sigterm`) in the first step of
   every group that has them: a host that fails at every start (issue 43, item 2);
@@ -36,6 +38,8 @@ EVENT_KINDS = {"fail": "--fail-at", "kill-slice": "--kill-slice-at", "preempt": 
                "sigterm": None, "add": "--add-slice-at"}
 # The kinds that take the last slice away from a full group (a notice, with or without Ray's drain).
 SLICE_NOTICES = ("preempt", "sigterm")
+# KIND@start's step in the schedule (steps given are >= 1): the next full group's first step.
+AT_GROUP_START = 0
 
 
 def _hold(text: str) -> tuple[int, float]:
@@ -58,6 +62,9 @@ def _events(text: str) -> tuple[tuple[int, str], ...]:
     events = []
     for part in text.split(","):
         kind, at, step = part.partition("@")
+        if at and kind in SLICE_NOTICES and step == "start":
+            events.append((AT_GROUP_START, kind))
+            continue
         ok = at and kind in EVENT_KINDS and step.isdigit()
         events.append((int(step), kind) if ok else (-1, part))
     return tuple(events)
@@ -136,7 +143,7 @@ def validate_event_list(args: argparse.Namespace, plan_: Plan) -> None:
         if step < 0:
             raise PlanError(f"--inject {kind}: give KIND@STEP with KIND one of {', '.join(EVENT_KINDS)}")
         last = args.steps - 2 if kind in (*SLICE_NOTICES, "add") else args.steps - 1
-        if not 1 <= step <= last:
+        if not 1 <= step <= last and not (step == AT_GROUP_START and kind in SLICE_NOTICES):
             raise PlanError(f"--inject {kind}@{step}: the step must be within 1..{last} (steps={args.steps})")
         if kind in SLICE_NOTICES:
             if present < plan_.slices:

@@ -36,10 +36,11 @@ from core.cli_errors import OneLineParser, fit_columns
 from trainer import cli, maxtext_runtime, progress
 from trainer.entrypoint import EXIT_BAD_INPUT, prepare, scaling_kwargs
 from core.errors import PlanError
+from trainer import cpu_compile_cache
 from trainer.local import logs
 from trainer.local.cluster import ClusterStartError, LocalTpuCluster, session_members
 from trainer.local.heartbeat import Heartbeat, phase_of
-from trainer.local.injections import (EVENT_KINDS, _events, _hold, _steps, injection_schedule,
+from trainer.local.injections import (AT_GROUP_START, EVENT_KINDS, _events, _hold, _steps, injection_schedule,
                                       validate_injections)
 from trainer.local.kuberay import KubeRayStandIn
 from trainer.worker import SLOW_EVAL_ENV
@@ -105,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--verbose", action="store_true",
                    help="the driver's whole log (default: progress lines)")
     g.add_argument("--json", dest="json_path", help="write the outcome as JSON here")
+    g.add_argument("--compile-cache", default=os.environ.get(cpu_compile_cache.CACHE_ENV) or None, metavar="DIR",
+                   help=f"XLA cache the workers share (default: ${cpu_compile_cache.CACHE_ENV})")
     g.add_argument("--trace-data", action="store_true",
                    help="each host's Grain positions, in WORKDIR/data-trace")
     g.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds")
@@ -175,6 +178,8 @@ class LocalRun:
     # The worker groups an injected failure ended (a killed worker or slice): the next event waits for the group
     # that replaces them, whose steps start again below the failure's (--inject fail@24,preempt@17).
     failed_attempts: set = field(default_factory=set)
+    # The newest group when the last injected event played: KIND@start waits for a group formed after it.
+    event_attempt: str | None = None
     # Elastic runs: the stand-in for the API server and KubeRay the driver grows its cluster through, and every
     # JSON patch it took (a cold restart is a new RayJob with a new cluster, so a new stand-in).
     kuberay: KubeRayStandIn | None = None
@@ -195,6 +200,8 @@ class LocalRun:
                "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": str(self.args.grace_period)}
         if self.args.slow_eval:
             env[SLOW_EVAL_ENV] = str(self.args.slow_eval)
+        if self.args.compile_cache:
+            env[cpu_compile_cache.CACHE_ENV] = str(Path(self.args.compile_cache).resolve())
         if self.args.trace_data:
             (self.workdir / "data-trace").mkdir(exist_ok=True)
             env[maxtext_runtime.DATA_TRACE_ENV] = str(self.workdir / "data-trace")
@@ -318,9 +325,16 @@ class LocalRun:
         self.maybe_end_grace()
         if self.schedule is None:
             self.schedule = injection_schedule(self.args)
-        if not self.schedule or last is None:
+        if not self.schedule:
             return
         step, kind = self.schedule[0]
+        if step == AT_GROUP_START:
+            if self._notice_new_group(kind, last):
+                self.event_attempt = self.attempt
+                self.schedule.pop(0)
+            return
+        if last is None:
+            return
         if last["step"] < step or last.get("attempt") in self.failed_attempts:
             return
         args = self.args
@@ -373,7 +387,22 @@ class LocalRun:
                 os.kill(info["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        self.event_attempt = self.attempt
         self.schedule.pop(0)
+
+    def _notice_new_group(self, kind: str, last: dict | None) -> bool:
+        """KIND@start: the notice to the newest group once it has every slice, was formed after the last event
+        and has reported no step yet (it is restoring, compiling or in its first steps); whether it played."""
+        newest = next((r for r in reversed(self.records) if r.get("event") == "attempt"), None)
+        if (newest is None or self.preempt_deadline is not None or newest.get("workers") != self.plan.workers
+                or newest["attempt"] == self.event_attempt or newest["attempt"] in self.noticed_attempts):
+            return False
+        if any(r.get("event") == "step" and r.get("attempt") == newest["attempt"] for r in self.records):
+            return False                    # too late for this group: the next one
+        self.noticed_attempts.add(newest["attempt"])
+        self.heartbeat.say(f"{kind} notice to attempt {newest['attempt']} before its first step report")
+        self._notice_last_slice(kind, last["step"] if last else -1)
+        return True
 
     def report_kuberay(self) -> None:
         """Say when the driver resized its cluster (the PATCHes the stand-in took)."""
