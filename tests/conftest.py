@@ -142,6 +142,11 @@ from tests import local_runs  # noqa: E402
 from tests.local_runs import LocalRunResult, run_trainer_local, run_with_deadlines  # noqa: E402,F401
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that wait for a local run go last, so the rest of the suite runs while the runs go on."""
+    items[:] = local_runs.waiting_modules_last(items)
+
+
 def pytest_collection_finish(session):
     """Start the local runs of the modules this session runs (one at a time, in the background)."""
     if session.config.option.collectonly:

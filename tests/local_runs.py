@@ -180,6 +180,16 @@ class LocalRuns:
         return [f"{planned.name}: {self.wall_s[planned.name]:.0f} s for {planned.runs} run(s) of trainer.local"
                 for planned in self.planned if planned.name in self.wall_s]
 
+    def waiting_modules_last(self, items: list) -> list:
+        """`items` (pytest's collected tests) with the tests of modules that wait for a planned run moved to the
+        end, each module kept whole and in place relative to the others: the unit tests then run while the
+        background runs go on, instead of queueing behind the first test that waits for a run (the test files
+        after a waiting module's would otherwise start only when its run has ended)."""
+        waiting = {planned.module for planned in self.planned}
+        module_of = [getattr(getattr(item, "module", None), "__name__", None) for item in items]
+        return ([item for item, module in zip(items, module_of) if module not in waiting]
+                + [item for item, module in zip(items, module_of) if module in waiting])
+
     def _run_all(self, chosen: list[PlannedRun], mktemp: Callable[[str], Path]) -> None:
         for planned in chosen:
             if self.stopping.is_set():
@@ -224,3 +234,4 @@ SESSION = LocalRuns()
 plan = SESSION.plan
 start = SESSION.start
 stop = SESSION.stop
+waiting_modules_last = SESSION.waiting_modules_last

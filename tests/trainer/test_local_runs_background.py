@@ -106,3 +106,23 @@ def test_the_end_of_the_session_stops_a_run_still_going(runs, tmp_path):
         after.result()
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid_file.read_text()), 0)
+
+
+class _Item:
+    """A collected test as waiting_modules_last sees it: its module's name and its own."""
+
+    def __init__(self, module: str, name: str):
+        self.module = type(sys)(module)
+        self.name = name
+
+
+def test_the_tests_that_wait_for_a_run_go_last_each_module_whole_and_in_order(runs):
+    runs.plan("e2e", "tests.trainer.test_local_e2e", lambda work: None, 60)
+    runs.plan("life", "tests.trainer.test_local_life", lambda work: None, 60)
+    items = [_Item(module, name) for module, name in [
+        ("tests.core.test_a", "a1"), ("tests.trainer.test_local_e2e", "e1"), ("tests.trainer.test_local_e2e", "e2"),
+        ("tests.trainer.test_local_heartbeat", "h1"), ("tests.trainer.test_local_life", "l1"),
+        ("tests.workloads.test_z", "z1")]]
+    ordered = [item.name for item in runs.waiting_modules_last(items)]
+    # Before, the session reached e1, waited there for the e2e run and only then ran h1 and z1.
+    assert ordered == ["a1", "h1", "z1", "e1", "e2", "l1"]
