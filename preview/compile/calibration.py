@@ -229,6 +229,9 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                                    "mlpwi_0", "mlpwi_1", "mlpwo"), held_out=True,
                     why="held out: the MLP's tensors offloaded to host too, on two v6e-16 slices at batch 3 (the "
                         "largest the plan advertises for it, near the limit)"),
+    CalibrationCase("llama3-70b-4xv6e-64-b4", "llama3-70b", "v6e", "8x8", 4, 4, held_out=True,
+                    why="held out: 70B on four v6e-64 slices (data parallel across them) at batch 4, the largest "
+                        "the plan advertises there (near the limit)"),
 )
 
 
