@@ -219,6 +219,19 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
     CalibrationCase("llama3-8b-2xv6e-16-b1-s32k", "llama3-8b", "v6e", "4x4", 2, 1, max_target_length=32768,
                     held_out=True, why="held out: an untied head at a 32k sequence on two slices (the tied-head "
                                        "row's shape, Llama's head)"),
+    # Host offload of a kind no constant was fitted on: every fitted offload row moves the layer input and q/k/v
+    # (8B: and out_proj) to host, never the MLP's tensors; with them 8B offloads 47,104 elements per token and
+    # layer instead of 14,336 (OFFLOADED_LAYERS_HELD_ACROSS_SLICES was fitted on the narrow set). MaxText 0.2.5's custom policy offloads
+    # every key set to "offload" (configs/types.py tensors_to_offload; layers/nnx_decoders.py get_remat_policy:
+    # jax.checkpoint_policies.save_and_offload_only_these_names(..., offload_dst="pinned_host")).
+    CalibrationCase("llama3-8b-2xv6e-16-mlpoff-b3", "llama3-8b", "v6e", "4x4", 2, 3, remat_policy="custom",
+                    remat_offload=("decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj",
+                                   "mlpwi_0", "mlpwi_1", "mlpwo"), held_out=True,
+                    why="held out: the MLP's tensors offloaded to host too, on two v6e-16 slices at batch 3 (the "
+                        "largest the plan advertises for it, near the limit)"),
+    CalibrationCase("llama3-70b-4xv6e-64-b4", "llama3-70b", "v6e", "8x8", 4, 4, held_out=True,
+                    why="held out: 70B on four v6e-64 slices (data parallel across them) at batch 4, the largest "
+                        "the plan advertises there (near the limit)"),
 )
 
 
