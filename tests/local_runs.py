@@ -224,6 +224,19 @@ class LocalRuns:
                               err_path.read_text(errors="replace"), time.monotonic() - started)
 
 
+def on_request(request, name: str, argv: list[str], timeout_s: float) -> tuple[LocalRunResult, Path]:
+    """A run of a `local_extra` module (minutes beyond the suite's budget, never started in the background), in
+    the foreground and only when the session asked for them (`pytest -m local_extra`); skipped otherwise.
+    `argv` is trainer.local's, without --workdir and --json: the run keeps both under its own directory, returned
+    with the result (<dir>/run, <dir>/out.json)."""
+    if "local_extra" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("a local run of minutes: pytest -m local_extra")
+    work = request.getfixturevalue("tmp_path_factory").mktemp(name)
+    run = run_trainer_local([*argv, "--workdir", str(work / "run"), "--json", str(work / "out.json")], timeout_s,
+                            work / "logs")
+    return run, work
+
+
 def _default_mktemp(name: str) -> Path:
     import tempfile
     return Path(tempfile.mkdtemp(prefix=f"{name}-"))

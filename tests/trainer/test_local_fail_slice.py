@@ -14,7 +14,6 @@ suite's time budget (docs/development.md).
 """
 import json
 import re
-from pathlib import Path
 
 import pytest
 
@@ -32,17 +31,13 @@ TIMEOUT_S = 1800
 
 
 @pytest.fixture(scope="module")
-def failing_slice_run(request, tmp_path_factory):
-    if "local_extra" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("a local run of minutes: pytest -m local_extra")
-    work = tmp_path_factory.mktemp("fail-slice")
-    out = work / "out.json"
-    run = local_runs.run_trainer_local(
-        ["--elastic", "1,2", "--fail-slice-from", str(FAIL_FROM), "--attempts-without-progress", str(N),
-         "--steps", str(STEPS), "--checkpoint-period", str(CHECKPOINT_PERIOD), "--max-failures", "0",
-         "--workdir", str(work / "run"), "--json", str(out)], TIMEOUT_S, work / "logs")
+def failing_slice_run(request):
+    run, work = local_runs.on_request(request, "fail-slice", [
+        "--elastic", "1,2", "--fail-slice-from", str(FAIL_FROM), "--attempts-without-progress", str(N),
+        "--steps", str(STEPS), "--checkpoint-period", str(CHECKPOINT_PERIOD), "--max-failures", "0"], TIMEOUT_S)
     from trainer import progress
 
+    out = work / "out.json"
     records = progress.read(work / "run" / "progress")
     driver_log = (work / "run" / "driver.log").read_text(errors="replace")
     return run, json.loads(out.read_text()) if out.exists() else None, records, driver_log

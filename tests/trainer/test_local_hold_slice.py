@@ -15,7 +15,6 @@ is played on the watchdog with an injected clock (tests/trainer/test_watchdog.py
 Not in the plain suite: the hold itself is minutes of wall time, beyond the suite's budget (docs/development.md).
 """
 import json
-from pathlib import Path
 
 import pytest
 
@@ -35,17 +34,12 @@ TIMEOUT_S = 2400
 
 
 @pytest.fixture(scope="module")
-def held_slice_run(request, tmp_path_factory):
-    if "local_extra" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("a local run of minutes: pytest -m local_extra")
-    work = tmp_path_factory.mktemp("hold-slice")
-    out = work / "out.json"
-    run = local_runs.run_trainer_local(
-        ["--hold-slice", f"{HOLD_AT}:{HOLD_S}", "--stall-timeout", str(STALL_S), "--startup-timeout",
-         str(STARTUP_S), "--capacity-wait", str(CAPACITY_WAIT_S), "--steps", str(STEPS),
-         "--checkpoint-period", str(CHECKPOINT_PERIOD), "--max-failures", "0",
-         "--workdir", str(work / "run"), "--json", str(out)], TIMEOUT_S, work / "logs")
-    driver_log = work / "run" / "driver.log"
+def held_slice_run(request):
+    run, work = local_runs.on_request(request, "hold-slice", [
+        "--hold-slice", f"{HOLD_AT}:{HOLD_S}", "--stall-timeout", str(STALL_S), "--startup-timeout", str(STARTUP_S),
+        "--capacity-wait", str(CAPACITY_WAIT_S), "--steps", str(STEPS), "--checkpoint-period", str(CHECKPOINT_PERIOD),
+        "--max-failures", "0"], TIMEOUT_S)
+    out, driver_log = work / "out.json", work / "run" / "driver.log"
     return (run, json.loads(out.read_text()) if out.exists() else None,
             driver_log.read_text(errors="replace") if driver_log.exists() else "")
 

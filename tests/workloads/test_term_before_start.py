@@ -259,55 +259,47 @@ def test_once_jax_listens_a_term_is_its_preemption_notice_not_the_early_exit():
     assert "JAX notice at step" in done.stdout and "SIGTERM before training started" not in done.stderr
 
 
-def test_a_jobset_pod_terminated_during_the_trainer_s_python_start_up_exits_at_once(tmp_path):
-    """Before trainer.jobset_run's first statement the interpreter starts: `site` runs the image's `.pth` files
-    and `sitecustomize` (here a stand-in that never finishes, for the trainer's process only). With `exec`, that
-    Python was PID 1 with no handler and the TERM was lost; bash as PID 1 (workloads/pid_one.py) forwards it to
-    its child, which TERM's default action ends at once: 143."""
-    config = build({**load_stack_config("jobset", REPO), "smokeTest": "false"})
-    jobset = jobset_inputs.jobset_objects(config, load_bundle())["jobset"]
-    container = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
-    started = tmp_path / "start-up-started"
-    fake = tmp_path / "fake"
-    (fake / "maxtext").mkdir(parents=True)
-    (fake / "maxtext" / "__init__.py").write_text("")          # base.yml's look-up finds the package
-    (fake / "sitecustomize.py").write_text(
-        "import sys, time\n"
-        "if 'trainer.jobset_run' in sys.orig_argv:\n"
-        + textwrap.indent(f"{_announce(started)}time.sleep({NEVER_S})\n", "    "))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    _python_wrapper(bin_dir, "python")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONPATH": f"{REPO}:{fake}"}
-    status = run_as_pid1_and_terminate([*container["command"], *container.get("args", [])], env, started, tmp_path)
-    assert status == exit_codes.PREEMPTED, f"a TERM during the trainer's start-up was lost (status {status})"
-
-
 def _jobset_container_without_smoke() -> dict:
     config = build({**load_stack_config("jobset", REPO), "smokeTest": "false"})
     jobset = jobset_inputs.jobset_objects(config, load_bundle())["jobset"]
     return jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
 
 
-def test_a_jobset_pod_terminated_while_it_looks_up_maxtext_s_base_config_exits_at_once(tmp_path):
-    """The look-up of base.yml is a Python run before the trainer. Run as `$(...)`, bash ran its trap only once
-    that command substitution ended, so a TERM during its start-up (a stand-in `sitecustomize` that never ends,
-    for the look-up's `python -c` only) waited with it; as a step it is forwarded and the pod exits 143."""
+def _jobset_status_when_terminated_in_a_start_up(tmp_path, marker: str) -> int | None:
+    """The JobSet container run as PID 1 and sent TERM while one of its Pythons starts: the one whose command
+    line holds `marker` runs a stand-in `sitecustomize` (what `site` runs at every interpreter's start) that
+    never finishes. Its exit status, or None when the TERM was lost."""
     container = _jobset_container_without_smoke()
-    started = tmp_path / "look-up-started"
+    started = tmp_path / "start-up-started"
     fake = tmp_path / "fake"
-    fake.mkdir()
+    (fake / "maxtext").mkdir(parents=True)
+    (fake / "maxtext" / "__init__.py").write_text("")          # base.yml's look-up finds the package
     (fake / "sitecustomize.py").write_text(
         "import sys, time\n"
-        "if '-c' in sys.orig_argv:\n"
+        f"if {marker!r} in sys.orig_argv:\n"
         + textwrap.indent(f"{_announce(started)}time.sleep({NEVER_S})\n", "    "))
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     _python_wrapper(bin_dir, "python")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": f"{REPO}:{fake}"}
-    status = run_as_pid1_and_terminate([*container["command"], *container.get("args", [])], env, started, tmp_path)
+    return run_as_pid1_and_terminate([*container["command"], *container.get("args", [])], env, started, tmp_path)
+
+
+def test_a_jobset_pod_terminated_during_the_trainer_s_python_start_up_exits_at_once(tmp_path):
+    """Before trainer.jobset_run's first statement the interpreter starts: `site` runs the image's `.pth` files
+    and `sitecustomize` (here a stand-in that never finishes, for the trainer's process only). With `exec`, that
+    Python was PID 1 with no handler and the TERM was lost; bash as PID 1 (workloads/pid_one.py) forwards it to
+    its child, which TERM's default action ends at once: 143."""
+    status = _jobset_status_when_terminated_in_a_start_up(tmp_path, "trainer.jobset_run")
+    assert status == exit_codes.PREEMPTED, f"a TERM during the trainer's start-up was lost (status {status})"
+
+
+def test_a_jobset_pod_terminated_while_it_looks_up_maxtext_s_base_config_exits_at_once(tmp_path):
+    """The look-up of base.yml is a Python run before the trainer. Run as `$(...)`, bash ran its trap only once
+    that command substitution ended, so a TERM during its start-up (the stand-in `sitecustomize`, for the
+    look-up's `python -c` only) waited with it; as a step it is forwarded and the pod exits 143."""
+    status = _jobset_status_when_terminated_in_a_start_up(tmp_path, "-c")
     assert status == exit_codes.PREEMPTED, f"a TERM during base.yml's look-up waited (status {status})"
 
 
