@@ -221,9 +221,10 @@ CALIBRATION_CASES: tuple[CalibrationCase, ...] = (
                                        "row's shape, Llama's head)"),
     # Host offload of a kind no constant was fitted on: every fitted offload row moves the layer input and q/k/v
     # (8B: and out_proj) to host, never the MLP's tensors; with them 8B offloads 47,104 elements per token and
-    # layer instead of 14,336 (OFFLOADED_LAYERS_HELD_ACROSS_SLICES was fitted on the narrow set). MaxText 0.2.5's custom policy offloads
-    # every key set to "offload" (configs/types.py tensors_to_offload; layers/nnx_decoders.py get_remat_policy:
-    # jax.checkpoint_policies.save_and_offload_only_these_names(..., offload_dst="pinned_host")).
+    # layer instead of 14,336 (OFFLOADED_LAYERS_HELD_ACROSS_SLICES was fitted on the narrow set). MaxText 0.2.5's
+    # custom policy offloads every key set to "offload" (configs/types.py tensors_to_offload;
+    # layers/nnx_decoders.py get_remat_policy: jax.checkpoint_policies.save_and_offload_only_these_names(...,
+    # offload_dst="pinned_host")).
     CalibrationCase("llama3-8b-2xv6e-16-mlpoff-b3", "llama3-8b", "v6e", "4x4", 2, 3, remat_policy="custom",
                     remat_offload=("decoder_layer_input", "query_proj", "key_proj", "value_proj", "out_proj",
                                    "mlpwi_0", "mlpwi_1", "mlpwo"), held_out=True,
