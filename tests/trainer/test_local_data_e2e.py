@@ -143,7 +143,15 @@ def test_parquet_resumes_at_the_next_record(run_b):
     redone = sorted(set(before) & set(after))
     assert redone and redone[0] == resumed, (sorted(before), sorted(after))
     for step in redone:
-        assert after[step] == before[step], step          # the same rows, on every host
+        first_time, again = dict(before[step]), dict(after[step])
+        # Every host read the batch of a step the failed group trained. A batch MaxText loaded ahead, past the
+        # last step that group reported, may be missing on the SIGKILLed host, which died before reaching it.
+        if step <= failure["last_step"]:
+            assert first_time.keys() == again.keys(), (step, sorted(first_time), sorted(again))
+        else:
+            assert first_time.keys() <= again.keys(), (step, sorted(first_time), sorted(again))
+        for rank, rows in first_time.items():
+            assert again[rank] == rows, (step, rank)     # the same rows, on every host that read them twice
     history = [before[s] for s in sorted(before) if s < resumed] + [after[s] for s in sorted(after)]
     assert len(history) == STEPS
     read = sorted(_record(sp, row) for step in history for _, rows in step for row in rows)
