@@ -336,11 +336,12 @@ FORWARD_TERM = [
 ]
 
 
-def as_step(line: str) -> str:
+def as_step(line: str, or_exit: int | None = None) -> str:
     """Shell: `line` run as a background job that bash waits for, its exit status kept (set -e ends the script
-    on a failure with that status, as in the foreground)."""
+    on a failure with that status, as in the foreground), or `or_exit` instead when given."""
     # `set +m` inside: the step's own pipelines stay in its process group, which the trap signals.
-    return f'{{ set +m; {line}\n}} &\nstep=$!; wait "$step"; step=""'
+    on_failure = "" if or_exit is None else f" || exit {or_exit}"
+    return f'{{ set +m; {line}\n}} &\nstep=$!; wait "$step"{on_failure}; step=""'
 
 
 def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], base_config_placeholder: str,
@@ -373,9 +374,9 @@ def pre_train_container(spec: JobSetSpec, jobset_name: str, argv: list[str], bas
         # bash runs a trap only once a foreground command substitution ends, so a TERM during this Python's
         # start-up waited for it.
         "base_config_file=$(mktemp)",
-        "{ set +m; python -c \"import importlib.resources as r; "
-        "print(r.files('maxtext') / 'configs' / 'base.yml')\" > \"$base_config_file\"\n} &",
-        f'step=$!; wait "$step" || exit {exit_codes.IMPORT_ERROR}; step=""',
+        as_step("python -c \"import importlib.resources as r; "
+                "print(r.files('maxtext') / 'configs' / 'base.yml')\" > \"$base_config_file\"",
+                or_exit=exit_codes.IMPORT_ERROR),
         'BASE_CONFIG=$(cat "$base_config_file")',
         # The shipped trainer code first on the path, as for the smoke test (its directory is read-only).
         f'export PYTHONPATH={shlex.quote(CODE_MOUNT)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
