@@ -313,7 +313,7 @@ class LocalRun:
         if args.fail_slice_from is None or self.preempt_deadline is not None:
             return
         started = any(r.get("event") == "step" and r["step"] >= args.fail_slice_from for r in records)
-        newest = next((r for r in reversed(records) if r.get("event") == "attempt"), None)
+        newest = _newest_attempt(records)
         if (started and newest is not None and newest.get("workers") == self.plan.workers
                 and newest["attempt"] not in self.slice_failed_attempts):
             self.slice_failed_attempts.add(newest["attempt"])
@@ -393,7 +393,7 @@ class LocalRun:
     def _notice_new_group(self, kind: str, last: dict | None) -> bool:
         """KIND@start: the notice to the newest group once it has every slice, was formed after the last event
         and has reported no step yet (it is restoring, compiling or in its first steps); whether it played."""
-        newest = next((r for r in reversed(self.records) if r.get("event") == "attempt"), None)
+        newest = _newest_attempt(self.records)
         if (newest is None or self.preempt_deadline is not None or newest.get("workers") != self.plan.workers
                 or newest["attempt"] == self.event_attempt or newest["attempt"] in self.noticed_attempts):
             return False
@@ -431,7 +431,8 @@ class LocalRun:
             last = self.report_progress(records)
             self.heartbeat.set_phase(phase_of(records, self.args.steps, self.checkpoint_period))
             self.in_eval = _in_eval(records)
-            self.attempt = next((r["attempt"] for r in reversed(records) if r.get("event") == "attempt"), None)
+            newest = _newest_attempt(records)
+            self.attempt = newest["attempt"] if newest else None
             self.report_kuberay()
             self.maybe_inject(last)
             self.maybe_fail_or_hold_slice(records, last)
@@ -451,6 +452,11 @@ def _how_far(last: dict | None, steps: int, started: float) -> str:
         return f"no step of {steps} done"
     return f"last step done: {last['step']} of 0..{steps - 1}, {time.time() - last['t']:.0f}s ago " \
            f"({last['t'] - started:.0f}s into the run)"
+
+
+def _newest_attempt(records: list[dict]) -> dict | None:
+    """The newest worker group's attempt record in the progress log, or None before the first group."""
+    return next((r for r in reversed(records) if r.get("event") == "attempt"), None)
 
 
 def _in_eval(records: list[dict]) -> bool:
