@@ -195,9 +195,11 @@ class GcsStore:
             blob = self.bucket.get_blob(self.blob_name)
             if blob is None:
                 return None, 0
+            # The text of exactly the generation returned: a write between the two calls is read again. The
+            # number is taken before the download, which resets the blob's fields from the response's headers.
+            generation = int(blob.generation)
             try:
-                # The text of exactly the generation returned: a write between the two calls is read again.
-                return blob.download_as_text(if_generation_match=blob.generation), int(blob.generation)
+                return blob.download_as_text(if_generation_match=generation), generation
             except (PreconditionFailed, NotFound):
                 continue
         raise RuntimeError(f"{RECORD_NAME}: changed under every read")
