@@ -125,6 +125,15 @@ class Plan:
         return max(self.eval_per_device_batch_size or self.per_device_batch_size, self.per_device_batch_size)
 
     @property
+    def eval_batches(self) -> tuple[float, ...]:
+        """The per-device batches of the run's distinct eval steps (see eval_batch), largest first: the one MaxText
+        compiles at start and Grain's at the train batch, one batch when they are equal; () without eval."""
+        if not self.evaluates:
+            return ()
+        start = self.eval_per_device_batch_size or self.per_device_batch_size
+        return tuple(sorted({start, self.per_device_batch_size}, reverse=True))
+
+    @property
     def eval_memory(self) -> MemoryEstimate | None:
         """The eval step's estimate (forward only, core/memory.py), or None when the run does not evaluate."""
         return _estimate(self, forward_only=True) if self.evaluates else None
