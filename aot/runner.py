@@ -400,7 +400,8 @@ class CompileResult:
             "estimate_bytes_per_device": self.estimate_bytes, "breakdown": dict(self.breakdown),
             "argv_source": self.source, "dropped": dict(self.dropped), "libtpu_init_args": self.libtpu_init_args,
             "command": self.command, "libtpu": self.libtpu, "maxtext": installed("maxtext"), "log": self.log,
-            "error_code": self.error_code, "cached": self.cached, "mode": self.mode, "kernels": self.kernels, "step": self.step,
+            "error_code": self.error_code, "cached": self.cached, "mode": self.mode, "kernels": self.kernels,
+            "step": self.step,
         }
 
 
@@ -585,9 +586,9 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
                 tick_s: float | None = None, memory_only: bool = False) -> CompileResult:
     """Compile `target` in a subprocess; the scratch directory is removed unless the compile failed (its
     output and libtpu's log are then kept there) or `keep_dir` is given. `compiler`: the command before the argv
-    (default step_program: train_compile, or aot/eval_compile.py for an eval step; tests pass a stand-in). `memory_only`: stop
-    once XLA's HLO passes have assigned memory (HLO_PASSES_DONE in libtpu's log) instead of generating code for
-    every fusion; the result then carries XLA's memory figures at that point (`assigned`) and no peak."""
+    (default step_program: train_compile, or aot/eval_compile.py for an eval step; tests pass a stand-in).
+    `memory_only`: stop once XLA's HLO passes have assigned memory (HLO_PASSES_DONE in libtpu's log) instead of
+    generating code for every fusion; the result then carries XLA's memory figures then (`assigned`), no peak."""
     missing = missing_compiler()
     if missing:
         raise CompileSetupError(missing)

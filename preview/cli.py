@@ -452,18 +452,26 @@ def xla_refusal(config: StackConfig, refused, root: Path, compiler=None) -> list
                   f"{refused.hbm_bytes / GIB:.2f}" + (f" ({refused.error_code})" if refused.error_code else ""))
     else:
         failed = refused.error_code or "XLA does not compile it"
-    lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {refused.num_slices} x "
+    key, where = "perDeviceBatchSize", ""
+    if refused.step == compile_verdicts.STEP_EVAL:
+        # MaxText's eval step (aot/eval_compile.py): its batch is eval_per_device_batch_size where the user set it
+        # and the refused step runs at it, else the train batch (infra/config/plan_rules.py _eval_refusal).
+        where = f" in the eval step ({NAMESPACE}:evalDatasetPath is set)"
+        own = planned.eval_per_device_batch_size
+        if own and own != planned.per_device_batch_size and f"eval_per_device_batch_size={own:g}" in refused.argv:
+            key, batch = "maxtextSettings.eval_per_device_batch_size", f"{own:g}"
+    lines = [f"{NAMESPACE}:{key}={batch} is refused by XLA{where} on {refused.num_slices} x "
              f"{planned.shape.pod_type}: {failed}"]
     verdicts = compile_verdicts.load(compile_verdicts.verdicts_path(root))
     nearest = None
-    if compiler is not None:
+    if compiler is not None and not where:
         nearest = compile_verdicts.nearest_compiled(
             planned, refused.num_slices, lambda plan, count: compile_verdicts.lookup(
                 verdicts, compiler.key(config, count, plan.per_device_batch_size)))
     if nearest is not None:
         lines.append(f"    nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g} (compile-verdicts.json)")
     else:
-        retry = batch_to_try(config, refused)
+        retry = batch_to_try(config, refused) if key == "perDeviceBatchSize" else None
         if retry is not None:
             lines.append(f"    nearest to try: {NAMESPACE}:perDeviceBatchSize={retry:g} (not compiled yet)")
     if refused.reason and not refused.cached:
@@ -511,9 +519,12 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, c
         verdicts, note = compile_verdicts.read(cache)
         if note:
             print(fit(f"compile: {note}"), file=sys.stderr)
-        for count in counts:
+        # At each count the train step, then each distinct eval step of a run with an eval split (Plan.eval_batches:
+        # MaxText compiles it at start, aot/eval_compile.py), as the config build does (infra/config/compile_check.py).
+        steps = [(count, batch) for count in counts for batch in (None, *planned.eval_batches)]
+        for count, batch in steps:
             resized = planned.at_slices(count)
-            target = compiler.target(config, count)
+            target = compiler.target(config, count, eval_batch=batch)
             key = compile_key(target, mode_of(full))
             known = compile_verdicts.lookup(verdicts, key)
             if known is not None and known.undecided and compile_verdicts.retry_undecided():
@@ -528,7 +539,7 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, c
                 results.append(result)
                 if kept(result):
                     # XLA's own verdict, or "undecided after N s": kept for the next preview.
-                    compile_verdicts.record(cache, key, verdict_of(result, resized))
+                    compile_verdicts.record(cache, key, verdict_of(result, resized, batch))
             if not results[-1].compiled:
                 break            # a refusal (or no verdict) at the riskiest count is the run's verdict
     except CompileSetupError as error:
@@ -546,7 +557,7 @@ def from_verdict(verdict, resized: Plan, digest: str):
         topology=f"{resized.shape.pod_type}", num_slices=verdict.slices, seconds=0.0, reason=verdict.reason,
         required_bytes=verdict.required_bytes, source=f"compile-verdicts.json {digest} ({verdict.date})",
         plan=resized.describe(), estimate_bytes=resized.memory.total, libtpu=verdict.libtpu, cached=True,
-        timed_out_after_s=verdict.undecided_after_s)
+        timed_out_after_s=verdict.undecided_after_s, step=verdict.step)
 
 
 if __name__ == "__main__":
