@@ -395,3 +395,28 @@ def test_a_kernel_program_that_cannot_be_built_falls_back_to_the_full_compile(mo
     said = [line for line in progress.getvalue().splitlines() if "the kernels alone gave no verdict" in line]
     assert said and said[0].startswith("compile: the kernels alone gave no verdict, compiling in full (")
     assert all(len(line) <= 100 for line in said), said
+
+
+def test_an_eval_step_kept_as_undecided_is_said_once_and_refused_by_compile_check_always():
+    """An eval step whose compile ran out of time (kept as "undecided after N s") is named in one note with its
+    eval batch, like an undecided train step; compileCheck=always refuses it (what the config build decides from
+    the compiles' outcome: infra/config/plan_rules.py check_xla_verdicts)."""
+    from core import compile_verdicts
+    from infra.config.build import _build
+    from infra.config.compile_check import CompileOutcome
+
+    def verdict(**kwargs):
+        return compile_verdicts.Verdict(shape="s", libtpu="0.0.50.1", maxtext="0.2.5", jax="0.10.2", **kwargs)
+
+    outcome = CompileOutcome(
+        verdicts={1: verdict(compiled=True, slices=1)},
+        eval_verdicts={(1, 4.0): verdict(compiled=False, slices=1, undecided_after_s=900.0,
+                                         step=compile_verdicts.STEP_EVAL)})
+    notes = _build(_evaluating(), outcome).workload.plan.notes
+    said = [note for note in notes if "XLA did not decide" in note]
+    assert said == ["memory: XLA did not decide the eval step on 1 (eval batch 4) slice(s): undecided after 900 s, "
+                    "the compile ran out of time (kept; not compiled again: TPU_MULTISLICE_RETRY_UNDECIDED=1 "
+                    "compiles it again)"], notes
+    with pytest.raises(ConfigError) as refused:
+        _build({**_evaluating(), "compileCheck": "always"}, outcome)
+    assert "compileCheck=always needs XLA's verdict" in refused.value.problems[0]
