@@ -452,14 +452,11 @@ def xla_refusal(config: StackConfig, refused, root: Path, compiler=None) -> list
                   f"{refused.hbm_bytes / GIB:.2f}" + (f" ({refused.error_code})" if refused.error_code else ""))
     else:
         failed = refused.error_code or "XLA does not compile it"
-    key, where = "perDeviceBatchSize", ""
+    key, where = _batch_key(config, refused), ""
     if refused.step == compile_verdicts.STEP_EVAL:
-        # MaxText's eval step (aot/eval_compile.py): its batch is eval_per_device_batch_size where the user set it
-        # and the refused step runs at it, else the train batch (infra/config/plan_rules.py _eval_refusal).
         where = f" in the eval step ({NAMESPACE}:evalDatasetPath is set)"
-        own = planned.eval_per_device_batch_size
-        if own and own != planned.per_device_batch_size and f"eval_per_device_batch_size={own:g}" in refused.argv:
-            key, batch = "maxtextSettings.eval_per_device_batch_size", f"{own:g}"
+        if key != "perDeviceBatchSize":
+            batch = f"{planned.eval_per_device_batch_size:g}"
     lines = [f"{NAMESPACE}:{key}={batch} is refused by XLA{where} on {refused.num_slices} x "
              f"{planned.shape.pod_type}: {failed}"]
     verdicts = compile_verdicts.load(compile_verdicts.verdicts_path(root))
@@ -479,9 +476,20 @@ def xla_refusal(config: StackConfig, refused, root: Path, compiler=None) -> list
     return [piece for line in lines for piece in textwrap.wrap(line, 100, subsequent_indent="      ")]
 
 
+def _batch_key(config: StackConfig, result) -> str:
+    """The key that set the batch of a compiled step: perDeviceBatchSize, or for MaxText's eval step
+    (aot/eval_compile.py) run at the user's own eval batch, maxtextSettings.eval_per_device_batch_size
+    (infra/config/plan_rules.py _eval_refusal)."""
+    own = config.workload.plan.eval_per_device_batch_size
+    if (result.step == "eval" and own and own != config.workload.plan.per_device_batch_size
+            and f"eval_per_device_batch_size={own:g}" in result.argv):
+        return "maxtextSettings.eval_per_device_batch_size"
+    return "perDeviceBatchSize"
+
+
 def batch_to_try(config: StackConfig, compiled) -> float | None:
     """When XLA ran out of HBM on a step the planner accepted: the per-device batch to compile next."""
-    if compiled.compiled or compiled.required_bytes is None:
+    if compiled.compiled or compiled.required_bytes is None or _batch_key(config, compiled) != "perDeviceBatchSize":
         return None
     from core.advice import next_smaller_batch
     return next_smaller_batch(config.workload.plan)
