@@ -468,7 +468,7 @@ def xla_refusal(config: StackConfig, refused, root: Path, compiler=None) -> list
     if nearest is not None:
         lines.append(f"    nearest that compiled: {NAMESPACE}:perDeviceBatchSize={nearest:g} (compile-verdicts.json)")
     else:
-        retry = batch_to_try(config, refused) if key == "perDeviceBatchSize" else None
+        retry = batch_to_try(config, refused)
         if retry is not None:
             lines.append(f"    nearest to try: {NAMESPACE}:perDeviceBatchSize={retry:g} (not compiled yet)")
     if refused.reason and not refused.cached:
@@ -565,7 +565,7 @@ def from_verdict(verdict, resized: Plan, digest: str):
         topology=f"{resized.shape.pod_type}", num_slices=verdict.slices, seconds=0.0, reason=verdict.reason,
         required_bytes=verdict.required_bytes, source=f"compile-verdicts.json {digest} ({verdict.date})",
         plan=resized.describe(), estimate_bytes=resized.memory.total, libtpu=verdict.libtpu, cached=True,
-        timed_out_after_s=verdict.undecided_after_s, step=verdict.step)
+        timed_out_after_s=verdict.undecided_after_s, step=verdict.step, argv=tuple((verdict.key or {}).get("argv", ())))
 
 
 if __name__ == "__main__":
