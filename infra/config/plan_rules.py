@@ -164,7 +164,7 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
         return None
     for (count, batch), kept in compiled.eval_verdicts.items():
         if not (kept.compiled or kept.undecided):
-            problems.append(_refusal_lines(_eval_refusal(v, workload_plan, count, batch, kept,
+            problems.append(_refusal_lines(_eval_refusal(workload_plan, count, batch, kept,
                                                          compiled.eval_nearest.get((count, batch)))))
             return None
     notes = []
@@ -174,9 +174,10 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
         notes.append(f"memory: XLA's verdict was not kept ({compiled.not_kept}): the next preview compiles it again")
     if not_decided is not None:
         counts = ", ".join(map(str, undecided)) if undecided and compiled.not_decided is None else "the run's"
+        what = f"{counts} slice(s)"
         if undecided_evals and not undecided and compiled.not_decided is None:
-            counts = "the eval step on " + ", ".join(f"{n} (eval batch {b:g})" for n, b in undecided_evals)
-        notes.append(f"memory: XLA did not decide {counts} slice(s): {not_decided}")
+            what = "the eval step on " + ", ".join(f"{n} slice(s) at eval batch {b:g}" for n, b in undecided_evals)
+        notes.append(f"memory: XLA did not decide {what}: {not_decided}")
     elif compiled.verdicts:
         decided = next(iter(compiled.verdicts.values()))
         notes.append(f"memory: XLA compiled the run's step at {', '.join(map(str, sorted(compiled.verdicts)))} "
@@ -205,8 +206,7 @@ def _refusal_lines(lines: list[str]) -> str:
             line, 98, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")])
 
 
-def _eval_refusal(v: dict[str, Any], workload_plan: Plan, count: int, batch: float, kept,
-                  nearest: float | None) -> list[str]:
+def _eval_refusal(workload_plan: Plan, count: int, batch: float, kept, nearest: float | None) -> list[str]:
     """An eval step XLA refused, naming the key that set its batch: maxtextSettings.eval_per_device_batch_size for
     the eval step MaxText compiles at start at that batch, else perDeviceBatchSize (the eval batch MaxText takes
     when that key is unset, and Grain's eval batch: core/planner.py Plan.eval_batch); evalDatasetPath turns the

@@ -414,7 +414,7 @@ def test_an_eval_step_kept_as_undecided_is_said_once_and_refused_by_compile_chec
                                          step=compile_verdicts.STEP_EVAL)})
     notes = _build(_evaluating(), outcome).workload.plan.notes
     said = [note for note in notes if "XLA did not decide" in note]
-    assert said == ["memory: XLA did not decide the eval step on 1 (eval batch 4) slice(s): undecided after 900 s, "
+    assert said == ["memory: XLA did not decide the eval step on 1 slice(s) at eval batch 4: undecided after 900 s, "
                     "the compile ran out of time (kept; not compiled again: TPU_MULTISLICE_RETRY_UNDECIDED=1 "
                     "compiles it again)"], notes
     with pytest.raises(ConfigError) as refused:
