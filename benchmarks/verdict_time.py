@@ -24,6 +24,8 @@ Cases:
                    batch: eval_per_device_batch_size unset), as the config build compiles it (aot/eval_compile.py
                    through workloads/compile_check.py ProgramCompiler.target(eval_batch=...))
   70b-v6e-64-b4-eval  the eval step of 70b-v6e-64-b4 (aot/eval_compile.py, its argv and flags)
+  1layer-noflags-eval  the eval step of 1layer-noflags: its kernels alone are the forward kernel only
+                   (aot/kernel_compile.py --eval), where the train step's backward kernel refuses scoped VMEM
 
 Modes: memory-only (aot/runner.py run_compile memory_only: stop once XLA's HLO passes assigned memory), kernels
 (aot/kernel_check.py run_kernel_check: the step's attention kernels alone), memory-only+kernels (the program's
@@ -109,6 +111,7 @@ CASES: dict[str, Callable[[], CompileTarget]] = {
     "1layer-flags": lambda: _one_layer(_prod()),
     "8b-prod-eval": _prod_eval,
     "70b-v6e-64-b4-eval": lambda: dataclasses.replace(_llama70b(), step="eval"),
+    "1layer-noflags-eval": lambda: dataclasses.replace(_one_layer(_without_flags(_prod())), step="eval"),
 }
 
 
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
                  ("8b-v6e-64-b13", MEMORY_KERNELS),
                  ("1layer-noflags", MEMORY_ONLY), ("1layer-noflags", FULL), ("1layer-flags", FULL)]
     if args.eval:
-        plan += [("8b-prod-eval", MEMORY_KERNELS), ("70b-v6e-64-b4-eval", MEMORY_KERNELS)]
+        plan += [("8b-prod-eval", MEMORY_KERNELS), ("1layer-noflags-eval", KERNELS),
+                 ("70b-v6e-64-b4-eval", MEMORY_KERNELS)]
     if args.case:
         modes = args.mode or [MEMORY_KERNELS, FULL]
         plan = [(case, mode) for case in args.case for mode in modes if not (case.startswith("70b") and mode == FULL)]

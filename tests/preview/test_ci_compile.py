@@ -50,7 +50,7 @@ def _dev_evaluating():
 def test_the_dev_stacks_eval_step_is_compiled_for_real_and_fits(tmp_path):
     """The eval step MaxText compiles at start (trainers/pre_train/train.py), built by aot/eval_compile.py on the
     dev stack's own argv (an eval split added) at its eval batch, memory only, through run_compile as the config
-    build runs it: XLA's HBM verdict on the eval program (31-49 s here at a load of 4-11)."""
+    build runs it: XLA's HBM verdict on the eval program (31-56 s here at a load of 4-15)."""
     assert runner.missing_compiler() is None, "CI installs MaxText and libtpu (scripts/setup.sh)"
     config = _dev_evaluating()
     target = ProgramCompiler().target(config, 2, eval_batch=config.workload.plan.per_device_batch_size)
