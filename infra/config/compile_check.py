@@ -1,9 +1,9 @@
-"""XLA decides before anything registers: the config build compiles every distinct step the run takes (each slice
-count of an elastic run, core/compile_verdicts.py slices_to_compile, and, when the run has an eval split, each
-distinct eval step MaxText compiles at start or runs: core/planner.py Plan.eval_batches) that has no verdict kept
-under its complete key, unless compileCheck is off, and keeps each verdict, so `pulumi preview` and `pulumi up` refuse a step XLA
-refuses (plan_rules.check_xla_verdicts, on the build that follows) and a second preview of an unchanged stack compiles
-nothing. A compile that ran out of time is kept as undecided and not started again unless asked
+"""XLA decides before anything registers: the config build compiles every distinct step the run takes (each slice count
+of an elastic run, core/compile_verdicts.py slices_to_compile, and, when the run has an eval split, each distinct
+eval step MaxText compiles at start or runs: core/planner.py Plan.eval_batches) that has no verdict kept under its
+complete key, unless compileCheck is off, and keeps each verdict, so `pulumi preview` and `pulumi up` refuse a step
+XLA refuses (plan_rules.check_xla_verdicts, on the build that follows) and a second preview of an unchanged stack
+compiles nothing. A compile that ran out of time is kept as undecided and not started again unless asked
 (compile_verdicts.RETRY_ENV).
 
 The compiler is handed in (core/compile_verdicts.Compiler): the key and the compile need the backend's launch argv
