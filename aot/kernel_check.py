@@ -27,16 +27,18 @@ from pathlib import Path
 from typing import TextIO
 
 from aot.runner import AOT_MODULE_ENV, DEFAULT_TIMEOUT_S, CompileResult, CompileTarget, decided, run_compile
-from core.compile_verdicts import MODE_FULL, MODE_MEMORY_KERNELS
+from core.compile_verdicts import MODE_FULL, MODE_MEMORY_KERNELS, STEP_EVAL
 
 KERNEL_COMPILE = Path(__file__).with_name("kernel_compile.py")
 
 
-def kernel_command() -> tuple[str, ...]:
-    """The command before the argv that compiles the kernels alone. Where the test suite points the compile at a
-    module that does not exist (AOT_MODULE_ENV, tests/conftest.py), so does the kernel compile: no real compile."""
+def kernel_command(target: CompileTarget | None = None, compiler: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The command before the argv that compiles the target's kernels alone (`compiler`: a stand-in), with
+    `--eval` for an eval step (its forward kernels at the eval batch). Where the test suite points the compile at
+    a module that does not exist (AOT_MODULE_ENV, tests/conftest.py), so does the kernel compile."""
     module = os.environ.get(AOT_MODULE_ENV)
-    return (sys.executable, "-m", module) if module else (sys.executable, str(KERNEL_COMPILE))
+    command = compiler or ((sys.executable, "-m", module) if module else (sys.executable, str(KERNEL_COMPILE)))
+    return (*command, "--eval") if target is not None and target.step == STEP_EVAL else command
 
 
 def run_kernel_check(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, progress: TextIO | None = None,
@@ -44,7 +46,7 @@ def run_kernel_check(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_
                      keep_dir: Path | None = None) -> CompileResult:
     """XLA's verdict on the step's attention kernels alone (aot/kernel_compile.py), run as run_compile runs
     train_compile. `compiler`: a stand-in for tests."""
-    return run_compile(target, timeout=timeout, progress=progress, compiler=compiler or kernel_command(),
+    return run_compile(target, timeout=timeout, progress=progress, compiler=kernel_command(target, compiler),
                        tick_s=tick_s, keep_dir=keep_dir)
 
 

@@ -37,9 +37,10 @@ import re
 import sys
 
 
-def attention_program(config, mesh):
-    """The function to compile (grad of the attention's output sum w.r.t. query, key, value) and its abstract
-    inputs, sharded as the step's Attention layer shards them."""
+def attention_program(config, mesh, forward_only: bool = False):
+    """The function to compile (grad of the attention's output sum w.r.t. query, key, value; `forward_only`: the
+    output's sum, as the eval step runs it) and its abstract inputs, sharded as the step's Attention layer shards
+    them."""
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -63,7 +64,9 @@ def attention_program(config, mesh):
         attn_logits_soft_cap=config.attn_logits_soft_cap, chunk_attn_window_size=config.chunk_attn_window_size,
         use_ragged_attention=config.use_ragged_attention, ragged_block_size=config.ragged_block_size,
         rngs=nnx.Rngs(0))
-    batch, length = config.micro_batch_size_to_train_on, config.max_target_length
+    # train.py loss_fn cuts the batch to micro_batch_size_to_train_on, or _to_eval_on in the eval step.
+    batch = config.micro_batch_size_to_eval_on if forward_only else config.micro_batch_size_to_train_on
+    length = config.max_target_length
     shapes = [(batch, length, config.num_query_heads, config.head_dim),
               (batch, length, config.num_kv_heads, config.head_dim),
               (batch, length, config.num_kv_heads, config.head_dim)]
@@ -78,7 +81,7 @@ def attention_program(config, mesh):
         out = out[0] if isinstance(out, tuple) else out
         return jnp.sum(out.astype(jnp.float32))
 
-    return jax.grad(loss, argnums=(0, 1, 2)), (*qkv, segments)
+    return (loss if forward_only else jax.grad(loss, argnums=(0, 1, 2))), (*qkv, segments)
 
 
 def main(argv: list[str]) -> int:
@@ -93,10 +96,12 @@ def main(argv: list[str]) -> int:
     os.environ["LIBTPU_INIT_ARGS"] = (os.environ.get("LIBTPU_INIT_ARGS", "")
                                       + " --xla_tpu_spmd_rng_bit_generator_unsafe=true")
     print("Starting the attention kernels' compile (aot/kernel_compile.py)...", flush=True)
-    config = pyconfig.initialize([sys.argv[0], *argv])
+    # --eval: the eval step's kernels (train.py eval_step: the forward pass alone, in train mode, no gradient).
+    forward_only = argv[:1] == ["--eval"]
+    config = pyconfig.initialize([sys.argv[0], *argv[forward_only:]])
     train_compile.validate_config(config)
     mesh = train_compile.get_topology_mesh(config)
-    program, inputs = attention_program(config, mesh)
+    program, inputs = attention_program(config, mesh, forward_only)
     with jax.set_mesh(mesh), axis_rules(config.logical_axis_rules):
         lowered = jax.jit(program).lower(*inputs)
     # Which Pallas kernels the program holds (MaxText names its splash kernels splash_mha_*), for the log.

@@ -116,6 +116,9 @@ class CompileTarget:
     model: str = ""                  # core/presets.py name
     libtpu_init_args: str = ""
     estimate_bytes: int | None = None   # the planner's estimate per device, for the report
+    # Which program of the run: the train step (train_compile) or the eval step at the argv's eval batch
+    # (aot/eval_compile.py; core/compile_verdicts.py STEP_*).
+    step: str = "train"
 
     @property
     def keys(self) -> dict[str, str]:
@@ -233,13 +236,13 @@ KEY_BASE_CONFIG, KEY_SCRATCH = "<maxtext>/configs/base.yml", Path("<scratch>")
 def compile_key(target: CompileTarget, mode: str = "full") -> "CompileKey":
     """The complete key of XLA's verdict on `target`: train_compile's argv as run_compile runs it (scratch paths as
     placeholders), the pods' LIBTPU_INIT_ARGS, this process's XLA_FLAGS (they reach the compile), the MaxText,
-    jax and libtpu versions that compile it, and the mode (core/compile_verdicts.py MODE_*)."""
+    jax and libtpu versions that compile it, the mode (core/compile_verdicts.py MODE_*) and the program (step)."""
     from core.compile_verdicts import CompileKey
 
     argv, _ = aot_argv(target, KEY_BASE_CONFIG, KEY_SCRATCH / "out")
     return CompileKey(argv=tuple(argv), libtpu_init_args=target.libtpu_init_args,
                       xla_flags=os.environ.get("XLA_FLAGS", ""), maxtext=installed("maxtext"),
-                      jax=installed("jax"), libtpu=loaded_libtpu(), mode=mode)
+                      jax=installed("jax"), libtpu=loaded_libtpu(), mode=mode, step=target.step)
 
 
 def aot_argv(target: CompileTarget, base_config: str, out_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -376,6 +379,7 @@ class CompileResult:
     timed_out_after_s: float | None = None        # ran out of time: no verdict ("undecided after N s")
     mode: str = "full"                            # core/compile_verdicts.py MODE_* (aot/kernel_check.py)
     kernels: str | None = None                    # the attention kernels' own verdict (aot/kernel_check.py)
+    step: str = "train"                           # which program (CompileTarget.step)
 
     @property
     def error_code(self) -> str | None:
@@ -397,19 +401,21 @@ class CompileResult:
             "argv_source": self.source, "dropped": dict(self.dropped), "libtpu_init_args": self.libtpu_init_args,
             "command": self.command, "libtpu": self.libtpu, "maxtext": installed("maxtext"), "log": self.log,
             "error_code": self.error_code, "cached": self.cached, "mode": self.mode, "kernels": self.kernels,
+            "step": self.step,
         }
 
 
-def verdict_of(result: CompileResult, resized) -> "Verdict":
+def verdict_of(result: CompileResult, resized, eval_batch: float | None = None) -> "Verdict":
     """XLA's verdict in a compile's result, as compile-verdicts.json keeps it (resized: the core.planner.Plan at the
-    compiled slice count)."""
+    compiled slice count; eval_batch: the per-device batch of the eval step compiled, None for the train step)."""
     from core.compile_verdicts import Verdict
     return Verdict(compiled=result.compiled, shape=resized.describe().split(";")[0], slices=result.num_slices,
                    libtpu=result.libtpu, maxtext=installed("maxtext"), reason=result.reason,
                    error_code=result.error_code, required_bytes=result.required_bytes,
                    peak_bytes=result.peak_bytes_per_device, hbm_bytes=result.hbm_bytes,
-                   per_device_batch_size=resized.per_device_batch_size, jax=installed("jax"),
-                   undecided_after_s=result.timed_out_after_s, mode=result.mode)
+                   per_device_batch_size=resized.per_device_batch_size if eval_batch is None else eval_batch,
+                   jax=installed("jax"), undecided_after_s=result.timed_out_after_s, mode=result.mode,
+                   step=result.step)
 
 
 def decided(result: CompileResult) -> bool:
@@ -562,14 +568,27 @@ def _stop_group(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+EVAL_COMPILE = Path(__file__).with_name("eval_compile.py")
+
+
+def step_program(target: CompileTarget) -> tuple[str, ...]:
+    """The command before the argv that compiles the target's step: MaxText's train_compile for the train step,
+    aot/eval_compile.py for the eval step. Where the test suite points the compile at a module that does not exist
+    (AOT_MODULE_ENV, tests/conftest.py), so does every step's compile: no real compile."""
+    module = os.environ.get(AOT_MODULE_ENV)
+    if target.step == "eval" and not module:
+        return sys.executable, str(EVAL_COMPILE)
+    return sys.executable, "-m", module or AOT_MODULE
+
+
 def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, progress: TextIO | None = None,
                 keep_dir: Path | None = None, compiler: tuple[str, ...] | None = None,
                 tick_s: float | None = None, memory_only: bool = False) -> CompileResult:
     """Compile `target` in a subprocess; the scratch directory is removed unless the compile failed (its
     output and libtpu's log are then kept there) or `keep_dir` is given. `compiler`: the command before the argv
-    (default `python -m maxtext.trainers.pre_train.train_compile`; tests pass a stand-in). `memory_only`: stop
-    once XLA's HLO passes have assigned memory (HLO_PASSES_DONE in libtpu's log) instead of generating code for
-    every fusion; the result then carries XLA's memory figures at that point (`assigned`) and no peak."""
+    (default step_program: train_compile, or aot/eval_compile.py for an eval step; tests pass a stand-in).
+    `memory_only`: stop once XLA's HLO passes have assigned memory (HLO_PASSES_DONE in libtpu's log) instead of
+    generating code for every fusion; the result then carries XLA's memory figures then (`assigned`), no peak."""
     missing = missing_compiler()
     if missing:
         raise CompileSetupError(missing)
@@ -585,8 +604,8 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     if libtpu.so is not None:      # the workers' libtpu (or the user's TPU_LIBRARY_PATH), not jax[tpu]'s own
         env["TPU_LIBRARY_PATH"] = str(libtpu.so)
     env.pop("PYTHONPATH", None)
-    module = os.environ.get(AOT_MODULE_ENV) or AOT_MODULE
-    command = [*(compiler or (sys.executable, "-m", module)), *argv]
+    program = compiler or step_program(target)
+    command = [*program, *argv]
     # Started through aot/guard.py (a file, not `-m`: the compile runs without PYTHONPATH): the guard gets a
     # parent-death signal and then ends the whole compile, so a program killed by SIGKILL leaves no compile behind.
     guard = [sys.executable, str(Path(__file__).with_name("guard.py"))]
@@ -594,7 +613,8 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     output_path = work / "compile.log"
     start = time.monotonic()
     returncode: int | None = None
-    with open(output_path, "w") as output, _Ticker(f"{name} x {target.slices}", progress, tick_s) as ticker:
+    label = f"{name} x {target.slices}" + (" eval step" if target.step == "eval" else "")
+    with open(output_path, "w") as output, _Ticker(label, progress, tick_s) as ticker:
         # Its own process group: train_compile may start helpers of its own, and a stop (timeout, Ctrl-C,
         # SIGTERM) must end them all, not only the direct child.
         from aot.guard import parent_death_preexec
@@ -672,9 +692,9 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         command=" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(COMPILE_ENV.items()) if k != "PYTHONUNBUFFERED")
         + (f" LIBTPU_INIT_ARGS={shlex.quote(target.libtpu_init_args)}" if target.libtpu_init_args else "")
         + (f" TPU_LIBRARY_PATH={shlex.quote(str(libtpu.so))}" if libtpu.so is not None else "")
-        + " python -m " + shlex.join([module, *argv]),
+        + " " + shlex.join(["python", *program[1:], *argv]),
         argv=tuple(argv), libtpu=key.libtpu, assigned=assigned, memory_only=memory_only, key=key,
-        timed_out_after_s=round(timeout) if killed else None)
+        timed_out_after_s=round(timeout) if killed else None, step=target.step)
     if verdict.compiled and keep_dir is None:
         shutil.rmtree(work, ignore_errors=True)
     else:

@@ -5,6 +5,7 @@ compile at a time.
     .venv/bin/python benchmarks/verdict_time.py          # the program's verdict (kernels + memory-only): 8B prod, 70B
     .venv/bin/python benchmarks/verdict_time.py --full           # also the 8B prod step in full (tens of minutes)
     .venv/bin/python benchmarks/verdict_time.py --vmem           # also the VMEM evidence cases (below)
+    .venv/bin/python benchmarks/verdict_time.py --eval           # also the eval steps (8B prod, 70B)
     .venv/bin/python benchmarks/verdict_time.py --case 8b-prod --mode memory-only --json out.json
 
 Cases:
@@ -19,6 +20,12 @@ Cases:
   1layer-flags     the same with the pods' flags (scoped VMEM raised to 96 MiB)
   8b-v6e-64-b13    llama3-8b on 1 x v6e-64 at batch 13, a Ray worker's argv and flags: XLA refuses its HBM
                    (E1000), the refusal class memory-only decides
+  8b-prod-eval     the eval step of 8b-prod with an eval split (evalDatasetPath), at its eval batch (the train
+                   batch: eval_per_device_batch_size unset), as the config build compiles it (aot/eval_compile.py
+                   through workloads/compile_check.py ProgramCompiler.target(eval_batch=...))
+  70b-v6e-64-b4-eval  the eval step of 70b-v6e-64-b4 (aot/eval_compile.py, its argv and flags)
+  1layer-noflags-eval  the eval step of 1layer-noflags: its kernels alone are the forward kernel only
+                   (aot/kernel_compile.py --eval), where the train step's backward kernel refuses scoped VMEM
 
 Modes: memory-only (aot/runner.py run_compile memory_only: stop once XLA's HLO passes assigned memory), kernels
 (aot/kernel_check.py run_kernel_check: the step's attention kernels alone), memory-only+kernels (the program's
@@ -82,6 +89,18 @@ def _llama8b_v6e64_b13() -> CompileTarget:
                            "--per-device-batch-size", "13", *RUN_PLACEHOLDER])
 
 
+def _prod_eval() -> CompileTarget:
+    from infra.config import build
+    from preview.stack_files import load_stack_config
+    from workloads.compile_check import ProgramCompiler
+
+    config = build({**load_stack_config("prod", ROOT), "compileCheck": "off", "datasetType": "grain",
+                    "datasetPath": "gs://my-data/c4/train-*.array_record",
+                    "evalDatasetPath": "gs://my-data/c4/eval-*.array_record", "evalSteps": "4"})
+    plan = config.workload.plan
+    return ProgramCompiler().target(config, plan.slices, eval_batch=plan.per_device_batch_size)
+
+
 CASES: dict[str, Callable[[], CompileTarget]] = {
     "8b-v6e-64-b13": _llama8b_v6e64_b13,
     "8b-prod": _prod,
@@ -90,6 +109,9 @@ CASES: dict[str, Callable[[], CompileTarget]] = {
     "8b-prod-b5-noflags": lambda: _without_flags(_prod().with_keys({"per_device_batch_size": "5"})),
     "1layer-noflags": lambda: _one_layer(_without_flags(_prod())),
     "1layer-flags": lambda: _one_layer(_prod()),
+    "8b-prod-eval": _prod_eval,
+    "70b-v6e-64-b4-eval": lambda: dataclasses.replace(_llama70b(), step="eval"),
+    "1layer-noflags-eval": lambda: dataclasses.replace(_one_layer(_without_flags(_prod())), step="eval"),
 }
 
 
@@ -127,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", action="append", choices=MODES, help="only this mode")
     parser.add_argument("--full", action="store_true", help="also the 8B prod step in full")
     parser.add_argument("--vmem", action="store_true", help="also the VMEM evidence cases")
+    parser.add_argument("--eval", action="store_true", help="also the eval steps (8B prod, 70B)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per compile")
     parser.add_argument("--json", dest="json_path", help="also write the rows as JSON here")
     args = parser.parse_args(argv)
@@ -138,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         plan += [("1layer-noflags", KERNELS), ("1layer-flags", KERNELS), ("8b-prod-b5-noflags", KERNELS),
                  ("8b-v6e-64-b13", MEMORY_KERNELS),
                  ("1layer-noflags", MEMORY_ONLY), ("1layer-noflags", FULL), ("1layer-flags", FULL)]
+    if args.eval:
+        plan += [("8b-prod-eval", MEMORY_KERNELS), ("1layer-noflags-eval", KERNELS),
+                 ("70b-v6e-64-b4-eval", MEMORY_KERNELS)]
     if args.case:
         modes = args.mode or [MEMORY_KERNELS, FULL]
         plan = [(case, mode) for case in args.case for mode in modes if not (case.startswith("70b") and mode == FULL)]
@@ -154,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             result = run_verdict(target, timeout=args.timeout, progress=sys.stderr)
         else:
             result = run_compile(target, timeout=args.timeout, progress=sys.stderr, memory_only=mode == MEMORY_ONLY)
-        row = {"case": case, "mode": mode, "shape": f"{target.slices} x {result.topology}",
+        row = {"case": case, "mode": mode, "step": target.step, "shape": f"{target.slices} x {result.topology}",
                "flags": "pods'" if target.libtpu_init_args else "none", "verdict": verdict(result, mode == KERNELS),
                "kernels": result.kernels,
                "seconds": round(result.seconds, 1), "load_before": round(before, 1), "load_after": round(load(), 1),

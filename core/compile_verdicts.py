@@ -10,7 +10,8 @@ A verdict is keyed by a digest of everything that changes the compiled program o
 count, the compile topology, with this machine's scratch paths replaced by fixed placeholders), the pods'
 LIBTPU_INIT_ARGS, the user's XLA_FLAGS, the MaxText, jax and libtpu versions that compile it, and how it was
 compiled (the mode: MODE_FULL, the whole compile; MODE_MEMORY_KERNELS, memory-only for HBM plus the attention
-kernels alone for scoped VMEM, aot/kernel_check.py). The look-up takes only an entry recorded under the same
+kernels alone for scoped VMEM, aot/kernel_check.py), and which program (the train step, or the eval step
+MaxText compiles at start when the run evaluates: STEP_*). The look-up takes only an entry recorded under the same
 complete key: a verdict recorded under another version or other flags is never used, the step is compiled again;
 of another mode, only a full compile's verdict stands for the faster mode's (it decided everything the faster
 one decides), never the reverse. The run's own keys (run name, output directory) are the
@@ -46,6 +47,11 @@ FORMAT = 2
 # verdicts kept then (all full compiles) keep their digests.
 MODE_FULL = "full"
 MODE_MEMORY_KERNELS = "memory-only+kernels"
+# Which of the run's programs (CompileKey.step): MaxText's train step (train_compile), or its eval step, which the
+# workers compile at start when the run has an eval split (aot/eval_compile.py). The same argv compiles both, so
+# the step is part of the key: a train verdict never stands for an eval one. A train step's key is the key as it
+# was before eval steps were compiled, so kept verdicts keep their digests.
+STEP_TRAIN, STEP_EVAL = "train", "eval"
 _ERROR_CODE = re.compile(r"\b(E\d{3,5}):\s*([A-Z]\w+)")
 
 
@@ -72,6 +78,7 @@ class CompileKey:
     jax: str
     libtpu: str
     mode: str = MODE_FULL       # how XLA decided: MODE_FULL or MODE_MEMORY_KERNELS
+    step: str = STEP_TRAIN      # which program: STEP_TRAIN or STEP_EVAL (at the argv's eval batch)
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:32]
@@ -80,6 +87,8 @@ class CompileKey:
         document = {**asdict(self), "argv": list(self.argv)}
         if self.mode == MODE_FULL:
             del document["mode"]        # a full compile's key as it was before modes (its kept digests stay)
+        if self.step == STEP_TRAIN:
+            del document["step"]        # a train step's key as it was before eval steps (its digests stay)
         return document
 
 
@@ -102,6 +111,8 @@ class Verdict:
     undecided_after_s: float | None = None
     key: dict[str, Any] | None = None    # the CompileKey it was recorded under (CompileKey.as_dict)
     mode: str = MODE_FULL                # how XLA decided (CompileKey.mode)
+    step: str = STEP_TRAIN               # which program (CompileKey.step); an eval step's per_device_batch_size
+                                         # is its eval batch
 
     @property
     def undecided(self) -> bool:
@@ -140,12 +151,15 @@ class Compiler(Protocol):
     """How a program compiles the run's steps (infra/config/ is handed one by the program that runs it,
     workloads/compile_check.py ProgramCompiler, and never imports a compiler itself)."""
 
-    def key(self, config: Any, slices: int, per_device_batch_size: float | None = None) -> CompileKey:
-        """The complete key of the run's step at `slices` (at another batch: the nearest-batch look-up);
-        raises NotDecided when it cannot be known here (no MaxText, no compile topology)."""
+    def key(self, config: Any, slices: int, per_device_batch_size: float | None = None,
+            eval_batch: float | None = None) -> CompileKey:
+        """The complete key of the run's step at `slices` (at another batch: the nearest-batch look-up; with
+        `eval_batch`, its eval step at that per-device eval batch); raises NotDecided when it cannot be known here
+        (no MaxText, no compile topology)."""
 
-    def __call__(self, config: Any, slices: int) -> Verdict:
-        """XLA's verdict (or undecided after N s) on the run's step at `slices`, or NotDecided."""
+    def __call__(self, config: Any, slices: int, eval_batch: float | None = None) -> Verdict:
+        """XLA's verdict (or undecided after N s) on the run's step at `slices` (with `eval_batch`: its eval
+        step at that per-device eval batch), or NotDecided."""
 
 
 CompileStep = Compiler

@@ -96,8 +96,9 @@ TIED_LOGIT_BYTES_ONE_SLICE = 4
 # The eval step (MaxText 0.2.5 trainers/pre_train/train.py eval_step: loss_fn with is_train=False, no gradient, no
 # new state) is forward only: the same train state (parameters and AdamW's moments are its arguments), no gradients,
 # nothing saved for a backward pass, the head and the layers' weights gathered in bf16 without gradients, and the
-# next layer's weights prefetched while this one computes. Estimated, never compiled: train_compile compiles only
-# train.train_step (maxtext/trainers/pre_train/train_compile.py main), so no compile has checked these terms.
+# next layer's weights prefetched while this one computes. No calibration row fits these constants
+# (core/xla_calibration.json compiles train steps); XLA's verdict on the eval step itself comes from compileCheck
+# (aot/eval_compile.py compiles it as train.py does at start).
 FORWARD_WEIGHT_BYTES = 2      # a gathered weight in bf16, per element (no gradient beside it)
 FORWARD_LAYERS_IN_FLIGHT = 2  # this layer and the next one's prefetched weights
 

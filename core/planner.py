@@ -125,6 +125,15 @@ class Plan:
         return max(self.eval_per_device_batch_size or self.per_device_batch_size, self.per_device_batch_size)
 
     @property
+    def eval_batches(self) -> tuple[float, ...]:
+        """The per-device batches of the run's distinct eval steps (see eval_batch), largest first: the one MaxText
+        compiles at start and Grain's at the train batch, one batch when they are equal; () without eval."""
+        if not self.evaluates:
+            return ()
+        start = self.eval_per_device_batch_size or self.per_device_batch_size
+        return tuple(sorted({start, self.per_device_batch_size}, reverse=True))
+
+    @property
     def eval_memory(self) -> MemoryEstimate | None:
         """The eval step's estimate (forward only, core/memory.py), or None when the run does not evaluate."""
         return _estimate(self, forward_only=True) if self.evaluates else None
@@ -212,7 +221,7 @@ class Plan:
                 + (f" offload {'/'.join(self.remat_offload)}" if self.remat_offload else "")
                 + f", weights {self.weight_dtype}; {self.memory.describe()}"
                 + (f"; eval step (forward only, per_device_batch_size {_number(self.eval_batch)}): "
-                   f"{self.eval_memory.total / GIB:.1f} GiB per device, estimated, not compiled"
+                   f"{self.eval_memory.total / GIB:.1f} GiB per device, estimated"
                    if self.eval_memory is not None else ""))
 
 
@@ -467,7 +476,7 @@ def plan_with_bounds(request: PlanRequest) -> tuple[Plan, tuple[float, float] | 
                     f" per_device_batch_size {_number(best.per_device_batch_size)}, seq {best.max_target_length},"
                     f" remat {best.remat_policy}, weights {best.weight_dtype})"
                     + (" in its eval step (forward only, per_device_batch_size "
-                       f"{_number(best.eval_batch)}, estimated: train_compile compiles only the train step)"
+                       f"{_number(best.eval_batch)}, estimated)"
                        if best.step_memory is not best.memory else "")
                     + f": {best.step_memory.describe()}."
                     f" This is an estimate (core/xla_calibration.json: within {ESTIMATE_ERROR:.0%} of XLA near the"
@@ -523,9 +532,9 @@ def _notes(request: PlanRequest, chosen: Plan, model: ModelPreset, bounds: tuple
         notes.append(
             f"eval step: forward only at per_device_batch_size {_number(chosen.eval_batch)}, estimated "
             f"{evaluated.total / GIB:.1f} GiB per device on {fewest.slices} slice(s) (train step "
-            f"{fewest.memory.total / GIB:.1f}): {evaluated.verdict}; planned at every slice count, never "
-            "compiled before the run (MaxText 0.2.5's train_compile compiles only the train step); the run "
-            "compiles it at its start, so a step that does not fit ends it there (exit 6)")
+            f"{fewest.memory.total / GIB:.1f}): {evaluated.verdict}; planned at every slice count; MaxText compiles "
+            "it at the run's start, so a step that does not fit ends the run there (exit 6): compileCheck "
+            "compiles it first (aot/eval_compile.py), as it compiles the train step")
     if chosen.elastic:
         low = chosen.at_slices(chosen.min_slices)
         notes.append(f"elastic: per_device_batch_size stays {_number(chosen.per_device_batch_size)} on a resize, so "

@@ -136,14 +136,21 @@ def _run(config: StackConfig) -> list[str]:
     lines.extend(backend.assumptions(config))
     planned = config.workload.plan
     if planned.evaluates:
-        # MaxText 0.2.5 maxtext/trainers/pre_train/train_compile.py main lowers and compiles train.train_step only.
         # MaxText 0.2.5 trainers/pre_train/train.py compiles the eval step ahead of time right after the train
         # step's, at the run's start; Grain's eval passes run at the train batch (core/planner.py eval_batch).
-        lines.append(f"eval step: its HBM (forward only, per_device_batch_size {planned.eval_batch:g}) is the "
-                     "planner's estimate, never XLA's: MaxText's train_compile compiles only the train step, so no "
-                     "pre-flight compile checks it; MaxText compiles it ahead of time at the run's start, so a step "
-                     "that does not fit ends the run there, before its first train step (exit 6, out of HBM); "
-                     "check: the run's log shows the eval step's memory stats after the train step's")
+        # train_compile compiles train.train_step only, so aot/eval_compile.py builds the eval step as train.py does.
+        batches = ", ".join(f"{batch:g}" for batch in planned.eval_batches)
+        if config.workload.compile_check == "off":
+            lines.append(f"eval step: its HBM (forward only, per_device_batch_size {batches}) is the planner's "
+                         "estimate, never XLA's (compileCheck=off); MaxText compiles it ahead of time at the run's "
+                         "start, so a step that does not fit ends the run there, before its first train step (exit "
+                         "6, out of HBM); check: the run's log shows the eval step's memory stats")
+        else:
+            lines.append(f"eval step (forward only, per_device_batch_size {batches}): XLA decides it before "
+                         "anything is created, compiled by aot/eval_compile.py from MaxText's own eval_step, "
+                         "shardings and donation as train.py builds them at the run's start (read from MaxText "
+                         "0.2.5's source, assumed to be the program the workers compile); check: the run's log "
+                         "shows the eval step's memory stats after the train step's")
     if config.network.dcn:
         lines.append("MegaScale: libtpu is assumed to send cross-slice traffic over the NICs named by "
                      "--megascale_grpc_interface_prefixes (the GKE multislice tutorial's worker env)")

@@ -452,11 +452,16 @@ def xla_refusal(config: StackConfig, refused, root: Path, compiler=None) -> list
                   f"{refused.hbm_bytes / GIB:.2f}" + (f" ({refused.error_code})" if refused.error_code else ""))
     else:
         failed = refused.error_code or "XLA does not compile it"
-    lines = [f"{NAMESPACE}:perDeviceBatchSize={batch} is refused by XLA on {refused.num_slices} x "
+    key, where = _batch_key(config, refused), ""
+    if refused.step == compile_verdicts.STEP_EVAL:
+        where = f" in the eval step ({NAMESPACE}:evalDatasetPath is set)"
+        if key != "perDeviceBatchSize":
+            batch = f"{planned.eval_per_device_batch_size:g}"
+    lines = [f"{NAMESPACE}:{key}={batch} is refused by XLA{where} on {refused.num_slices} x "
              f"{planned.shape.pod_type}: {failed}"]
     verdicts = compile_verdicts.load(compile_verdicts.verdicts_path(root))
     nearest = None
-    if compiler is not None:
+    if compiler is not None and not where:
         nearest = compile_verdicts.nearest_compiled(
             planned, refused.num_slices, lambda plan, count: compile_verdicts.lookup(
                 verdicts, compiler.key(config, count, plan.per_device_batch_size)))
@@ -471,9 +476,20 @@ def xla_refusal(config: StackConfig, refused, root: Path, compiler=None) -> list
     return [piece for line in lines for piece in textwrap.wrap(line, 100, subsequent_indent="      ")]
 
 
+def _batch_key(config: StackConfig, result) -> str:
+    """The key that set the batch of a compiled step: perDeviceBatchSize, or for MaxText's eval step
+    (aot/eval_compile.py) run at the user's own eval batch, maxtextSettings.eval_per_device_batch_size
+    (infra/config/plan_rules.py _eval_refusal)."""
+    own = config.workload.plan.eval_per_device_batch_size
+    if (result.step == "eval" and own and own != config.workload.plan.per_device_batch_size
+            and f"eval_per_device_batch_size={own:g}" in result.argv):
+        return "maxtextSettings.eval_per_device_batch_size"
+    return "perDeviceBatchSize"
+
+
 def batch_to_try(config: StackConfig, compiled) -> float | None:
     """When XLA ran out of HBM on a step the planner accepted: the per-device batch to compile next."""
-    if compiled.compiled or compiled.required_bytes is None:
+    if compiled.compiled or compiled.required_bytes is None or _batch_key(config, compiled) != "perDeviceBatchSize":
         return None
     from core.advice import next_smaller_batch
     return next_smaller_batch(config.workload.plan)
@@ -511,9 +527,12 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, c
         verdicts, note = compile_verdicts.read(cache)
         if note:
             print(fit(f"compile: {note}"), file=sys.stderr)
-        for count in counts:
+        # At each count the train step, then each distinct eval step of a run with an eval split (Plan.eval_batches:
+        # MaxText compiles it at start, aot/eval_compile.py), as the config build does (infra/config/compile_check.py).
+        steps = [(count, batch) for count in counts for batch in (None, *planned.eval_batches)]
+        for count, batch in steps:
             resized = planned.at_slices(count)
-            target = compiler.target(config, count)
+            target = compiler.target(config, count, eval_batch=batch)
             key = compile_key(target, mode_of(full))
             known = compile_verdicts.lookup(verdicts, key)
             if known is not None and known.undecided and compile_verdicts.retry_undecided():
@@ -528,7 +547,7 @@ def compile_stack(config: StackConfig, plan: Plan, root: Path, timeout: float, c
                 results.append(result)
                 if kept(result):
                     # XLA's own verdict, or "undecided after N s": kept for the next preview.
-                    compile_verdicts.record(cache, key, verdict_of(result, resized))
+                    compile_verdicts.record(cache, key, verdict_of(result, resized, batch))
             if not results[-1].compiled:
                 break            # a refusal (or no verdict) at the riskiest count is the run's verdict
     except CompileSetupError as error:
@@ -546,7 +565,7 @@ def from_verdict(verdict, resized: Plan, digest: str):
         topology=f"{resized.shape.pod_type}", num_slices=verdict.slices, seconds=0.0, reason=verdict.reason,
         required_bytes=verdict.required_bytes, source=f"compile-verdicts.json {digest} ({verdict.date})",
         plan=resized.describe(), estimate_bytes=resized.memory.total, libtpu=verdict.libtpu, cached=True,
-        timed_out_after_s=verdict.undecided_after_s)
+        timed_out_after_s=verdict.undecided_after_s, step=verdict.step, argv=tuple((verdict.key or {}).get("argv", ())))
 
 
 if __name__ == "__main__":

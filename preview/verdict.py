@@ -85,7 +85,8 @@ def compiled_lines(compiled: dict[str, Any] | None, stack: str) -> list[str]:
         return []
     lines = []
     for shape in compiled.get("shapes") or [compiled]:
-        where = f"{shape.get('num_slices')} x {shape.get('topology')}"
+        where = f"{shape.get('num_slices')} x {shape.get('topology')}" + (
+            " eval step" if shape.get("step") == "eval" else "")
         how = "read from kept verdicts" if shape.get("cached") else f"compiled in {shape.get('seconds', 0):.0f} s"
         answer = "fits" if shape.get("compiled") else "refused or not compiled"
         lines.append(f"compile: {where}: {answer} ({how})")

@@ -2,7 +2,16 @@
 the run's exact training step at one slice count (core/compile_verdicts.py CompileKey) and its ahead-of-time
 compile with MaxText's train_compile and the workers' pinned libtpu (aot/workers_libtpu.py; the local one, said in
 the plan, when it is not fetched), from the backend's own launch argv and its TPU pods' LIBTPU_INIT_ARGS
-(workloads/backend.py TrainingLaunch).
+(workloads/backend.py TrainingLaunch). A run with an eval split has its eval step compiled too, at each eval
+batch it runs (eval_target; aot/eval_compile.py builds it as MaxText's train.py does at start), under a key of its
+own (CompileKey.step).
+
+Why an eval step whose shapes are the train step's is still compiled: it is another program (no gradient, no
+optimizer update, the state not donated: maxtext_utils.get_functional_eval_with_signature), so XLA's verdict on
+the train step does not imply it. Its HBM is below the train step's in every estimate (no gradients, nothing kept
+for a backward pass, core/memory.py), but the donation differs (the train step may reuse the state's buffers for
+its output, the eval step may not reuse them at all) and its forward attention kernel is another Pallas kernel
+(splash attention without residuals), so neither verdict is derived from the other.
 
 How XLA decides (aot/kernel_check.py run_verdict): by default the step's attention kernels alone (scoped VMEM,
 seconds) and the step memory-only (HBM, minutes), which gave the full compile's verdict on every refusal class
@@ -59,23 +68,25 @@ class ProgramCompiler:
     (and at another batch, for the nearest batch XLA compiled) and XLA's verdict on it. The backend's launch argv
     is built once per config (the Ray backend's comes from a subprocess, trainer.entrypoint --print-argv) and
     resized, so a look-up costs no compile. `full`: the full compile (default: FULL_ENV, else memory-only + the
-    kernels alone). `compiler`, `kernel_compiler`, `tick_s`: for tests (stand-ins for train_compile and
-    aot/kernel_compile.py, a faster ticker)."""
+    kernels alone). `compiler`, `eval_compiler`, `kernel_compiler`, `tick_s`: for tests (stand-ins for
+    train_compile, aot/eval_compile.py and aot/kernel_compile.py, a faster ticker)."""
 
     def __init__(self, *, progress: TextIO | None = None, compiler: tuple[str, ...] | None = None,
                  timeout: float = DEFAULT_TIMEOUT_S, tick_s: float | None = None,
                  launch: Callable[[StackConfig], CompileTarget] | None = None, full: bool | None = None,
-                 kernel_compiler: tuple[str, ...] | None = None):
+                 kernel_compiler: tuple[str, ...] | None = None, eval_compiler: tuple[str, ...] | None = None):
         self.progress, self.compiler, self.timeout, self.tick_s = progress, compiler, timeout, tick_s
         self.full = full_from_env() if full is None else full
-        self.kernel_compiler = kernel_compiler
+        self.kernel_compiler, self.eval_compiler = kernel_compiler, eval_compiler
         # The full group's launch (default stack_target; the offline plan's reads the pods' LIBTPU_INIT_ARGS from
         # its rendered manifests, preview/compile/runner.py stack_target).
         self.launch = launch or stack_target
         self._launched: dict[int, tuple[StackConfig, CompileTarget]] = {}
 
-    def target(self, config: StackConfig, slices: int, per_device_batch_size: float | None = None) -> CompileTarget:
-        """The compile target of the run's step at `slices` (and `per_device_batch_size`, default the run's)."""
+    def target(self, config: StackConfig, slices: int, per_device_batch_size: float | None = None,
+               eval_batch: float | None = None) -> CompileTarget:
+        """The compile target of the run's step at `slices` (and `per_device_batch_size`, default the run's); with
+        `eval_batch`, of its eval step at that per-device eval batch (eval_target)."""
         missing = missing_compiler()
         if missing:
             raise NotDecided(missing)
@@ -86,33 +97,37 @@ class ProgramCompiler:
             full = self._launched[id(config)][1]
             resized = plan.at_slices(slices)
             target = full.at_slices(slices, plan=resized.describe(), estimate_bytes=resized.memory.total)
-            if per_device_batch_size is None or per_device_batch_size == plan.per_device_batch_size:
-                return target
-            other = dataclasses.replace(plan, per_device_batch_size=per_device_batch_size).at_slices(slices)
-            changed = {key: value for key, value in other.overrides().items()
-                       if resized.overrides().get(key) != value}
-            return target.with_keys(changed, plan=other.describe(), estimate_bytes=other.memory.total)
+            if per_device_batch_size is not None and per_device_batch_size != plan.per_device_batch_size:
+                other = dataclasses.replace(plan, per_device_batch_size=per_device_batch_size).at_slices(slices)
+                changed = {key: value for key, value in other.overrides().items()
+                           if resized.overrides().get(key) != value}
+                target, resized = target.with_keys(changed, plan=other.describe(),
+                                                   estimate_bytes=other.memory.total), other
+            return target if eval_batch is None else eval_target(target, resized, eval_batch)
         except CompileSetupError as error:
             raise NotDecided(textwrap.shorten(f"the compile could not be set up: {error}", 90)) from None
 
-    def key(self, config: StackConfig, slices: int, per_device_batch_size: float | None = None) -> CompileKey:
+    def key(self, config: StackConfig, slices: int, per_device_batch_size: float | None = None,
+            eval_batch: float | None = None) -> CompileKey:
         try:
-            return compile_key(self.target(config, slices, per_device_batch_size), mode_of(self.full))
+            return compile_key(self.target(config, slices, per_device_batch_size, eval_batch), mode_of(self.full))
         except CompileSetupError as error:
             raise NotDecided(textwrap.shorten(f"the compile could not be set up: {error}", 90)) from None
 
-    def __call__(self, config: StackConfig, slices: int) -> Verdict:
-        """XLA's verdict on the run's step at `slices` slices, or "undecided after N s" when the compile ran out of
-        time. Raises NotDecided with one line when there is no verdict: no MaxText or libtpu here, a compile that
-        cannot be set up or that failed for another reason than XLA's."""
+    def __call__(self, config: StackConfig, slices: int, eval_batch: float | None = None) -> Verdict:
+        """XLA's verdict on the run's step at `slices` slices (with `eval_batch`: its eval step at that per-device
+        eval batch), or "undecided after N s" when the compile ran out of time. Raises NotDecided with one line
+        when there is no verdict: no MaxText or libtpu here, a compile that cannot be set up or that failed for
+        another reason than XLA's."""
         out = self.progress or sys.stderr
-        target = self.target(config, slices)
+        target = self.target(config, slices, eval_batch=eval_batch)
         resized = config.workload.plan.at_slices(slices)
         # Before it starts: what, about how long here, and how to skip it (each line within 100 columns).
+        what = (f"at perDeviceBatchSize={resized.per_device_batch_size:g}" if eval_batch is None
+                else f"its eval step at {eval_batch:g} per device")
         print(textwrap.shorten(
-            f"compile: XLA decides {slices} x {resized.shape.pod_type} at perDeviceBatchSize="
-            f"{resized.per_device_batch_size:g} before anything is created (compileCheck="
-            f"{config.workload.compile_check})", 100), file=out, flush=True)
+            f"compile: XLA decides {slices} x {resized.shape.pod_type} {what} before anything is created "
+            f"(compileCheck={config.workload.compile_check})", 100), file=out, flush=True)
         if self.full:
             how = f"{expected_time(resized.model.name)}; skip: tpu-multislice:compileCheck=off"
         else:
@@ -121,13 +136,29 @@ class ProgramCompiler:
         for line in textwrap.wrap(f"compile: {how}", 100, subsequent_indent="    "):
             print(line, file=out, flush=True)
         try:
-            result = run_verdict(target, full=self.full, timeout=self.timeout, progress=out, compiler=self.compiler,
+            compiler = self.compiler if eval_batch is None else self.eval_compiler
+            result = run_verdict(target, full=self.full, timeout=self.timeout, progress=out, compiler=compiler,
                                  kernel_compiler=self.kernel_compiler, tick_s=self.tick_s)
         except CompileSetupError as error:
             raise NotDecided(textwrap.shorten(f"the compile could not be set up: {error}", 90)) from None
         if not kept(result):
             raise NotDecided(textwrap.shorten(f"no verdict from the compile: {result.reason}", 90))
-        return verdict_of(result, resized)
+        return verdict_of(result, resized, eval_batch)
+
+
+def eval_target(train: CompileTarget, resized, eval_batch: float) -> CompileTarget:
+    """The eval step MaxText compiles for the run whose train step is `train` (resized: its core.planner.Plan),
+    at `eval_batch` per device: the same argv, whose eval batch (eval_per_device_batch_size, else
+    per_device_batch_size: MaxText 0.2.5 configs/types.py) is set to `eval_batch` only where it differs, so the
+    eval step the workers compile at start keeps the pods' exact argv; Grain's eval passes at the train batch
+    (core/planner.py Plan.eval_batches) set it to the train batch."""
+    keys = train.keys
+    loaded = float(keys.get("eval_per_device_batch_size") or 0) or float(keys["per_device_batch_size"])
+    changed = {} if loaded == eval_batch else {"eval_per_device_batch_size": f"{eval_batch:g}"}
+    evaluated = dataclasses.replace(resized, per_device_batch_size=eval_batch,
+                                    eval_per_device_batch_size=None, evaluates=True).eval_memory
+    plan = f"{resized.describe().split(';')[0]}; eval step (forward only) at per_device_batch_size {eval_batch:g}"
+    return dataclasses.replace(train.with_keys(changed, plan=plan, estimate_bytes=evaluated.total), step="eval")
 
 
 compile_step = ProgramCompiler()

@@ -128,10 +128,14 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
     if workload_plan is None or v["compileCheck"] == "off" or compiled is None:
         return workload_plan
     undecided = [count for count, kept in sorted(compiled.verdicts.items()) if kept.undecided]
+    undecided_evals = [at for at, kept in sorted(compiled.eval_verdicts.items()) if kept.undecided]
     not_decided = compiled.not_decided
-    if not_decided is None and undecided:
-        seconds = compiled.verdicts[undecided[0]].undecided_after_s
-        retried = "" if set(undecided) <= set(compiled.compiled_now) else " (kept; not compiled again"
+    if not_decided is None and (undecided or undecided_evals):
+        first = compiled.verdicts[undecided[0]] if undecided else compiled.eval_verdicts[undecided_evals[0]]
+        seconds = first.undecided_after_s
+        fresh = set(undecided) <= set(compiled.compiled_now) and set(undecided_evals) <= set(
+            compiled.eval_compiled_now)
+        retried = "" if fresh else " (kept; not compiled again"
         not_decided = (f"undecided after {seconds:.0f} s, the compile ran out of time{retried}"
                        + (f": {compile_verdicts.RETRY_ENV}=1 compiles it again)" if retried else ""))
     if not_decided is not None and v["compileCheck"] == "always":
@@ -156,29 +160,33 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
                          else f"nearest to try: a smaller {NAMESPACE}:perDeviceBatchSize (none lays out)")
         lines.append(f"(XLA's verdict, libtpu {kept.libtpu}, MaxText {kept.maxtext}, kept in "
                      f"{compile_verdicts.COMPILE_VERDICTS} on {kept.date})")
-        # 98: ConfigError lays each problem out two columns in (within 100 as pulumi up prints it).
-        problems.append("\n".join(textwrap.wrap(lines[0], 98, subsequent_indent=_INDENT + "  ") + [
-            piece for line in lines[1:] for piece in textwrap.wrap(
-                line, 98, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")]))
+        problems.append(_refusal_lines(lines))
         return None
+    for (count, batch), kept in compiled.eval_verdicts.items():
+        if not (kept.compiled or kept.undecided):
+            problems.append(_refusal_lines(_eval_refusal(workload_plan, count, batch, kept,
+                                                         compiled.eval_nearest.get((count, batch)))))
+            return None
     notes = []
-    if workload_plan.evaluates:
-        # maxtext 0.2.5 trainers/pre_train/train_compile.py main compiles train.train_step only
-        # (maxtext_utils.get_functional_train_with_signature); no key selects eval_step, which the workers compile
-        # at start (trainers/pre_train/train.py jit_train_and_eval_step).
-        notes.append("memory: the eval step is estimated, not compiled: MaxText's train_compile compiles the "
-                     "train step only")
     if compiled.file_note:
         notes.append(f"memory: {compiled.file_note}")
     if compiled.not_kept:
         notes.append(f"memory: XLA's verdict was not kept ({compiled.not_kept}): the next preview compiles it again")
     if not_decided is not None:
         counts = ", ".join(map(str, undecided)) if undecided and compiled.not_decided is None else "the run's"
-        notes.append(f"memory: XLA did not decide {counts} slice(s): {not_decided}")
+        what = f"{counts} slice(s)"
+        if undecided_evals and not undecided and compiled.not_decided is None:
+            what = "the eval step on " + ", ".join(f"{n} slice(s) at eval batch {b:g}" for n, b in undecided_evals)
+        notes.append(f"memory: XLA did not decide {what}: {not_decided}")
     elif compiled.verdicts:
         decided = next(iter(compiled.verdicts.values()))
         notes.append(f"memory: XLA compiled the run's step at {', '.join(map(str, sorted(compiled.verdicts)))} "
                      f"slice(s) (libtpu {decided.libtpu}, MaxText {decided.maxtext}, jax {decided.jax or '?'})")
+        if compiled.eval_verdicts:
+            # aot/eval_compile.py: MaxText's eval step built and lowered as trainers/pre_train/train.py does at start.
+            steps = ", ".join(f"{n} slice(s) at {b:g}" for n, b in sorted(compiled.eval_verdicts))
+            notes.append(f"memory: XLA compiled the run's eval step too, as MaxText compiles it at start (per-device "
+                         f"eval batch): {steps}")
         notes.append(_front_end_assumption(decided))
         if any(verdict.mode == compile_verdicts.MODE_MEMORY_KERNELS for verdict in compiled.verdicts.values()):
             # aot/kernel_check.py: what the faster mode decides, and what only the full compile would.
@@ -189,6 +197,41 @@ def check_xla_verdicts(v: dict[str, Any], workload_plan: Plan | None, problems: 
         kept_notes = tuple(_answered(note) for note in workload_plan.notes)
         workload_plan = dataclasses.replace(workload_plan, notes=tuple(note for note in kept_notes if note))
     return dataclasses.replace(workload_plan, notes=workload_plan.notes + tuple(notes)) if notes else workload_plan
+
+
+def _refusal_lines(lines: list[str]) -> str:
+    # 98: ConfigError lays each problem out two columns in (within 100 as pulumi up prints it).
+    return "\n".join(textwrap.wrap(lines[0], 98, subsequent_indent=_INDENT + "  ") + [
+        piece for line in lines[1:] for piece in textwrap.wrap(
+            line, 98, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")])
+
+
+def _eval_refusal(workload_plan: Plan, count: int, batch: float, kept, nearest: float | None) -> list[str]:
+    """An eval step XLA refused, naming the key that set its batch: maxtextSettings.eval_per_device_batch_size for
+    the eval step MaxText compiles at start at that batch, else perDeviceBatchSize (the eval batch MaxText takes
+    when that key is unset, and Grain's eval batch: core/planner.py Plan.eval_batch); evalDatasetPath turns the
+    eval step on."""
+    from core import compile_verdicts
+    from core.advice import next_smaller_batch
+
+    own = workload_plan.eval_per_device_batch_size
+    if own and batch == own and batch != workload_plan.per_device_batch_size:
+        key, value = "maxtextSettings.eval_per_device_batch_size", own
+        step = 1 / workload_plan.ici_batch_free
+        retry = batch - step if batch - step > 0 else None
+    else:
+        key, value = "perDeviceBatchSize", workload_plan.per_device_batch_size
+        retry = next_smaller_batch(workload_plan)
+    lines = [f"{NAMESPACE}:{key}={value:g} is refused by XLA in the eval step ({NAMESPACE}:evalDatasetPath is "
+             f"set) on {count} x {workload_plan.shape.pod_type}: {kept.what_failed()}"]
+    if nearest:
+        lines.append(f"nearest that compiled: {NAMESPACE}:{key}={nearest:g} (kept: no compile)")
+    else:
+        lines.append(f"nearest to try: {NAMESPACE}:{key}={retry:g} (not compiled yet: choosing it means a compile)"
+                     if retry else f"nearest to try: a smaller {NAMESPACE}:{key}, or unset evalDatasetPath")
+    lines.append(f"(XLA's verdict on MaxText's eval step, libtpu {kept.libtpu}, MaxText {kept.maxtext}, kept in "
+                 f"{compile_verdicts.COMPILE_VERDICTS} on {kept.date})")
+    return lines
 
 
 def _front_end_assumption(verdict) -> str:

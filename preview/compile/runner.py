@@ -62,11 +62,13 @@ def render(result: CompileResult, out: TextIO) -> None:
     def gib(value: int | None) -> str:
         return "?" if value is None else f"{value / GIB:.2f} GiB"
 
+    # The eval step MaxText compiles at start (aot/eval_compile.py), named with its batch.
+    what = "" if result.step == "train" else f", eval step ({_eval_batch(result)} per device)"
     if result.cached:
-        out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s), not compiled again: "
+        out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s){what}, not compiled again: "
                   f"XLA's verdict (libtpu {result.libtpu}) from {result.source}\n")
     else:
-        out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s), "
+        out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s){what}, "
                   f"{_clock(result.seconds)} (MaxText {installed('maxtext')}, libtpu {result.libtpu}; argv from "
                   f"{result.source})\n")
     for key, why in result.dropped.items():
@@ -92,6 +94,12 @@ def render(result: CompileResult, out: TextIO) -> None:
             out.write(f"  compiler output: {result.log}\n")
     if result.estimate_bytes:
         out.write(f"  planner estimate: {gib(result.estimate_bytes)} per device\n")
+
+
+def _eval_batch(result: CompileResult) -> str:
+    """The eval step's per-device batch in its argv (MaxText: eval_per_device_batch_size, else the train batch)."""
+    keys = dict(item.partition("=")[::2] for item in result.argv[1:])
+    return keys.get("eval_per_device_batch_size") or keys.get("per_device_batch_size", "?")
 
 
 # Run settings of a compile without a stack: they do not change the compiled step (the output directory and run

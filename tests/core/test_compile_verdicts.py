@@ -111,7 +111,8 @@ def test_the_mode_is_part_of_the_key_and_a_full_key_keeps_its_digest_from_before
     before modes existed (compile-verdicts.json entries recorded then, all full compiles, stay found)."""
     full, fast = _key(), _key(compile_verdicts.MODE_MEMORY_KERNELS)
     assert full.digest() != fast.digest() and fast.as_dict()["mode"] == compile_verdicts.MODE_MEMORY_KERNELS
-    before_modes = {field: value for field, value in dataclasses.asdict(full).items() if field != "mode"}
+    before_modes = {field: value for field, value in dataclasses.asdict(full).items()
+                    if field not in ("mode", "step")}
     before_modes["argv"] = list(full.argv)
     assert full.as_dict() == before_modes
 
@@ -136,3 +137,27 @@ def test_a_full_compile_s_verdict_stands_for_the_faster_mode_never_the_reverse(t
     compile_verdicts.record(timed_out, full, dataclasses.replace(verdict, undecided_after_s=3600.0))
     assert compile_verdicts.lookup(compile_verdicts.load(timed_out), fast) is None
     assert compile_verdicts.lookup(compile_verdicts.load(timed_out), full).undecided
+
+
+def test_the_eval_step_has_a_key_of_its_own_and_a_train_verdict_never_stands_for_it(dev_target, tmp_path):
+    """The eval step MaxText compiles at start (aot/eval_compile.py) runs on the same argv as the train step but is
+    another program (no gradient, the state not donated): the step is part of the key, a train verdict is never
+    found for an eval look-up nor the reverse (in either mode), and a train key is the key as it was before eval
+    steps were compiled (kept verdicts keep their digests)."""
+    config, target = dev_target
+    train = runner.compile_key(target, compile_verdicts.MODE_MEMORY_KERNELS)
+    evaluated = runner.compile_key(dataclasses.replace(target, step=compile_verdicts.STEP_EVAL),
+                                   compile_verdicts.MODE_MEMORY_KERNELS)
+    assert train.argv == evaluated.argv and train.digest() != evaluated.digest()
+    assert "step" not in train.as_dict() and evaluated.as_dict()["step"] == compile_verdicts.STEP_EVAL
+    # The program's compiler: the eval step's key at the run's eval batch is the train argv's, another step.
+    compiler = ProgramCompiler()
+    at_eval = compiler.key(config, 1, eval_batch=config.workload.plan.per_device_batch_size)
+    assert at_eval.step == compile_verdicts.STEP_EVAL and at_eval.argv == compiler.key(config, 1).argv
+    fits = compile_verdicts.Verdict(compiled=True, shape="s", slices=1, libtpu="0.0.50.1", maxtext="0.2.5")
+    for kept, other in ((train, evaluated), (evaluated, train),
+                        (dataclasses.replace(train, mode=compile_verdicts.MODE_FULL), evaluated)):
+        path = tmp_path / f"{kept.digest()}.json"
+        compile_verdicts.record(path, kept, fits)
+        assert compile_verdicts.lookup(compile_verdicts.load(path), other) is None
+        assert compile_verdicts.lookup(compile_verdicts.load(path), kept) is not None

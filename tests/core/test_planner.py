@@ -429,8 +429,8 @@ def test_a_run_with_an_eval_split_plans_its_eval_step_at_every_slice_count():
     """The eval step (MaxText 0.2.5 trainers/pre_train/train.py eval_step: loss_fn with is_train=False, no gradient)
     runs at eval_per_device_batch_size, per_device_batch_size when unset (configs/types.py). It holds the train
     state but no gradients and nothing saved for a backward pass; the plan's verdict is the worse of the two steps
-    at every slice count, and the plan says the eval step is estimated, never compiled (train_compile compiles
-    only train.train_step)."""
+    at every slice count; MaxText's train_compile compiles only train.train_step, so the plan says compileCheck
+    compiles the eval step itself (aot/eval_compile.py)."""
     from core.maxtext_memory_keys import with_maxtext_keys
     from core.planner import DoesNotFit
 
@@ -445,7 +445,7 @@ def test_a_run_with_an_eval_split_plans_its_eval_step_at_every_slice_count():
         assert evaluated.total < resized.memory.total and resized.step_memory is resized.memory
     assert plan(dataclasses.replace(request, evaluates=False)).eval_memory is None
     [note] = [note for note in chosen.notes if note.startswith("eval step:")]
-    assert "forward only at per_device_batch_size 8" in note and "never compiled" in note
+    assert "forward only at per_device_batch_size 8" in note and "compiles it first (aot/eval_compile.py)" in note
     assert "eval step (forward only, per_device_batch_size 8)" in chosen.describe()
 
     # A larger eval batch of its own is estimated and can decide the run: here on its one-slice minimum.
@@ -458,6 +458,9 @@ def test_a_run_with_an_eval_split_plans_its_eval_step_at_every_slice_count():
     fixed = plan(dataclasses.replace(bigger, min_slices=None))
     assert fixed.step_memory == fixed.eval_memory and fixed.overrides()["eval_per_device_batch_size"] == "16"
     assert fixed.step_memory.total > fixed.memory.total
+    # Two distinct eval steps, each compiled by compileCheck: MaxText's at start (16) and Grain's at the train batch.
+    assert fixed.eval_batches == (16, 8) and chosen.eval_batches == (8,)
+    assert plan(dataclasses.replace(request, evaluates=False)).eval_batches == ()
     # A worker that ran out of HBM finds the same plan, eval step included, in its own argv (core/advice.py).
     from core.advice import plan_of_maxtext_keys
     again = plan_of_maxtext_keys({**fixed.overrides(), "grain_eval_files": "gs://my-data/eval-*"}, "v6e", "2x4")

@@ -9,6 +9,7 @@ runs under Pulumi mocks (preview/harness.py).
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import signal
@@ -30,6 +31,7 @@ from workloads import compile_check
 
 FAKE = REPO / "tests" / "preview" / "fake_train_compile.py"
 FAKE_KERNELS = REPO / "tests" / "preview" / "fake_kernel_compile.py"
+FAKE_EVAL = REPO / "tests" / "preview" / "fake_eval_compile.py"
 
 
 def _near() -> dict:
@@ -39,16 +41,17 @@ def _near() -> dict:
 
 
 class _Recording(compile_check.ProgramCompiler):
-    """The program's compiler with train_compile replaced by the stand-in; records each compile's slice count."""
+    """The program's compiler with train_compile (and aot/eval_compile.py, aot/kernel_compile.py) replaced by the
+    stand-ins; records each compile: its slice count, or (slice count, eval batch) for an eval step."""
 
-    def __init__(self, calls: list[int], **kwargs):
+    def __init__(self, calls: list, **kwargs):
         super().__init__(compiler=(sys.executable, str(FAKE)), kernel_compiler=(sys.executable, str(FAKE_KERNELS)),
-                         tick_s=0.5, **kwargs)
+                         eval_compiler=(sys.executable, str(FAKE_EVAL)), tick_s=0.5, **kwargs)
         self.calls = calls
 
-    def __call__(self, config, slices):
-        self.calls.append(slices)
-        return super().__call__(config, slices)
+    def __call__(self, config, slices, eval_batch=None):
+        self.calls.append(slices if eval_batch is None else (slices, eval_batch))
+        return super().__call__(config, slices, eval_batch)
 
 
 def _stand_in(monkeypatch, tmp_path, case: str, calls: list[int], progress: io.StringIO | None = None, **kwargs):
@@ -267,17 +270,70 @@ def test_a_compile_that_runs_out_of_time_is_kept_as_undecided_and_not_restarted(
     assert not [note for note in retried.workload.plan.notes if "XLA did not decide" in note]
 
 
-def test_a_run_with_an_eval_step_says_its_eval_step_is_estimated_not_compiled(monkeypatch, tmp_path):
-    """MaxText 0.2.5's train_compile compiles train_step only (trainers/pre_train/train_compile.py main): the
-    plan says the eval step is estimated, not compiled, rather than letting XLA's train-step verdict stand for it."""
+def _evaluating(**maxtext) -> dict:
+    """dev at batch 4 with an eval split (the eval step on: evalDatasetPath), and MaxText settings."""
     raw = {**_near(), "perDeviceBatchSize": "4", "datasetType": "grain",
            "datasetPath": "gs://my-data/c4/train-*.array_record",
            "evalDatasetPath": "gs://my-data/c4/eval-*.array_record", "evalSteps": "2"}
-    calls: list[int] = []
-    config = build(raw, compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
-    assert config.workload.plan.evaluates and calls == [1, 2]
-    assert ("memory: the eval step is estimated, not compiled: MaxText's train_compile compiles the train step "
-            "only") in config.workload.plan.notes
+    return {**raw, "maxtextSettings": maxtext} if maxtext else raw
+
+
+def test_a_run_with_an_eval_split_has_each_eval_step_compiled_beside_the_train_step(monkeypatch, tmp_path):
+    """MaxText compiles its eval step ahead of time at start (trainers/pre_train/train.py train_loop,
+    p_eval_step.lower at eval_per_device_batch_size) and Grain's eval passes run at the train batch
+    (core/planner.py Plan.eval_batch): at each slice count the train step, then both eval steps are compiled by
+    aot/eval_compile.py (here its stand-in), each at its own batch, with the eval step's own kernels (--eval);
+    kept under eval keys, so the next build compiles nothing."""
+    monkeypatch.setenv("FAKE_EVAL_RECORD", str(tmp_path / "eval.json"))
+    monkeypatch.setenv("FAKE_KERNELS_RECORD", str(tmp_path / "kernels.json"))
+    raw = _evaluating(eval_per_device_batch_size=2)
+    calls: list = []
+    step = _stand_in(monkeypatch, tmp_path, "fits", calls)
+    config = build(raw, compile_step=step)
+    assert config.workload.plan.evaluates and calls == [1, (1, 4), (1, 2), 2, (2, 4), (2, 2)], calls
+    # The last compile: the eval step at start, at 2 per device on 2 slices, on the pods' exact argv.
+    recorded = json.loads((tmp_path / "eval.json").read_text())["argv"]
+    assert "eval_per_device_batch_size=2" in recorded and "per_device_batch_size=4" in recorded
+    assert "compile_topology_num_slices=2" in recorded
+    assert json.loads((tmp_path / "kernels.json").read_text())["argv"][0] == "--eval"
+    from core import compile_verdicts
+    kept = compile_verdicts.load(compile_verdicts.verdicts_path(REPO)).values()
+    evals = sorted((v.slices, v.per_device_batch_size) for v in kept if v.step == compile_verdicts.STEP_EVAL)
+    assert evals == [(1, 2), (1, 4), (2, 2), (2, 4)]
+    assert all(v.key.get("step", "train") == v.step for v in kept)
+    assert ("memory: XLA compiled the run's eval step too, as MaxText compiles it at start (per-device eval "
+            "batch): 1 slice(s) at 2, 1 slice(s) at 4, 2 slice(s) at 2, 2 slice(s) at 4") \
+        in config.workload.plan.notes, config.workload.plan.notes
+    assert not [note for note in config.workload.plan.notes if "estimated, not compiled" in note]
+    build(raw, compile_step=step)
+    assert len(calls) == 6                                # kept: nothing compiled again
+
+
+def test_an_eval_step_xla_refuses_refuses_the_config_naming_the_eval_batch_key(monkeypatch, tmp_path):
+    """XLA fits the train step and refuses the eval step MaxText compiles at start at the user's
+    eval_per_device_batch_size: refused in config build, before anything registers, in one problem naming that
+    key and the nearest to try; the refusal is kept (the next build refuses it without compiling)."""
+    monkeypatch.setenv("FAKE_EVAL_COMPILE", "slow_oom")
+    raw = _evaluating(eval_per_device_batch_size=8)
+    calls: list = []
+    monitor = RecordingMonitor(GcpMocks())
+    with pytest.raises(pulumi.RunError) as refused:
+        run_program(raw, stack="dev", monitor=monitor, compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
+    assert calls == [1, (1, 8)] and len(monitor.registrations) == 0
+    said = " ".join(line.strip() for line in str(refused.value).split("\n")[1:])
+    assert said.startswith("tpu-multislice:maxtextSettings.eval_per_device_batch_size=8 is refused by XLA in the "
+                           "eval step (tpu-multislice:evalDatasetPath is set) on 1 x v6e-8: XLA needs 32.51 GiB per "
+                           "device of 31.24 (E1000 CompileTimeHbmOom) nearest to try: "
+                           "tpu-multislice:maxtextSettings.eval_per_device_batch_size=7"), said
+    assert all(len(line) <= 100 for line in str(refused.value).split("\n"))
+    with pytest.raises(ConfigError) as again:
+        build(raw, compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
+    assert calls == [1, (1, 8)] and "in the eval step" in again.value.problems[0]
+    # Without the key, the eval step runs at the train batch: perDeviceBatchSize is the key named.
+    with pytest.raises(ConfigError) as at_train_batch:
+        build(_evaluating(), compile_step=_stand_in(monkeypatch, tmp_path, "fits", calls))
+    assert at_train_batch.value.problems[0].startswith("tpu-multislice:perDeviceBatchSize=4 is refused by XLA in "
+                                                        "the eval step"), at_train_batch.value.problems
 
 
 def test_a_refusal_after_memory_is_assigned_still_refuses_the_step(monkeypatch, tmp_path):
@@ -339,3 +395,28 @@ def test_a_kernel_program_that_cannot_be_built_falls_back_to_the_full_compile(mo
     said = [line for line in progress.getvalue().splitlines() if "the kernels alone gave no verdict" in line]
     assert said and said[0].startswith("compile: the kernels alone gave no verdict, compiling in full (")
     assert all(len(line) <= 100 for line in said), said
+
+
+def test_an_eval_step_kept_as_undecided_is_said_once_and_refused_by_compile_check_always():
+    """An eval step whose compile ran out of time (kept as "undecided after N s") is named in one note with its
+    eval batch, like an undecided train step; compileCheck=always refuses it (what the config build decides from
+    the compiles' outcome: infra/config/plan_rules.py check_xla_verdicts)."""
+    from core import compile_verdicts
+    from infra.config.build import _build
+    from infra.config.compile_check import CompileOutcome
+
+    def verdict(**kwargs):
+        return compile_verdicts.Verdict(shape="s", libtpu="0.0.50.1", maxtext="0.2.5", jax="0.10.2", **kwargs)
+
+    outcome = CompileOutcome(
+        verdicts={1: verdict(compiled=True, slices=1)},
+        eval_verdicts={(1, 4.0): verdict(compiled=False, slices=1, undecided_after_s=900.0,
+                                         step=compile_verdicts.STEP_EVAL)})
+    notes = _build(_evaluating(), outcome).workload.plan.notes
+    said = [note for note in notes if "XLA did not decide" in note]
+    assert said == ["memory: XLA did not decide the eval step on 1 slice(s) at eval batch 4: undecided after 900 s, "
+                    "the compile ran out of time (kept; not compiled again: TPU_MULTISLICE_RETRY_UNDECIDED=1 "
+                    "compiles it again)"], notes
+    with pytest.raises(ConfigError) as refused:
+        _build({**_evaluating(), "compileCheck": "always"}, outcome)
+    assert "compileCheck=always needs XLA's verdict" in refused.value.problems[0]

@@ -93,17 +93,20 @@ def test_the_hbm_assumption_names_what_the_workers_really_run():
     assert "the workers run jax" not in pathways[0] and "pathways/server" in pathways[0]
 
 
-def test_an_eval_step_is_shown_as_estimated_never_compiled():
+def test_an_eval_step_is_shown_as_compiled_by_the_eval_compile_or_estimated_when_off():
     """MaxText 0.2.5's train_compile lowers and compiles train.train_step only (maxtext/trainers/pre_train/
-    train_compile.py main), so the eval step's HBM is an assumption of the plan, not a compiled fact."""
+    train_compile.py main); compileCheck compiles the eval step with aot/eval_compile.py, built from MaxText's source
+    as train.py builds it (an assumption the plan names). With compileCheck=off its HBM is the estimate only."""
     raw = {**load_stack_config("dev", REPO), "datasetType": "grain", "datasetPath": "gs://my-data/train-*.array_record",
            "evalDatasetPath": "gs://my-data/eval-*.array_record", "evalSteps": 1}
-    [line] = [line for line in assumptions(build(raw)) if line.startswith("eval step:")]
-    assert "never XLA's" in line and "train_compile compiles only the train step" in line
+    [line] = [line for line in assumptions(build(raw)) if line.startswith("eval step")]
+    assert "XLA decides it before anything is created" in line and "aot/eval_compile.py" in line
+    [line] = [line for line in assumptions(build({**raw, "compileCheck": "off"})) if line.startswith("eval step")]
+    assert "never XLA's (compileCheck=off)" in line
     # MaxText 0.2.5 trainers/pre_train/train.py compiles the eval step ahead of time at the run's start, so a step
     # that does not fit ends the run there, not at its first evaluation.
     assert "ahead of time at the run's start" in line and "first evaluation" not in line
-    assert not [line for line in assumptions(build(load_stack_config("dev", REPO))) if line.startswith("eval step:")]
+    assert not [line for line in assumptions(build(load_stack_config("dev", REPO))) if line.startswith("eval step")]
 
 
 def test_an_eval_split_s_size_against_the_hosts_is_shown_as_an_assumption():

@@ -37,3 +37,28 @@ def test_the_dev_stacks_step_is_compiled_for_real_and_fits():
     if result.libtpu == row["libtpu"]:
         # The workers' libtpu (aot/workers_libtpu.py): XLA's figure is the calibration row's.
         assert result.assigned["program"] == pytest.approx(row["assigned"]["program"], rel=0.05)
+
+
+def _dev_evaluating():
+    """The dev stack with an eval split: MaxText compiles its eval step at start (aot/eval_compile.py here)."""
+    return build({**load_stack_config("dev", REPO), "datasetType": "grain",
+                  "datasetPath": "gs://my-data/c4/train-*.array_record",
+                  "evalDatasetPath": "gs://my-data/c4/eval-*.array_record", "evalSteps": "2"})
+
+
+@pytest.mark.ci_compile
+def test_the_dev_stacks_eval_step_is_compiled_for_real_and_fits(tmp_path):
+    """The eval step MaxText compiles at start (trainers/pre_train/train.py), built by aot/eval_compile.py on the
+    dev stack's own argv (an eval split added) at its eval batch, memory only, through run_compile as the config
+    build runs it: XLA's HBM verdict on the eval program (31-56 s here at a load of 4-15)."""
+    assert runner.missing_compiler() is None, "CI installs MaxText and libtpu (scripts/setup.sh)"
+    config = _dev_evaluating()
+    target = ProgramCompiler().target(config, 2, eval_batch=config.workload.plan.per_device_batch_size)
+    assert target.step == "eval" and target.keys["per_device_batch_size"] == "4"
+    result = runner.run_compile(target, memory_only=True, timeout=900, keep_dir=tmp_path)
+    print(f"ci eval compile: {result.seconds:.0f} s, libtpu {result.libtpu}")
+    assert result.compiled, result.reason
+    # The eval program (aot/eval_compile.py) at the eval batch's rows (4 x 16 devices), not train_compile's step.
+    assert "Jitting and compiling eval step at 64 rows" in (tmp_path / "compile.log").read_text()
+    assert result.step == "eval" and result.key.step == "eval" and result.key == runner.compile_key(target)
+    assert result.assigned is not None and result.assigned["program"] > 0

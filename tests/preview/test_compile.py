@@ -503,3 +503,27 @@ def test_the_preview_decides_with_the_kernels_and_memory_only_unless_asked_for_t
     kept = compile_verdicts.load(compile_verdicts.verdicts_path(REPO)).values()
     assert sorted(verdict.key.get("mode", "full") for verdict in kept) == [
         "full", "full", "memory-only+kernels", "memory-only+kernels"]
+
+
+def test_the_offline_plan_compiles_the_eval_step_beside_the_train_step_and_reports_its_refusal(monkeypatch, capsys):
+    """A run with an eval split: `--compile` compiles each slice count's train step, then its eval step (the
+    target's step "eval": aot/eval_compile.py), and XLA's refusal of the eval step exits 4 naming the eval step;
+    `--json`'s compile shapes say which step each is."""
+    seen = []
+
+    def fake_run(target, **kwargs):
+        seen.append(target)
+        return dataclasses.replace(_canned(target.step == "train"), num_slices=target.slices, topology="v6e-8",
+                                   step=target.step, argv=("base.yml", *target.argv[2:]))
+
+    monkeypatch.setattr(pf, "run_verdict", fake_run)
+    evaluating = ["--set", "datasetType=grain", "--set", "datasetPath=gs://my-data/train-*.array_record",
+                  "--set", "evalDatasetPath=gs://my-data/eval-*.array_record", "--set", "evalSteps=2"]
+    code = cli.main(["--stack", "dev", "--compile", "--json", *evaluating])
+    out, err = capsys.readouterr()
+    assert [(t.slices, t.step) for t in seen] == [(1, "train"), (1, "eval")], seen
+    assert seen[1].argv == seen[0].argv                       # the eval step at the train batch: the pods' argv
+    document = json.loads(out)["compile"]
+    assert code == cli.EXIT_COMPILE and [s["step"] for s in document["shapes"]] == ["train", "eval"]
+    assert document["step"] == "eval" and not document["compiled"]
+    assert "tpu-multislice:perDeviceBatchSize=4 is refused by XLA in the eval step" in " ".join(err.split()), err

@@ -70,6 +70,11 @@ def test_the_full_mode_runs_train_compile_alone(monkeypatch, tmp_path):
 def test_outside_the_compile_marker_the_kernel_compile_is_no_real_compile():
     """tests/conftest.py points the compile at a module that does not exist; the kernel compile follows it."""
     assert kernel_check.kernel_command()[-1] == "tests.no_real_compile_outside_the_compile_marker"
+    # An eval step's kernels: the same command with --eval (its forward kernels at the eval batch).
+    evaluated = dataclasses.replace(_target(), step=compile_verdicts.STEP_EVAL)
+    assert kernel_check.kernel_command(evaluated)[-2:] == ("tests.no_real_compile_outside_the_compile_marker",
+                                                          "--eval")
+    assert runner.step_program(evaluated)[-1] == "tests.no_real_compile_outside_the_compile_marker"
 
 
 def _prod_in_one_layer(flags: bool) -> runner.CompileTarget:
@@ -100,3 +105,27 @@ def test_real_kernels_refuse_scoped_vmem_without_the_pods_flags_and_fit_with_the
         assert result.error_code == "E1001 CompileTimeScopedVmemOom", result.reason
         log = open(result.log).read()
         assert "splash_mha_dkv_segmented_no_residuals" in log and "35.96M and limit 32.00M" in log
+
+
+@pytest.mark.compile
+def test_real_eval_step_of_the_dev_stack_compiles_with_its_own_forward_kernels(request, tmp_path):
+    """The dev stack's eval step (an eval split added) on 1 slice, decided as the config build decides it: its
+    attention kernels alone (aot/kernel_compile.py --eval: the forward kernel only, no dkv/dq backward kernels, at
+    the eval batch), then aot/eval_compile.py memory-only. Both fit (qwen3-0.6b at batch 4, about 1-2 min here)."""
+    if "compile" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("real compile (minutes): run with pytest -m compile")
+    if runner.missing_compiler():
+        pytest.skip(runner.missing_compiler())
+    from tests.preview.test_ci_compile import _dev_evaluating
+
+    config = _dev_evaluating()
+    target = ProgramCompiler().target(config, 1, eval_batch=config.workload.plan.per_device_batch_size)
+    kernels = kernel_check.run_kernel_check(target, timeout=1800, keep_dir=tmp_path / "kernels")
+    assert kernels.compiled, kernels.reason
+    said = next(line for line in (tmp_path / "kernels" / "compile.log").read_text().splitlines()
+                if line.startswith("Jitting and compiling the attention kernels"))
+    assert "splash_mha_fwd" in said and "dkv" not in said and "dq" not in said, said
+    step = runner.run_compile(target, memory_only=True, timeout=1800, keep_dir=tmp_path / "step")
+    print(f"dev eval step: kernels {kernels.seconds:.0f} s, memory-only {step.seconds:.0f} s, libtpu {step.libtpu}")
+    assert step.compiled and step.step == "eval", step.reason
+    assert "Jitting and compiling eval step at 32 rows" in (tmp_path / "step" / "compile.log").read_text()
