@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import textwrap
 from pathlib import Path
 from typing import TextIO
 
-from aot.runner import AOT_MODULE_ENV, DEFAULT_TIMEOUT_S, CompileResult, CompileTarget, decided, run_compile
+from aot.runner import (AOT_MODULE_ENV, DEFAULT_TIMEOUT_S, CompileResult, CompileTarget, compile_front_end, decided,
+                        run_compile)
 from core.compile_verdicts import MODE_FULL, MODE_MEMORY_KERNELS
 
 KERNEL_COMPILE = Path(__file__).with_name("kernel_compile.py")
@@ -36,7 +36,8 @@ def kernel_command() -> tuple[str, ...]:
     """The command before the argv that compiles the kernels alone. Where the test suite points the compile at a
     module that does not exist (AOT_MODULE_ENV, tests/conftest.py), so does the kernel compile: no real compile."""
     module = os.environ.get(AOT_MODULE_ENV)
-    return (sys.executable, "-m", module) if module else (sys.executable, str(KERNEL_COMPILE))
+    python = compile_front_end().executable     # train_compile's interpreter (aot/compile_python.py): its jax
+    return (python, "-m", module) if module else (python, str(KERNEL_COMPILE))
 
 
 def run_kernel_check(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, progress: TextIO | None = None,

@@ -1,18 +1,14 @@
-"""Pre-flight: compile the stack's exact MaxText training step for its real TPU target, here, on CPU (running one
-compile; the config build runs it through workloads/compile_check.py, `python -m preview` through
-preview/compile/: the stack's target and the report (runner.py), the calibration (calibration.py), the command line
-(cli.py)).
+"""Pre-flight: compile the stack's exact MaxText training step for its real TPU target, here, on CPU (one compile;
+the config build runs it through workloads/compile_check.py, `python -m preview` through preview/compile/).
 
-Why a package of its own: the compile is run by the Pulumi program's config build (compileCheck) as well as by the
-offline plan, and the program may not import preview/. It imports only core/ and is not shipped to the cluster
-(core/ is, and stays free of subprocesses and compilers).
+Why a package of its own: the Pulumi program's config build (compileCheck) runs the compile as well as the offline
+plan, and the program may not import preview/. It imports only core/ and is not shipped to the cluster.
 
     python -m preview --stack dev --compile        # the offline plan, then this compile (preview/cli.py)
     python -m preview.compile --calibrate          # recompile every CALIBRATION_CASES row -> core/xla_calibration.json
     python -m preview.compile --calibrate --case llama3-70b-2xv6e-16-fsdp-b1   # only some rows (others are kept)
-    TPU_LIBRARY_PATH=.../libtpu/libtpu.so python -m preview.compile --calibrate --memory-only --case ...
-        # with the workers' libtpu (its .so does not depend on the Python version), stopping each compile once XLA
-        # has assigned memory (how core/xla_calibration.json was made; see run_compile and calibrate)
+    python -m preview.compile --calibrate --memory-only --case ...   # stop once XLA has assigned memory
+    TPU_MULTISLICE_COMPILE_PYTHON=PYTHON python -m preview ...  # compile under PYTHON's jax (aot/compile_python.py)
 
 What runs: MaxText's own ahead-of-time compiler, `python -m maxtext.trainers.pre_train.train_compile <base.yml>
 <argv> compile_topology=<name> compile_topology_num_slices=<N>` (maxtext 0.2.5,
@@ -50,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.metadata
-import importlib.resources
 import json
 import os
 import re
@@ -66,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, TextIO
 
+from aot.compile_python import COMPILE_PYTHON_ENV, CompilePythonError, front_end
 from core.tpu_catalog import Generation
 
 AOT_MODULE = "maxtext.trainers.pre_train.train_compile"
@@ -169,10 +165,25 @@ class CompileSetupError(Exception):
     """The compile cannot be set up (not a MaxText/XLA verdict)."""
 
 
+def compile_front_end():
+    """The compile's interpreter and its versions (aot/compile_python.py); CompileSetupError if it cannot answer."""
+    try:
+        return front_end()
+    except CompilePythonError as error:
+        raise CompileSetupError(str(error)) from None
+
+
 def missing_compiler() -> str | None:
-    """One line naming the package the compile needs that is not installed here and what installs it, or None."""
+    """One line naming the package the compile needs that is not installed under the compile's interpreter
+    (aot/compile_python.py) and what installs it, or None."""
+    try:
+        front = compile_front_end()
+    except CompileSetupError as error:
+        return str(error)
     for package in ("maxtext", "libtpu"):
-        if installed(package) == "not installed":
+        if front.version(package) == "not installed":
+            if front.named:
+                return f"no {package} under {COMPILE_PYTHON_ENV}={front.executable}"
             # scripts/setup.sh installs both: libtpu pinned in requirements-trainer.txt, MaxText by
             # scripts/install_maxtext.sh (the README's setup).
             return f"no {package} here (bash scripts/setup.sh)"
@@ -233,13 +244,15 @@ KEY_BASE_CONFIG, KEY_SCRATCH = "<maxtext>/configs/base.yml", Path("<scratch>")
 def compile_key(target: CompileTarget, mode: str = "full") -> "CompileKey":
     """The complete key of XLA's verdict on `target`: train_compile's argv as run_compile runs it (scratch paths as
     placeholders), the pods' LIBTPU_INIT_ARGS, this process's XLA_FLAGS (they reach the compile), the MaxText,
-    jax and libtpu versions that compile it, and the mode (core/compile_verdicts.py MODE_*)."""
+    jax and libtpu versions that compile it (the compile's interpreter's, aot/compile_python.py, not
+    necessarily this process's), and the mode (core/compile_verdicts.py MODE_*)."""
     from core.compile_verdicts import CompileKey
 
     argv, _ = aot_argv(target, KEY_BASE_CONFIG, KEY_SCRATCH / "out")
+    front = compile_front_end()
     return CompileKey(argv=tuple(argv), libtpu_init_args=target.libtpu_init_args,
-                      xla_flags=os.environ.get("XLA_FLAGS", ""), maxtext=installed("maxtext"),
-                      jax=installed("jax"), libtpu=loaded_libtpu(), mode=mode)
+                      xla_flags=os.environ.get("XLA_FLAGS", ""), maxtext=front.maxtext,
+                      jax=front.jax, libtpu=loaded_libtpu(), mode=mode)
 
 
 def aot_argv(target: CompileTarget, base_config: str, out_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -387,6 +400,10 @@ class CompileResult:
     def fits(self) -> bool:
         return self.compiled
 
+    def version(self, package: str) -> str:
+        """maxtext's or jax's version under the interpreter that compiled it (its key), not necessarily ours."""
+        return getattr(self.key, package) if self.key is not None else installed(package)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "compiled": self.compiled, "peak_bytes_per_device": self.peak_bytes_per_device,
@@ -395,7 +412,8 @@ class CompileResult:
             "before_remat_bytes": self.before_remat_bytes,
             "estimate_bytes_per_device": self.estimate_bytes, "breakdown": dict(self.breakdown),
             "argv_source": self.source, "dropped": dict(self.dropped), "libtpu_init_args": self.libtpu_init_args,
-            "command": self.command, "libtpu": self.libtpu, "maxtext": installed("maxtext"), "log": self.log,
+            "command": self.command, "libtpu": self.libtpu, "log": self.log, "maxtext": self.version("maxtext"),
+            "jax": self.version("jax"),
             "error_code": self.error_code, "cached": self.cached, "mode": self.mode, "kernels": self.kernels,
         }
 
@@ -405,10 +423,10 @@ def verdict_of(result: CompileResult, resized) -> "Verdict":
     compiled slice count)."""
     from core.compile_verdicts import Verdict
     return Verdict(compiled=result.compiled, shape=resized.describe().split(";")[0], slices=result.num_slices,
-                   libtpu=result.libtpu, maxtext=installed("maxtext"), reason=result.reason,
+                   libtpu=result.libtpu, maxtext=result.version("maxtext"), reason=result.reason,
                    error_code=result.error_code, required_bytes=result.required_bytes,
                    peak_bytes=result.peak_bytes_per_device, hbm_bytes=result.hbm_bytes,
-                   per_device_batch_size=resized.per_device_batch_size, jax=installed("jax"),
+                   per_device_batch_size=resized.per_device_batch_size, jax=result.version("jax"),
                    undecided_after_s=result.timed_out_after_s, mode=result.mode)
 
 
@@ -569,11 +587,13 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     output and libtpu's log are then kept there) or `keep_dir` is given. `compiler`: the command before the argv
     (default `python -m maxtext.trainers.pre_train.train_compile`; tests pass a stand-in). `memory_only`: stop
     once XLA's HLO passes have assigned memory (HLO_PASSES_DONE in libtpu's log) instead of generating code for
-    every fusion; the result then carries XLA's memory figures at that point (`assigned`) and no peak."""
+    every fusion; the result then carries XLA's memory figures at that point (`assigned`) and no peak. It runs
+    under aot/compile_python.py's interpreter (COMPILE_PYTHON_ENV, else this one), with that MaxText's base.yml."""
     missing = missing_compiler()
     if missing:
         raise CompileSetupError(missing)
-    base_config = str(importlib.resources.files("maxtext") / "configs" / "base.yml")
+    front = compile_front_end()
+    base_config = front.base_config
     work = Path(tempfile.mkdtemp(prefix="preflight-")) if keep_dir is None else keep_dir
     work.mkdir(parents=True, exist_ok=True)
     log_dir, out_dir = work / "libtpu_logs", work / "out"
@@ -586,7 +606,7 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         env["TPU_LIBRARY_PATH"] = str(libtpu.so)
     env.pop("PYTHONPATH", None)
     module = os.environ.get(AOT_MODULE_ENV) or AOT_MODULE
-    command = [*(compiler or (sys.executable, "-m", module)), *argv]
+    command = [*(compiler or (front.executable, "-m", module)), *argv]
     # Started through aot/guard.py (a file, not `-m`: the compile runs without PYTHONPATH): the guard gets a
     # parent-death signal and then ends the whole compile, so a program killed by SIGKILL leaves no compile behind.
     guard = [sys.executable, str(Path(__file__).with_name("guard.py"))]
@@ -672,7 +692,7 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         command=" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(COMPILE_ENV.items()) if k != "PYTHONUNBUFFERED")
         + (f" LIBTPU_INIT_ARGS={shlex.quote(target.libtpu_init_args)}" if target.libtpu_init_args else "")
         + (f" TPU_LIBRARY_PATH={shlex.quote(str(libtpu.so))}" if libtpu.so is not None else "")
-        + " python -m " + shlex.join([module, *argv]),
+        + f" {shlex.quote(front.executable) if front.named else 'python'} -m " + shlex.join([module, *argv]),
         argv=tuple(argv), libtpu=key.libtpu, assigned=assigned, memory_only=memory_only, key=key,
         timed_out_after_s=round(timeout) if killed else None)
     if verdict.compiled and keep_dir is None:
