@@ -71,7 +71,7 @@ class FrontEnd:
     def describe(self) -> str:
         """One phrase: the jax and the Python that trace the step."""
         where = f" ({COMPILE_PYTHON_ENV})" if self.named else ""
-        return f"jax {self.jax} on Python {self.python}{where}"
+        return f"jax {self.jax}, Python {self.python}{where}"
 
 
 def front_end() -> FrontEnd:
@@ -103,8 +103,8 @@ def _probe(executable: str) -> FrontEnd:
         proc = subprocess.run([executable, "-I", "-c", PROBE], capture_output=True, text=True,
                               timeout=PROBE_TIMEOUT_S, env={**os.environ, "PYTHONPATH": ""})
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise CompilePythonError(f"{said}: cannot run it ({error.__class__.__name__}: {error}); name a Python "
-                                 "executable, or unset it to compile under this one") from None
+        why = getattr(error, "strerror", None) or f"no answer in {PROBE_TIMEOUT_S:.0f} s"
+        raise CompilePythonError(f"{said}: cannot run it ({why}); unset it to compile under this Python") from None
     lines = proc.stdout.strip().splitlines()
     try:
         said_back = json.loads(lines[-1]) if proc.returncode == 0 and lines else None

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from aot.compile_python import COMPILE_PYTHON_ENV, front_end  # noqa: E402
+from aot.compile_python import COMPILE_PYTHON_ENV, CompilePythonError, front_end  # noqa: E402
 from aot.kernel_check import run_verdict  # noqa: E402
 from aot.runner import GIB, CompileResult, loaded_libtpu  # noqa: E402
 from verdict_time import CASES, load, machine, verdict  # noqa: E402
@@ -50,8 +50,8 @@ def _under(python: str | None, case: str, timeout: float) -> dict:
     result: CompileResult = run_verdict(target, timeout=timeout, progress=sys.stderr)
     after = load()
     assigned = dict(result.assigned or {})
-    print(f"# {case} under {front.describe()}: {verdict(result)}, kernels {result.kernels}, "
-          f"{result.seconds:.0f} s", file=sys.stderr, flush=True)
+    print(f"# {case} under jax {front.jax}: {verdict(result)}, kernels {result.kernels}, {result.seconds:.0f} s",
+          file=sys.stderr, flush=True)
     return {"jax": front.jax, "python": front.python, "verdict": verdict(result), "kernels": result.kernels,
             "error_code": result.error_code, "figures": {name: assigned.get(name) for name in FIGURES},
             "seconds": round(result.seconds, 1), "load": [round(before, 1), round(after, 1)],
@@ -70,16 +70,16 @@ def difference(ours: int | None, theirs: int | None) -> str:
     return f"{(theirs - ours) / GIB:+.3f}{share}"
 
 
-def same_verdict(here: dict, there: dict) -> bool:
-    """The same answer: both fit or both are refused with the same error code, and the kernels' verdicts agree
-    (the figures themselves are compared line by line)."""
-    def answer(side: dict) -> tuple:
-        return side["verdict"].startswith("fits"), side["error_code"], side["kernels"]
-    return answer(here) == answer(there)
+def answer(side: dict) -> str:
+    """XLA's answer without its figures (they have lines of their own): fits or the refusal's code, and the
+    kernels' verdict."""
+    step = "fits" if side["verdict"].startswith("fits") else side["error_code"] or side["verdict"]
+    return f"{step}; kernels {side['kernels']}"
 
 
 def table(rows: list[dict]) -> list[str]:
-    """The markdown table: one line per case and figure, then the verdicts."""
+    """The markdown table: one line per case and figure XLA stated, then the verdicts; a case's seconds and load
+    (this jax / the other) on its first line."""
     if not rows:
         return []
     mine, other = rows[0]["here"]["jax"], rows[0]["other"]["jax"]
@@ -87,17 +87,15 @@ def table(rows: list[dict]) -> list[str]:
              "|---|---|---|---|---|---|---|"]
     for row in rows:
         here, there = row["here"], row["other"]
-        timing = f"{here['seconds']:.0f} / {there['seconds']:.0f}"
-        loads = f"{here['load'][0]}-{here['load'][1]} / {there['load'][0]}-{there['load'][1]}"
-        for name in FIGURES:
-            a, b = here["figures"][name], there["figures"][name]
-            if a is None and b is None:
-                continue
-            lines.append(f"| {row['case']} ({row['shape']}) | {name} | {_gib(a)} | {_gib(b)} | {difference(a, b)} "
-                         f"| {timing} | {loads} |")
-        same = "same" if same_verdict(here, there) else "DIFFERS"
-        lines.append(f"| {row['case']} ({row['shape']}) | verdict | {here['verdict']}; kernels {here['kernels']} "
-                     f"| {there['verdict']}; kernels {there['kernels']} | {same} | {timing} | {loads} |")
+        timing = [f"{here['seconds']:.0f} / {there['seconds']:.0f}",
+                  f"{here['load'][0]}-{here['load'][1]} / {there['load'][0]}-{there['load'][1]}"]
+        cells = [[name, _gib(here["figures"][name]), _gib(there["figures"][name]),
+                  difference(here["figures"][name], there["figures"][name])]
+                 for name in FIGURES if (here["figures"][name], there["figures"][name]) != (None, None)]
+        same = "same" if answer(here) == answer(there) else "DIFFERS"
+        cells.append(["verdict", answer(here), answer(there), same])
+        for index, cell in enumerate(cells):
+            lines.append("| " + " | ".join([row["case"], *cell, *(timing if index == 0 else ["", ""])]) + " |")
     return lines
 
 
@@ -105,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--other-python", required=True,
                         help="the interpreter with the other jax (run as TPU_MULTISLICE_COMPILE_PYTHON)")
-    parser.add_argument("--case", action="append", choices=sorted(CASES), help="only this case (repeatable)")
+    parser.add_argument("--case", action="append", choices=sorted(CASES), metavar="CASE",
+                        help="only this case (repeatable; benchmarks/verdict_time.py's cases)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per compile")
     parser.add_argument("--json", dest="json_path", help="also write the rows as JSON here")
     args = parser.parse_args(argv)
@@ -113,15 +112,22 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop(COMPILE_PYTHON_ENV, None)
     here = front_end()
     os.environ[COMPILE_PYTHON_ENV] = args.other_python
-    other = front_end()
+    try:
+        other = front_end()
+    except CompilePythonError as error:
+        print(f"front_end_difference: {error}", file=sys.stderr)
+        return 2
     print(f"# front-end difference: {machine()}; libtpu {loaded_libtpu()} for both", flush=True)
     print(f"# {here.describe()} against {other.describe()}", flush=True)
+    shapes = []
     rows = []
     for case in args.case or DEFAULT_CASES:
         row = {"case": case, "here": _under(None, case, args.timeout),
                "other": _under(args.other_python, case, args.timeout)}
         row["shape"] = row["here"]["shape"]
         rows.append(row)
+        shapes.append(f"{case} {row['shape']}")
+    print(f"# shapes: {', '.join(shapes)}")
     os.environ.pop(COMPILE_PYTHON_ENV, None)
     print("\n".join(table(rows)))
     if args.json_path:
