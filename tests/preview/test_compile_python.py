@@ -5,6 +5,7 @@ jaxlib, MaxText and libtpu of other versions (their metadata only) and a stand-i
 which interpreter ran it and which base config it was given."""
 from __future__ import annotations
 
+import io
 import json
 import sys
 import types
@@ -16,6 +17,7 @@ import pytest
 from aot import compile_python, kernel_check, runner
 from core.worker_lock import load_pins
 from infra.config import plan_rules
+from preview.compile.runner import render
 from tests.conftest import REPO
 from tests.preview.test_compile import _target
 
@@ -66,6 +68,9 @@ def test_the_named_python_runs_the_compile_and_its_jax_keys_the_verdict(monkeypa
     verdict = runner.verdict_of(result, _plan())
     assert verdict.jax == OTHER_JAX and verdict.maxtext == "0.2.5"
     assert str(other_python) in result.command
+    report = io.StringIO()
+    render(result, report)                       # `--compile`'s report names the front end that decided
+    assert f"MaxText 0.2.5, jax {OTHER_JAX}, libtpu" in report.getvalue()
     # The kernels alone run under the same interpreter as the step (the same front end).
     monkeypatch.delenv(runner.AOT_MODULE_ENV)
     assert kernel_check.kernel_command() == (str(other_python), str(kernel_check.KERNEL_COMPILE))
