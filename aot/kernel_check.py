@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import textwrap
 from pathlib import Path
 from typing import TextIO
 
-from aot.runner import AOT_MODULE_ENV, DEFAULT_TIMEOUT_S, CompileResult, CompileTarget, decided, run_compile
+from aot.runner import (AOT_MODULE_ENV, DEFAULT_TIMEOUT_S, CompileResult, CompileTarget, compile_front_end, decided,
+                        run_compile)
 from core.compile_verdicts import MODE_FULL, MODE_MEMORY_KERNELS, STEP_EVAL
 
 KERNEL_COMPILE = Path(__file__).with_name("kernel_compile.py")
@@ -37,7 +37,8 @@ def kernel_command(target: CompileTarget | None = None, compiler: tuple[str, ...
     `--eval` for an eval step (its forward kernels at the eval batch). Where the test suite points the compile at
     a module that does not exist (AOT_MODULE_ENV, tests/conftest.py), so does the kernel compile."""
     module = os.environ.get(AOT_MODULE_ENV)
-    command = compiler or ((sys.executable, "-m", module) if module else (sys.executable, str(KERNEL_COMPILE)))
+    python = compile_front_end().executable     # train_compile's interpreter (aot/compile_python.py): its jax
+    command = compiler or ((python, "-m", module) if module else (python, str(KERNEL_COMPILE)))
     return (*command, "--eval") if target is not None and target.step == STEP_EVAL else command
 
 

@@ -1,18 +1,14 @@
-"""Pre-flight: compile the stack's exact MaxText training step for its real TPU target, here, on CPU (running one
-compile; the config build runs it through workloads/compile_check.py, `python -m preview` through
-preview/compile/: the stack's target and the report (runner.py), the calibration (calibration.py), the command line
-(cli.py)).
+"""Pre-flight: compile the stack's exact MaxText training step for its real TPU target, here, on CPU (one compile;
+the config build runs it through workloads/compile_check.py, `python -m preview` through preview/compile/).
 
-Why a package of its own: the compile is run by the Pulumi program's config build (compileCheck) as well as by the
-offline plan, and the program may not import preview/. It imports only core/ and is not shipped to the cluster
-(core/ is, and stays free of subprocesses and compilers).
+Why a package of its own: the Pulumi program's config build (compileCheck) runs the compile as well as the offline
+plan, and the program may not import preview/. It imports only core/ and is not shipped to the cluster.
 
     python -m preview --stack dev --compile        # the offline plan, then this compile (preview/cli.py)
     python -m preview.compile --calibrate          # recompile every CALIBRATION_CASES row -> core/xla_calibration.json
     python -m preview.compile --calibrate --case llama3-70b-2xv6e-16-fsdp-b1   # only some rows (others are kept)
-    TPU_LIBRARY_PATH=.../libtpu/libtpu.so python -m preview.compile --calibrate --memory-only --case ...
-        # with the workers' libtpu (its .so does not depend on the Python version), stopping each compile once XLA
-        # has assigned memory (how core/xla_calibration.json was made; see run_compile and calibrate)
+    python -m preview.compile --calibrate --memory-only --case ...   # stop once XLA has assigned memory
+    TPU_MULTISLICE_COMPILE_PYTHON=PYTHON python -m preview ...  # compile under PYTHON's jax (aot/compile_python.py)
 
 What runs: MaxText's own ahead-of-time compiler, `python -m maxtext.trainers.pre_train.train_compile <base.yml>
 <argv> compile_topology=<name> compile_topology_num_slices=<N>` (maxtext 0.2.5,
@@ -50,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib.metadata
-import importlib.resources
 import json
 import os
 import re
@@ -66,6 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, TextIO
 
+from aot.compile_python import COMPILE_PYTHON_ENV, CompilePythonError, front_end
+from aot.compiler_output import HLO_PASSES_DONE, memory_assignment, over_the_limit, parse_compiler_output
 from core.tpu_catalog import Generation
 
 AOT_MODULE = "maxtext.trainers.pre_train.train_compile"
@@ -172,10 +169,25 @@ class CompileSetupError(Exception):
     """The compile cannot be set up (not a MaxText/XLA verdict)."""
 
 
+def compile_front_end():
+    """The compile's interpreter and its versions (aot/compile_python.py); CompileSetupError if it cannot answer."""
+    try:
+        return front_end()
+    except CompilePythonError as error:
+        raise CompileSetupError(str(error)) from None
+
+
 def missing_compiler() -> str | None:
-    """One line naming the package the compile needs that is not installed here and what installs it, or None."""
+    """One line naming the package the compile needs that is not installed under the compile's interpreter
+    (aot/compile_python.py) and what installs it, or None."""
+    try:
+        front = compile_front_end()
+    except CompileSetupError as error:
+        return str(error)
     for package in ("maxtext", "libtpu"):
-        if installed(package) == "not installed":
+        if front.version(package) == "not installed":
+            if front.named:
+                return f"no {package} under {COMPILE_PYTHON_ENV}={front.executable}"
             # scripts/setup.sh installs both: libtpu pinned in requirements-trainer.txt, MaxText by
             # scripts/install_maxtext.sh (the README's setup).
             return f"no {package} here (bash scripts/setup.sh)"
@@ -236,13 +248,15 @@ KEY_BASE_CONFIG, KEY_SCRATCH = "<maxtext>/configs/base.yml", Path("<scratch>")
 def compile_key(target: CompileTarget, mode: str = "full") -> "CompileKey":
     """The complete key of XLA's verdict on `target`: train_compile's argv as run_compile runs it (scratch paths as
     placeholders), the pods' LIBTPU_INIT_ARGS, this process's XLA_FLAGS (they reach the compile), the MaxText,
-    jax and libtpu versions that compile it, the mode (core/compile_verdicts.py MODE_*) and the program (step)."""
+    jax and libtpu versions that compile it (the compile's interpreter's, aot/compile_python.py, not
+    necessarily this process's), the mode (core/compile_verdicts.py MODE_*) and the program (step)."""
     from core.compile_verdicts import CompileKey
 
     argv, _ = aot_argv(target, KEY_BASE_CONFIG, KEY_SCRATCH / "out")
+    front = compile_front_end()
     return CompileKey(argv=tuple(argv), libtpu_init_args=target.libtpu_init_args,
-                      xla_flags=os.environ.get("XLA_FLAGS", ""), maxtext=installed("maxtext"),
-                      jax=installed("jax"), libtpu=loaded_libtpu(), mode=mode, step=target.step)
+                      xla_flags=os.environ.get("XLA_FLAGS", ""), maxtext=front.maxtext,
+                      jax=front.jax, libtpu=loaded_libtpu(), mode=mode, step=target.step)
 
 
 def aot_argv(target: CompileTarget, base_config: str, out_dir: Path) -> tuple[list[str], dict[str, str]]:
@@ -258,93 +272,6 @@ def aot_argv(target: CompileTarget, base_config: str, out_dir: Path) -> tuple[li
     name = compile_topology(target.generation, target.topology, target.devices_per_slice)
     keys += [f"compile_topology={name}", f"compile_topology_num_slices={target.slices}"]
     return [base_config, *keys], dropped
-
-
-# ---------------------------------------------------------------------------------------------------
-# What the compiler said (pure; tests feed canned output)
-
-_SIZE = r"([\d.]+)\s*([KMGT]?)(?:i?B)?"
-_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
-
-
-def _size(number: str, unit: str) -> int:
-    # libtpu prints binary sizes with one letter: 31.25G = 31.25 GiB.
-    return int(float(number) * _UNITS[unit])
-
-
-@dataclass(frozen=True)
-class CompilerVerdict:
-    compiled: bool
-    peak_bytes_per_device: int | None
-    hbm_bytes: int | None
-    reason: str | None
-    breakdown: Mapping[str, int] = field(default_factory=dict)
-    # When it does not fit: the bytes XLA says the step needs ("Used X of Y hbm").
-    required_bytes: int | None = None
-    # When XLA had to recompute to fit (its own rematerialization pass, run when the step is over 95 % of the
-    # limit): what the step needed before ("rematerialization hbm reduction: BEFORE => AFTER").
-    before_remat_bytes: int | None = None
-
-
-def parse_compiler_output(output: str, libtpu_log: str, returncode: int | None) -> CompilerVerdict:
-    """The verdict from train_compile's output (stdout+stderr) and libtpu's INFO log.
-
-    compiled: MaxText printed "Jitting and compilation complete!" and exited 0.
-    peak: libtpu's "Total hbm usage >= X" (the largest, if several programs were compiled).
-    required: when the step does not fit, XLA's "Used X of Y hbm" (libtpu's log; the RESOURCE_EXHAUSTED error says
-    "HLO temporaries (X) exceeds available HBM (Y)"; its memory report lists the parameters among them).
-    before_remat: XLA's "rematerialization hbm reduction: X => Y" (the largest X): the step's need before the
-    compiler recomputed tensors to squeeze it under the limit; a step that only fits that way runs slower.
-    hbm: the per-device limit XLA compiled against ("program HBM usage: P / LIMIT", or Y above).
-    reason: the first line that explains a failure, in XLA's or MaxText's own words."""
-    text = libtpu_log + "\n" + output
-    breakdown: dict[str, int] = {}
-    peak = hbm = None
-    totals = list(re.finditer(r"Total hbm usage >= " + _SIZE + r":\s*\n\s*reserved\s+" + _SIZE
-                              + r"\s*\n\s*program\s+" + _SIZE + r"\s*\n\s*arguments\s+" + _SIZE, libtpu_log))
-    if totals:
-        best = max(totals, key=lambda m: _size(m.group(1), m.group(2)))
-        peak = _size(best.group(1), best.group(2))
-        breakdown = {"reserved": _size(best.group(3), best.group(4)), "program": _size(best.group(5), best.group(6)),
-                     "arguments": _size(best.group(7), best.group(8))}
-    limit = re.search(r"program HBM usage: " + _SIZE + r" / " + _SIZE, libtpu_log)
-    if limit:
-        hbm = _size(limit.group(3), limit.group(4))
-    used = (re.search(r"Used " + _SIZE + r" of " + _SIZE + r" hbm", text)
-            or re.search(r"HLO temporaries \(" + _SIZE + r"\) exceeds available HBM \(" + _SIZE + r"\)", text))
-    compiled = returncode == 0 and "Jitting and compilation complete!" in output
-    remats = [_size(m.group(1), m.group(2)) for m in
-              re.finditer(r"rematerialization hbm reduction:\s*" + _SIZE + r"\s*=>\s*" + _SIZE, libtpu_log)]
-    required = None
-    if used and not compiled:
-        required, hbm = _size(used.group(1), used.group(2)), _size(used.group(3), used.group(4))
-        peak, breakdown = None, {}
-    return CompilerVerdict(compiled=compiled, peak_bytes_per_device=peak if compiled else None, hbm_bytes=hbm,
-                           reason=None if compiled else failure_reason(output, returncode), breakdown=breakdown,
-                           required_bytes=required, before_remat_bytes=max(remats) if remats else None)
-
-
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?([A-Z]\w*(?:Error|Exception|Exit|Exhausted))(?::\s*(.*))?$")
-
-
-def failure_reason(output: str, returncode: int | None) -> str:
-    """MaxText's or XLA's own line for a failed compile."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for line in lines:
-        if "RESOURCE_EXHAUSTED" in line:
-            return line[line.index("RESOURCE_EXHAUSTED"):]
-    for line in lines:
-        # libtpu rejects LIBTPU_INIT_ARGS by printing this and exiting the process.
-        if line.startswith("ERROR: ") and "flag" in line:
-            return line
-    for line in reversed(lines):
-        match = _EXCEPTION_LINE.match(line)
-        if match and match.group(1) not in ("KeyboardInterrupt",):
-            return line
-    if returncode is None:
-        return "the compile was stopped before it finished"
-    tail = lines[-1] if lines else "no output"
-    return f"train_compile exited with status {returncode}: {tail}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -391,6 +318,10 @@ class CompileResult:
     def fits(self) -> bool:
         return self.compiled
 
+    def version(self, package: str) -> str:
+        """maxtext's or jax's version under the interpreter that compiled it (its key), not necessarily ours."""
+        return getattr(self.key, package) if self.key is not None else installed(package)
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "compiled": self.compiled, "peak_bytes_per_device": self.peak_bytes_per_device,
@@ -399,7 +330,8 @@ class CompileResult:
             "before_remat_bytes": self.before_remat_bytes,
             "estimate_bytes_per_device": self.estimate_bytes, "breakdown": dict(self.breakdown),
             "argv_source": self.source, "dropped": dict(self.dropped), "libtpu_init_args": self.libtpu_init_args,
-            "command": self.command, "libtpu": self.libtpu, "maxtext": installed("maxtext"), "log": self.log,
+            "command": self.command, "libtpu": self.libtpu, "log": self.log, "maxtext": self.version("maxtext"),
+            "jax": self.version("jax"),
             "error_code": self.error_code, "cached": self.cached, "mode": self.mode, "kernels": self.kernels,
             "step": self.step,
         }
@@ -410,11 +342,11 @@ def verdict_of(result: CompileResult, resized, eval_batch: float | None = None) 
     compiled slice count; eval_batch: the per-device batch of the eval step compiled, None for the train step)."""
     from core.compile_verdicts import Verdict
     return Verdict(compiled=result.compiled, shape=resized.describe().split(";")[0], slices=result.num_slices,
-                   libtpu=result.libtpu, maxtext=installed("maxtext"), reason=result.reason,
+                   libtpu=result.libtpu, maxtext=result.version("maxtext"), reason=result.reason,
                    error_code=result.error_code, required_bytes=result.required_bytes,
                    peak_bytes=result.peak_bytes_per_device, hbm_bytes=result.hbm_bytes,
                    per_device_batch_size=resized.per_device_batch_size if eval_batch is None else eval_batch,
-                   jax=installed("jax"), undecided_after_s=result.timed_out_after_s, mode=result.mode,
+                   jax=result.version("jax"), undecided_after_s=result.timed_out_after_s, mode=result.mode,
                    step=result.step)
 
 
@@ -495,46 +427,7 @@ def _progress_line(line: str) -> str | None:
     return None
 
 
-# libtpu's INFO log marks the end of XLA's HLO passes (memory assignment and rematerialization included) with this
-# line; what follows is code generation for every fusion (minutes to tens of minutes), which decides nothing about
-# HBM: a step that does not fit fails before it (RESOURCE_EXHAUSTED, seconds into the compile).
-HLO_PASSES_DONE = "HLO_PASSES stage duration"
 MEMORY_ONLY_GRACE_S = 20.0
-
-
-def memory_assignment(libtpu_log: str) -> dict[str, int] | None:
-    """XLA's memory figures at the end of its HLO passes, from libtpu's INFO log, or None before that point:
-    program: the latency-hiding scheduler's peak of the program's own buffers ("LatencyHidingScheduler current
-    memory usage: N bytes", the last before the passes end); arguments: the step's inputs ("... rematerialization
-    limit ... - (arguments (A) - aliased_output(O))"); need: program + arguments, or XLA's own figure before
-    recomputing when it ran its rematerialization ("rematerialization hbm reduction: X => Y": X; Y is `after`)."""
-    end = libtpu_log.find(HLO_PASSES_DONE)
-    if end < 0:
-        return None
-    text = libtpu_log[:end]
-    scheduled = re.findall(r"LatencyHidingScheduler current memory usage: (\d+) bytes", text)
-    arguments = re.search(r"rematerialization limit .*?arguments \(" + _SIZE + r"\)", text)
-    if not scheduled:
-        return None
-    out = {"program": int(scheduled[-1])}
-    if arguments:         # libtpu prints it only when the step reaches its rematerialization pass
-        out["arguments"] = _size(arguments.group(1), arguments.group(2))
-        out["need"] = out["program"] + out["arguments"]
-    remats = [(_size(m.group(1), m.group(2)), _size(m.group(3), m.group(4))) for m in
-              re.finditer(r"rematerialization hbm reduction:\s*" + _SIZE + r"\s*=>\s*" + _SIZE, text)]
-    if remats:
-        before, after = max(remats)
-        out.update(need=before, after=after)
-    limit = re.search(r"rematerialization limit .*?= 95% hbm \(" + _SIZE + r"\)", text)
-    if limit:             # XLA's per-device limit, from the 95 % it recomputes down to
-        out["limit"] = int(_size(limit.group(1), limit.group(2)) / 0.95)
-    return out
-
-
-def over_the_limit(assigned: Mapping[str, int]) -> bool:
-    """XLA's assignment is still over its limit after recomputing: it is about to refuse the step
-    (RESOURCE_EXHAUSTED follows the HLO passes, how soon depends on the machine's load)."""
-    return "limit" in assigned and assigned.get("after", assigned["need"]) > assigned["limit"]
 
 
 class CompileStopped(BaseException):
@@ -571,14 +464,15 @@ def _stop_group(proc: subprocess.Popen) -> None:
 EVAL_COMPILE = Path(__file__).with_name("eval_compile.py")
 
 
-def step_program(target: CompileTarget) -> tuple[str, ...]:
-    """The command before the argv that compiles the target's step: MaxText's train_compile for the train step,
-    aot/eval_compile.py for the eval step. Where the test suite points the compile at a module that does not exist
-    (AOT_MODULE_ENV, tests/conftest.py), so does every step's compile: no real compile."""
+def step_program(target: CompileTarget, python: str) -> tuple[str, ...]:
+    """The command before the argv that compiles the target's step under `python` (aot/compile_python.py's
+    interpreter): MaxText's train_compile for the train step, aot/eval_compile.py for the eval step. Where the test
+    suite points the compile at a module that does not exist (AOT_MODULE_ENV, tests/conftest.py), so does every
+    step's compile: no real compile."""
     module = os.environ.get(AOT_MODULE_ENV)
     if target.step == "eval" and not module:
-        return sys.executable, str(EVAL_COMPILE)
-    return sys.executable, "-m", module or AOT_MODULE
+        return python, str(EVAL_COMPILE)
+    return python, "-m", module or AOT_MODULE
 
 
 def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, progress: TextIO | None = None,
@@ -588,11 +482,14 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     output and libtpu's log are then kept there) or `keep_dir` is given. `compiler`: the command before the argv
     (default step_program: train_compile, or aot/eval_compile.py for an eval step; tests pass a stand-in).
     `memory_only`: stop once XLA's HLO passes have assigned memory (HLO_PASSES_DONE in libtpu's log) instead of
-    generating code for every fusion; the result then carries XLA's memory figures then (`assigned`), no peak."""
+    generating code for every fusion; the result then carries XLA's memory figures then (`assigned`), no peak. It
+    runs under aot/compile_python.py's interpreter (COMPILE_PYTHON_ENV, else this one), with that MaxText's
+    base.yml."""
     missing = missing_compiler()
     if missing:
         raise CompileSetupError(missing)
-    base_config = str(importlib.resources.files("maxtext") / "configs" / "base.yml")
+    front = compile_front_end()
+    base_config = front.base_config
     work = Path(tempfile.mkdtemp(prefix="preflight-")) if keep_dir is None else keep_dir
     work.mkdir(parents=True, exist_ok=True)
     log_dir, out_dir = work / "libtpu_logs", work / "out"
@@ -604,7 +501,7 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     if libtpu.so is not None:      # the workers' libtpu (or the user's TPU_LIBRARY_PATH), not jax[tpu]'s own
         env["TPU_LIBRARY_PATH"] = str(libtpu.so)
     env.pop("PYTHONPATH", None)
-    program = compiler or step_program(target)
+    program = compiler or step_program(target, front.executable)
     command = [*program, *argv]
     # Started through aot/guard.py (a file, not `-m`: the compile runs without PYTHONPATH): the guard gets a
     # parent-death signal and then ends the whole compile, so a program killed by SIGKILL leaves no compile behind.
@@ -692,7 +589,7 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
         command=" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(COMPILE_ENV.items()) if k != "PYTHONUNBUFFERED")
         + (f" LIBTPU_INIT_ARGS={shlex.quote(target.libtpu_init_args)}" if target.libtpu_init_args else "")
         + (f" TPU_LIBRARY_PATH={shlex.quote(str(libtpu.so))}" if libtpu.so is not None else "")
-        + " " + shlex.join(["python", *program[1:], *argv]),
+        + " " + shlex.join([front.executable if front.named else "python", *program[1:], *argv]),
         argv=tuple(argv), libtpu=key.libtpu, assigned=assigned, memory_only=memory_only, key=key,
         timed_out_after_s=round(timeout) if killed else None, step=target.step)
     if verdict.compiled and keep_dir is None:

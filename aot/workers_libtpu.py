@@ -3,8 +3,9 @@ pod installs), so that XLA's verdict here is the workers' XLA.
 
 jax loads the libtpu.so named by TPU_LIBRARY_PATH instead of its own libtpu package (jax/_src/cloud_tpu_init.py
 and the TPU PJRT plugin look-up), and the .so does not depend on the Python version, so the workers' libtpu compiles
-here under the jax this Python can install (jax 0.10.2: the workers' jax 0.12 needs Python >= 3.12; which front end
-compiled is named in the plan as an assumption).
+here under the jax of the compile's Python (aot/compile_python.py: this one, jax 0.10.2 on Python 3.11, or the one
+TPU_MULTISLICE_COMPILE_PYTHON names; the workers' jax 0.12 needs Python >= 3.12); the plan names which front end
+compiled, and calls it an assumption when it is not the workers'.
 
 Where it is looked for, in order:
 1. ENV_OVERRIDE=PATH: a libtpu.so of the pinned version (a machine without PyPI: the .so from an unpacked wheel or

@@ -9,6 +9,7 @@ compile at a time.
     .venv/bin/python benchmarks/verdict_time.py --case 8b-prod --mode memory-only --json out.json
 
 Cases:
+  dev              the dev stack's step (qwen3-0.6b, 2 x v6e-8, its batch), as the config build compiles it
   8b-prod          the prod stack's step (llama3-8b, 2 x v6e-16, its batch), the argv and LIBTPU_INIT_ARGS the
                    program's config build compiles (workloads/compile_check.py ProgramCompiler.target)
   70b-v6e-64-b4    llama3-70b on 1 x v6e-64 at batch 4 (a "fits" step of the issue), a Ray worker's argv and
@@ -57,13 +58,18 @@ MODES = (MEMORY_KERNELS, MEMORY_ONLY, KERNELS, FULL)
 TIMEOUT_S = 3600.0
 
 
-def _prod(slices: int = 2) -> CompileTarget:
+def _stack(name: str, slices: int = 2) -> CompileTarget:
+    """The committed stack's step at `slices`, as the program's config build compiles it."""
     from infra.config import build
     from preview.stack_files import load_stack_config
     from workloads.compile_check import ProgramCompiler
 
-    config = build({**load_stack_config("prod", ROOT), "compileCheck": "off"})
+    config = build({**load_stack_config(name, ROOT), "compileCheck": "off"})
     return ProgramCompiler().target(config, slices)
+
+
+def _prod(slices: int = 2) -> CompileTarget:
+    return _stack("prod", slices)
 
 
 def _without_flags(target: CompileTarget) -> CompileTarget:
@@ -102,6 +108,7 @@ def _prod_eval() -> CompileTarget:
 
 
 CASES: dict[str, Callable[[], CompileTarget]] = {
+    "dev": lambda: _stack("dev"),
     "8b-v6e-64-b13": _llama8b_v6e64_b13,
     "8b-prod": _prod,
     "70b-v6e-64-b4": _llama70b,

@@ -225,8 +225,9 @@ def _hbm_estimate(config: StackConfig) -> str:
     memory = config.workload.plan.memory
     backend = backend_for(config)
     if backend.runs_worker_environment:
-        workers = (f"the workers run jax {lock.get('jax', '?')} + libtpu {lock.get('libtpu', '?')}, whose jax front "
-                   "end this machine cannot install (Python 3.12)")
+        workers = (f"the workers run jax {lock.get('jax', '?')} + libtpu {lock.get('libtpu', '?')} (their jax needs "
+                   "Python 3.12; TPU_MULTISLICE_COMPILE_PYTHON names a Python that has it for `--compile`, and "
+                   "docs/planner.md measures the two front ends' difference)")
     else:
         # Its images bring their own jax and libtpu (e.g. Pathways' servers and MaxText image).
         images = ", ".join(image.split("@")[0] for image in backend.images(config))

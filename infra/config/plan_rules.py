@@ -235,14 +235,18 @@ def _eval_refusal(workload_plan: Plan, count: int, batch: float, kept, nearest: 
 
 
 def _front_end_assumption(verdict) -> str:
-    """What the verdict assumes of the workers' XLA: the jax that traced the step here is not the workers' (their
-    jax needs Python >= 3.12, worker_env/requirements.lock), and the libtpu is theirs only when fetched
-    (aot/workers_libtpu.py)."""
+    """Which front end decided, and what the verdict assumes of the workers' XLA: the jax that traced the step here
+    may not be the workers' (their jax needs Python >= 3.12, worker_env/requirements.lock; a Python that has it
+    compiles through TPU_MULTISLICE_COMPILE_PYTHON, aot/compile_python.py), and the libtpu is theirs only when
+    fetched (aot/workers_libtpu.py)."""
     pins = load_pins(REPO_ROOT)
     libtpu = (f"the workers' libtpu {verdict.libtpu}" if verdict.libtpu == pins["libtpu"] else
               f"libtpu {verdict.libtpu}, not the workers' {pins['libtpu']} (python -m aot.workers_libtpu --fetch)")
+    if verdict.jax == pins["jax"]:
+        return f"XLA's verdict came from the workers' own front end, jax {verdict.jax}, with {libtpu}"
     return (f"assumption: XLA's verdict came from jax {verdict.jax or '?'}'s front end here (the workers run jax "
-            f"{pins['jax']}) with {libtpu}: the same step is assumed to compile the same")
+            f"{pins['jax']}; TPU_MULTISLICE_COMPILE_PYTHON names a Python that has it) with {libtpu}: the same "
+            "step is assumed to compile the same (docs/planner.md measures the difference)")
 
 
 def _answered(note: str) -> str | None:

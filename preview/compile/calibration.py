@@ -25,8 +25,9 @@ from typing import Any, Iterable, Mapping, TextIO
 from core.presets import PRESETS
 from core.recipes import PUBLISHED_RUNS, PublishedRun
 from core.tpu_catalog import Generation
-from aot.runner import (COMPILE_ENV, GIB, _SIZE, CompileResult, CompileSetupError, _clock, _size, failure_reason,
-                        installed, run_compile)
+from aot.compiler_output import _SIZE, _size, failure_reason
+from aot.runner import (COMPILE_ENV, GIB, CompileResult, CompileSetupError, _clock, compile_front_end, installed,
+                        run_compile)
 from preview.compile.runner import RUN_PLACEHOLDER, request_target
 
 # ---------------------------------------------------------------------------------------------------
@@ -271,6 +272,7 @@ def probe_generation(generation: Generation) -> dict[str, int]:
 
 def calibration_row(case: CalibrationCase, result: CompileResult) -> dict[str, Any]:
     keys = dict(item.partition("=")[::2] for item in result.argv[1:])
+    front = compile_front_end()
     return {
         "case": case.case, "why": case.why, "model": case.model, "generation": case.generation,
         "topology": case.topology, "slices": case.slices,
@@ -285,8 +287,8 @@ def calibration_row(case: CalibrationCase, result: CompileResult) -> dict[str, A
         "peak_bytes_per_device": result.peak_bytes_per_device, "hbm_bytes": result.hbm_bytes,
         "required_bytes": result.required_bytes, "before_remat_bytes": result.before_remat_bytes, "breakdown": dict(result.breakdown), "reason": result.reason, "seconds": round(result.seconds),
         "memory_only": result.memory_only, "assigned": dict(result.assigned) if result.assigned else None,
-        "libtpu": result.libtpu, "maxtext": installed("maxtext"), "jax": installed("jax"),
-        "jaxlib": installed("jaxlib"),
+        # The compile's interpreter's versions (aot/compile_python.py), which need not be this process's.
+        "libtpu": result.libtpu, "maxtext": front.maxtext, "jax": front.jax, "jaxlib": front.version("jaxlib"),
         "date": datetime.date.today().isoformat(),
     }
 

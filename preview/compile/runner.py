@@ -66,10 +66,11 @@ def render(result: CompileResult, out: TextIO) -> None:
     what = "" if result.step == "train" else f", eval step ({_eval_batch(result)} per device)"
     if result.cached:
         out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s){what}, not compiled again: "
-                  f"XLA's verdict (libtpu {result.libtpu}) from {result.source}\n")
+                  f"XLA's verdict (jax {result.version('jax')}, libtpu {result.libtpu}) from {result.source}\n")
     else:
         out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s){what}, "
-                  f"{_clock(result.seconds)} (MaxText {installed('maxtext')}, libtpu {result.libtpu}; argv from "
+                  f"{_clock(result.seconds)} (MaxText {result.version('maxtext')}, jax {result.version('jax')}, "
+                  f"libtpu {result.libtpu}; argv from "
                   f"{result.source})\n")
     for key, why in result.dropped.items():
         out.write(f"  left out for the compile: {key} ({why})\n")

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from aot import runner
+from aot import compile_python, runner
 from core import compile_verdicts
 from infra.config import build
 from preview.stack_files import load_stack_config
@@ -26,6 +26,10 @@ def dev_target():
 def _versions(monkeypatch, maxtext="0.2.5", jax="0.10.2", libtpu="0.0.50.1"):
     monkeypatch.setattr(runner, "installed", {"maxtext": maxtext, "jax": jax, "libtpu": libtpu}.get)
     monkeypatch.setattr(runner, "loaded_libtpu", lambda: libtpu)
+    # The compile's interpreter's versions (aot/compile_python.py), which the key takes.
+    front = dataclasses.replace(compile_python.front_end(), versions=(
+        ("jax", jax), ("jaxlib", jax), ("maxtext", maxtext), ("libtpu", libtpu)))
+    monkeypatch.setattr(runner, "front_end", lambda: front)
 
 
 # Each row changes one thing the key must cover; the key must change.

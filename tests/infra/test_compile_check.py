@@ -8,6 +8,7 @@ runs under Pulumi mocks (preview/harness.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -129,7 +130,9 @@ def test_compile_check_names_the_steps_compiled(monkeypatch, tmp_path):
 
 
 def test_without_maxtext_or_libtpu_here_it_says_so_in_one_line(monkeypatch, caplog):
-    monkeypatch.setattr(aot_runner, "installed", lambda package: "not installed")
+    here = aot_runner.front_end()     # the compile's interpreter (aot/compile_python.py) has neither
+    without = dataclasses.replace(here, versions=tuple((name, "not installed") for name, _ in here.versions))
+    monkeypatch.setattr(aot_runner, "front_end", lambda: without)
     with caplog.at_level(logging.WARNING):
         run_program(_near(), stack="dev", compile_step=compile_check.compile_step)
     said = [r.getMessage() for r in caplog.records if "maxtext" in r.getMessage()]

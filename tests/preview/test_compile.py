@@ -475,7 +475,9 @@ def test_compile_check_auto_compiles_every_step_without_a_verdict_and_says_when_
     # The compile itself again (not undo(): that would also drop the scratch verdicts file and the guard against
     # a real compile, tests/conftest.py), with MaxText missing, on a batch no compile above has decided.
     monkeypatch.setattr(pf, "run_verdict", kernel_check.run_verdict)
-    monkeypatch.setattr(aot_runner, "installed", lambda package: "not installed")
+    without = aot_runner.front_end()
+    without = dataclasses.replace(without, versions=tuple((name, "not installed") for name, _ in without.versions))
+    monkeypatch.setattr(aot_runner, "front_end", lambda: without)    # the compile's interpreter has no MaxText
     # auto: a warning in one line, as the program's config build gives (exit 0); always: exit 4.
     assert cli.main(["--stack", "dev", "--set", "perDeviceBatchSize=11"]) == cli.EXIT_OK
     err = capsys.readouterr().err.strip().splitlines()

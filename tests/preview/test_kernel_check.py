@@ -74,7 +74,7 @@ def test_outside_the_compile_marker_the_kernel_compile_is_no_real_compile():
     evaluated = dataclasses.replace(_target(), step=compile_verdicts.STEP_EVAL)
     assert kernel_check.kernel_command(evaluated)[-2:] == ("tests.no_real_compile_outside_the_compile_marker",
                                                           "--eval")
-    assert runner.step_program(evaluated)[-1] == "tests.no_real_compile_outside_the_compile_marker"
+    assert runner.step_program(evaluated, sys.executable)[-1] == "tests.no_real_compile_outside_the_compile_marker"
 
 
 def _prod_in_one_layer(flags: bool) -> runner.CompileTarget:
