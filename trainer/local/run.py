@@ -40,8 +40,8 @@ from trainer import cpu_compile_cache
 from trainer.local import logs
 from trainer.local.cluster import ClusterStartError, LocalTpuCluster, session_members
 from trainer.local.heartbeat import Heartbeat, phase_of
-from trainer.local.injections import (AT_GROUP_START, EVENT_KINDS, _events, _hold, _steps, injection_schedule,
-                                      validate_injections)
+from trainer.local.injections import (AT_GROUP_START, EVENT_KINDS, _events, _hold, _steps, held_notice,
+                                      injection_schedule, validate_injections)
 from trainer.local.kuberay import KubeRayStandIn
 from trainer.worker import SLOW_EVAL_ENV
 from core.maxtext_args import pre_train_argv
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--fail-slice-from", type=int, metavar="STEP",
                    help="the last slice's hosts die at each group's first step")
     f.add_argument("--hold-slice", type=_hold, metavar="STEP:S",
-                   help="at STEP the last slice goes; back S seconds later")
+                   help="at STEP the last slice goes; back S seconds later (or --inject's preempt@STEP)")
     f.add_argument("--slow-eval", type=float, default=0.0, metavar="S", help="each eval step takes S s more")
     g = parser.add_argument_group("local run")
     g.add_argument("--max-failures", type=int, default=3)
@@ -302,14 +302,12 @@ class LocalRun:
         """--fail-slice-from: a group that has the last slice, once the run passed STEP, loses it in its first
         step. --hold-slice: at STEP the last slice is reclaimed, back after the hold."""
         args = self.args
-        if args.hold_slice is not None and not self.held and last is not None:
+        if args.hold_slice is not None and not self.held and last is not None and held_notice(args) is None:
             step, seconds = args.hold_slice
             if (last["step"] >= step and self.preempt_deadline is None and not self.in_eval
                     and last.get("workers") == self.plan.workers):
-                self.held = True
                 self._notice_last_slice("preempt", last["step"])
-                self.hold_until = time.time() + seconds
-                self.heartbeat.say(f"the last slice's capacity is held away for {seconds:.0f}s")
+                self._hold_capacity(seconds)
         if args.fail_slice_from is None or self.preempt_deadline is not None:
             return
         started = any(r.get("event") == "step" and r["step"] >= args.fail_slice_from for r in records)
@@ -318,6 +316,12 @@ class LocalRun:
                 and newest["attempt"] not in self.slice_failed_attempts):
             self.slice_failed_attempts.add(newest["attempt"])
             self._notice_last_slice("sigterm", last["step"] if last else -1)
+
+    def _hold_capacity(self, seconds: float) -> None:
+        """The slice just noticed comes back only SECONDS from now (maybe_end_grace returns it)."""
+        self.held = True
+        self.hold_until = time.time() + seconds
+        self.heartbeat.say(f"the last slice's capacity is held away for {seconds:.0f}s")
 
     def maybe_inject(self, last: dict | None) -> None:
         """The next injected event, once its step is done and, for the last slice's notices and returns, once the
@@ -347,6 +351,8 @@ class LocalRun:
                 return
             self.noticed_attempts.add(last.get("attempt"))
             self._notice_last_slice(kind, last["step"])
+            if (step, kind) == held_notice(args) and not self.held:
+                self._hold_capacity(args.hold_slice[1])
         elif kind == "add":
             first = self.cluster.slice_count()
             if self.preempt_deadline is not None or first >= self.plan.slices:
