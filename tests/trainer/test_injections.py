@@ -77,13 +77,20 @@ def test_fail_slice_from_fails_each_group_with_the_slice_once_in_its_first_step(
     run.maybe_fail_or_hold_slice(records, records[-1])
     run.maybe_fail_or_hold_slice(records, records[-1])
     assert run.cluster.calls == [("sigterm_raylets", 1)]  # once per group
+    records = run.records = records + [{"event": "step", "step": 9, "workers": 4}]    # one more, in flight
     now[0] += 16
-    run.maybe_end_grace()                                 # the slice comes back at once (KubeRay recreates it)
-    records += [{"event": "attempt", "attempt": "b", "workers": 2}, {"event": "step", "step": 9, "workers": 2}]
-    run.maybe_fail_or_hold_slice(records, records[-1])    # the minimum alone: left to train
+    run.maybe_end_grace()
+    assert run.cluster.calls[1:] == [("kill_slice", 1)]
+    records += [{"event": "attempt", "attempt": "b", "workers": 2}, {"event": "step", "step": 8, "workers": 2},
+                {"event": "step", "step": 9, "workers": 2}]
+    run.maybe_fail_or_hold_slice(records, records[-1])    # the minimum re-trains what the full group had trained
+    assert run.cluster.calls[2:] == []                    # ... the slice's pods are not back yet
+    records.append({"event": "step", "step": 10, "workers": 2})
+    run.maybe_fail_or_hold_slice(records, records[-1])    # a new step on the minimum: KubeRay's pods are back
+    assert run.cluster.calls[2:] == [("add_slice", 1)]
     records.append({"event": "attempt", "attempt": "c", "workers": 4})
     run.maybe_fail_or_hold_slice(records, records[-2])    # the group grew into the slice again: it fails
-    assert run.cluster.calls[1:] == [("kill_slice", 1), ("add_slice", 1), ("sigterm_raylets", 1)]
+    assert run.cluster.calls[3:] == [("sigterm_raylets", 1)]
 
 
 @pytest.mark.parametrize("elastic", [False, True])

@@ -173,6 +173,8 @@ class LocalRun:
     # slice's capacity returns (time.time()), once reclaimed.
     slice_failed_attempts: set = field(default_factory=set)
     held: bool = False
+    # --fail-slice-from on an elastic run: the failed slice is away until a group without it trains past this step.
+    slice_back_after: int | None = None
     hold_until: float | None = None
     records: list = field(default_factory=list)     # the progress log as last read
     # The worker groups an injected failure ended (a killed worker or slice): the next event waits for the group
@@ -274,7 +276,7 @@ class LocalRun:
     def maybe_end_grace(self) -> None:
         """The kubelet's SIGKILL at the end of the grace period, then (fixed-size runs) the replacement slice;
         a held slice's capacity returns only at the end of the hold, a slice that fails at every start comes back
-        at once (KubeRay recreates its pods where capacity is)."""
+        once the group without it has trained (maybe_fail_or_hold_slice)."""
         if self.hold_until is not None and self.preempt_deadline is None and time.time() >= self.hold_until:
             self.hold_until = None
             self.heartbeat.say("the held slice's capacity is back")
@@ -285,7 +287,10 @@ class LocalRun:
         self.cluster.kill_slice(self.preempted_slice)
         if self.hold_until is not None:
             return
-        if not self.plan.elastic or self.args.fail_slice_from is not None:
+        if self.args.fail_slice_from is not None and self.plan.elastic:
+            trained = [r["step"] for r in self.records if r.get("event") == "step"]
+            self.slice_back_after = max(trained, default=-1)
+        elif not self.plan.elastic or self.args.fail_slice_from is not None:
             self.cluster.add_slice(self.preempted_slice)
 
     def _notice_last_slice(self, kind: str, step: int) -> None:
@@ -309,6 +314,17 @@ class LocalRun:
                 self._notice_last_slice("preempt", last["step"])
                 self._hold_capacity(seconds)
         if args.fail_slice_from is None or self.preempt_deadline is not None:
+            return
+        if self.slice_back_after is not None:
+            # KubeRay recreates the failed replica group's pods, which on GKE take minutes to be scheduled, pull
+            # the image and join (ray start), while the minimum restarts in under a minute: the slice comes back
+            # once a group without it has reported a step no group trained before, so the minimum trains
+            # between the failures, every time (the loop of issue 43 item 2; back at once, the minimum re-formed
+            # before a new step and the run ended on the minimum's own count, a resize each time).
+            if any(r.get("event") == "step" and r["step"] > self.slice_back_after
+                   and r.get("workers", self.plan.workers) < self.plan.workers for r in records):
+                self.slice_back_after = None
+                self.cluster.add_slice(self.preempted_slice)
             return
         started = any(r.get("event") == "step" and r["step"] >= args.fail_slice_from for r in records)
         newest = _newest_attempt(records)
