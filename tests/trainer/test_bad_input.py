@@ -54,6 +54,7 @@ def no_ray(monkeypatch):
     (["--fail-slice-from", "5", "--hold-slice", "6:30", "--inject", "preempt@6"],
      ["--fail-slice-from and --hold-slice", "one of them"]),
     (["--hold-slice", "6:30", "--fail-at", "3"], ["--hold-slice and --fail-at", "one of them"]),
+    (["--hold-while", "lease-file"], ["--hold-while lease-file", "--hold-slice"]),
     (["--hold-slice", "0:30"], ["--hold-slice 0", "1..28"]),
     (["--elastic", "1,2", "--start-slices", "1", "--add-slice-at", "5", "--fail-slice-from", "8"],
      ["--fail-slice-from and --add-slice-at", "one of them"]),

@@ -194,3 +194,23 @@ def test_hold_slice_with_inject_holds_the_slice_of_the_list_s_own_notice_and_the
     run.maybe_inject({"step": 18, "workers": 4, "attempt": "b"})
     assert run.schedule == [] and run.cluster.calls[-1] == ("sigterm_raylets", 1)
     assert [r["kind"] for r in progress.read(run.progress_dir)] == ["preempted", "preempted", "sigterm"]
+
+
+def test_hold_while_a_file_exists_writes_it_when_the_hold_begins_and_waits_for_its_removal(tmp_path, monkeypatch):
+    """`--hold-while FILE` (the suite makes its next local runs in the hold: tests/local_runs.py hold_lease): the
+    file is written when the hold begins; the capacity returns after the hold's seconds only once it is gone."""
+    now = [1000.0]
+    monkeypatch.setattr(local.time, "time", lambda: now[0])
+    lease = tmp_path / "lease"
+    run = _run(tmp_path, ["--hold-slice", "6:300", "--grace-period", "15", "--hold-while", str(lease)],
+               elastic=False)
+    run.maybe_fail_or_hold_slice([], {"step": 6, "workers": 4, "attempt": "a"})
+    assert lease.exists() and run.cluster.calls == [("preempt_slice", 1)]
+    now[0] += 16
+    run.maybe_end_grace()
+    now[0] += 1000                                        # long past the hold's 300 s: still held
+    run.maybe_end_grace()
+    assert run.cluster.calls[1:] == [("kill_slice", 1)]
+    lease.unlink()
+    run.maybe_end_grace()
+    assert run.cluster.calls[2:] == [("add_slice", 1)]

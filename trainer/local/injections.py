@@ -80,6 +80,8 @@ def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
     if args.slow_eval < 0:
         raise PlanError(f"--slow-eval {args.slow_eval}: must be >= 0 seconds")
     validate_slice_loops(args, plan_)
+    if args.hold_while and args.hold_slice is None:
+        raise PlanError(f"--hold-while {args.hold_while}: it lengthens --hold-slice's hold; give both")
     if args.inject:
         validate_event_list(args, plan_)
         return

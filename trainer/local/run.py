@@ -90,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the last slice's hosts die at each group's first step")
     f.add_argument("--hold-slice", type=_hold, metavar="STEP:S",
                    help="at STEP the last slice goes; back S seconds later (or --inject's preempt@STEP)")
+    f.add_argument("--hold-while", metavar="FILE",
+                   help="--hold-slice: written when the hold begins; no capacity until it is removed")
     f.add_argument("--slow-eval", type=float, default=0.0, metavar="S", help="each eval step takes S s more")
     g = parser.add_argument_group("local run")
     g.add_argument("--max-failures", type=int, default=3)
@@ -277,7 +279,8 @@ class LocalRun:
         """The kubelet's SIGKILL at the end of the grace period, then (fixed-size runs) the replacement slice;
         a held slice's capacity returns only at the end of the hold, a slice that fails at every start comes back
         once the group without it has trained (maybe_fail_or_hold_slice)."""
-        if self.hold_until is not None and self.preempt_deadline is None and time.time() >= self.hold_until:
+        if (self.hold_until is not None and self.preempt_deadline is None and time.time() >= self.hold_until
+                and not (self.args.hold_while and Path(self.args.hold_while).exists())):
             self.hold_until = None
             self.heartbeat.say("the held slice's capacity is back")
             self.cluster.add_slice(self.preempted_slice)
@@ -337,7 +340,12 @@ class LocalRun:
         """The slice just noticed comes back only SECONDS from now (maybe_end_grace returns it)."""
         self.held = True
         self.hold_until = time.time() + seconds
-        self.heartbeat.say(f"the last slice's capacity is held away for {seconds:.0f}s")
+        if self.args.hold_while:
+            # Whoever gave the file may lengthen the hold: the capacity returns once it is removed, never sooner
+            # than SECONDS (the test suite runs its next local runs meanwhile: tests/local_runs.py).
+            Path(self.args.hold_while).write_text(f"held since {time.time():.0f}\n", encoding="utf-8")
+        self.heartbeat.say(f"the last slice's capacity is held away for {seconds:.0f}s"
+                           + (" and while the --hold-while file exists" if self.args.hold_while else ""))
 
     def maybe_inject(self, last: dict | None) -> None:
         """The next injected event, once its step is done and, for the last slice's notices and returns, once the
