@@ -5,9 +5,11 @@ A local run is minutes of a real Ray cluster and MaxText on CPU; the rest of the
 process. A test module plans its runs when it is imported (`plan`); once pytest has collected the session,
 tests/conftest.py starts the planned runs of the modules it selected, one after another in a thread of their own
 (never two at a time: each is a cluster of its own on a 2-core machine), and the module's fixture waits for its
-result (`PlannedRun.result`), so the runs go on while the unit tests do. A run works as it would in the
-foreground: its environment is the session's as it was at the start (a test's monkeypatched variables never
-reach it), and each wait has a deadline it reports.
+result (`PlannedRun.result`), so the runs go on while the unit tests do. A run that holds a slice's capacity away
+for minutes (the e2e run's `--hold-slice`) only waits then: it lends that wait, and the runs planned after it are
+made during it (`hold_lease`), still one working at a time. A run works as it would in the foreground: its
+environment is the session's as it was at the start (a test's monkeypatched variables never reach it), and each
+wait has a deadline it reports.
 """
 from __future__ import annotations
 

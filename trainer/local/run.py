@@ -91,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--hold-slice", type=_hold, metavar="STEP:S",
                    help="at STEP the last slice goes; back S seconds later (or --inject's preempt@STEP)")
     f.add_argument("--hold-while", metavar="FILE",
-                   help="--hold-slice: written when the hold begins; no capacity until it is removed")
+                   help="--hold-slice: written once the noticed hosts are gone; held while it exists")
     f.add_argument("--slow-eval", type=float, default=0.0, metavar="S", help="each eval step takes S s more")
     g = parser.add_argument_group("local run")
     g.add_argument("--max-failures", type=int, default=3)
@@ -289,6 +289,13 @@ class LocalRun:
         self.preempt_deadline = None
         self.cluster.kill_slice(self.preempted_slice)
         if self.hold_until is not None:
+            if self.args.hold_while:
+                # From here the run only waits (the notice's save is over, its hosts gone): --hold-while's file
+                # says so, and whoever gave it may lengthen the hold: the capacity returns once the file is removed,
+                # never sooner than the hold's seconds (the suite makes its next local runs meanwhile:
+                # tests/local_runs.py). Written at the notice, it let the next run's start take the cores from
+                # the notice's save, which then missed the grace (measured: 2 steps redone).
+                Path(self.args.hold_while).write_text(f"held since {time.time():.0f}\n", encoding="utf-8")
             return
         if self.args.fail_slice_from is not None and self.plan.elastic:
             trained = [r["step"] for r in self.records if r.get("event") == "step"]
@@ -340,10 +347,6 @@ class LocalRun:
         """The slice just noticed comes back only SECONDS from now (maybe_end_grace returns it)."""
         self.held = True
         self.hold_until = time.time() + seconds
-        if self.args.hold_while:
-            # Whoever gave the file may lengthen the hold: the capacity returns once it is removed, never sooner
-            # than SECONDS (the test suite runs its next local runs meanwhile: tests/local_runs.py).
-            Path(self.args.hold_while).write_text(f"held since {time.time():.0f}\n", encoding="utf-8")
         self.heartbeat.say(f"the last slice's capacity is held away for {seconds:.0f}s"
                            + (" and while the --hold-while file exists" if self.args.hold_while else ""))
 
