@@ -14,8 +14,9 @@ stall limit at 40 s (`--stall-timeout`), shorter than any restart here:
   the step they agree on (trainer/notice.py): nothing is trained twice, and the steps resumed after the notice
   have losses bit-identical to the same steps of the first group, which was never interrupted before step 24.
   The slice's capacity is held away for HOLD_S after that notice (`--hold-slice 17:HOLD_S`, the list's own
-  preempt@17), longer than both the stall limit and the start-up allowance given on the command line: Ray Train's
-  fixed scaling policy asks for the whole group again and again meanwhile
+  preempt@17; in the suite longer, until the local runs planned after this one have been made in the hold:
+  tests/local_runs.py), longer than both the stall limit and the start-up allowance given on the command line:
+  Ray Train's fixed scaling policy asks for the whole group again and again meanwhile
   (ray/train/v2/_internal/execution/scaling_policy/fixed.py), each start timing out after 60 s
   (ray/train/v2/_internal/constants.py DEFAULT_WORKER_GROUP_START_TIMEOUT_S) and rescheduled. The watchdog
   (trainer/watchdog.py) counts that as a wait for capacity (bounded by capacityWaitSeconds, not given here), not as
