@@ -13,7 +13,7 @@ in a row without a new step end the run although the minimum advances between th
 (`--attempts-without-progress`), the least that shows the count surviving the minimum's progress. The failure
 budget is 0: a SIGTERM charged as a failure would end the run with exit 1 instead.
 Not in the plain suite: five worker-group starts (full, minimum, full, minimum, full) and the cluster's, about
-7.5 minutes alone on 2 loaded cores, where the suite's local runs already take its budget (docs/development.md).
+7 minutes alone on 2 cores (419 s at a load of 4-9), where the suite's local runs already take its budget (docs/development.md).
 """
 import json
 import re
@@ -30,7 +30,7 @@ STEPS = 400            # never reached: the run ends long before
 FAIL_FROM = 3
 CHECKPOINT_PERIOD = 5
 N = 2
-# trainer.local's --timeout: about 3x the run on 2 loaded cores (457 s measured alone, load 12-20).
+# trainer.local's --timeout: about 3x the run on 2 loaded cores (419-457 s measured alone, load 4-20).
 TIMEOUT_S = 1500
 
 
