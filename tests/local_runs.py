@@ -5,9 +5,11 @@ A local run is minutes of a real Ray cluster and MaxText on CPU; the rest of the
 process. A test module plans its runs when it is imported (`plan`); once pytest has collected the session,
 tests/conftest.py starts the planned runs of the modules it selected, one after another in a thread of their own
 (never two at a time: each is a cluster of its own on a 2-core machine), and the module's fixture waits for its
-result (`PlannedRun.result`), so the runs go on while the unit tests do. A run works as it would in the
-foreground: its environment is the session's as it was at the start (a test's monkeypatched variables never
-reach it), and each wait has a deadline it reports.
+result (`PlannedRun.result`), so the runs go on while the unit tests do. A run that holds a slice's capacity away
+for minutes (the e2e run's `--hold-slice`) only waits then: it lends that wait, and the runs planned after it are
+made during it (`hold_lease`), still one working at a time. A run works as it would in the foreground: its
+environment is the session's as it was at the start (a test's monkeypatched variables never reach it), and each
+wait has a deadline it reports.
 """
 from __future__ import annotations
 
@@ -92,16 +94,25 @@ def _stop_local_run(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+# The file a run that lends its hold is given (`trainer.local --hold-while`), in its work directory.
+HOLD_LEASE = "hold-lease"
+# How often the thread that runs the planned runs looks for a lending run's hold to begin.
+LEASE_POLL_S = 1.0
+
+
 @dataclass
 class PlannedRun:
     """The local runs one test module makes: `start(workdir)` makes them (each through run_trainer_local) and
-    returns what the module's tests read; `timeout_s` is the sum of their trainer.local --timeouts."""
+    returns what the module's tests read; `timeout_s` is the sum of their trainer.local --timeouts.
+    `lends_hold`: its run holds a slice's capacity away (`--hold-slice`) for minutes in which it only waits, and
+    the runs planned after it are made during that wait (hold_lease)."""
     name: str
     module: str
     start: Callable[[Path], Any]
     timeout_s: float
     runs: int
     owner: "LocalRuns"
+    lends_hold: bool = False
     future: Future = field(default_factory=Future)
 
     def deadline_s(self) -> float:
@@ -118,6 +129,7 @@ class PlannedRun:
             return self.future.result()
         ahead = owner.planned[:owner.planned.index(self) + 1]
         wait_s = sum(planned.deadline_s() for planned in ahead if planned.name in owner.scheduled)
+        wait_s += owner.lent_s.get(self.name, 0.0)      # the runs made in its hold
         started = time.monotonic()
         try:
             return self.future.result(timeout=wait_s)
@@ -138,13 +150,26 @@ class LocalRuns:
         self.running: set[subprocess.Popen] = set()
         self.stopping = threading.Event()
         self.wall_s: dict[str, float] = {}
+        # A lending run's name -> the lease file it is given and the deadlines of the runs made in its hold.
+        self.leases: dict[str, Path] = {}
+        self.lent_s: dict[str, float] = {}
+        self.lent_wall_s: dict[str, float] = {}
 
     def plan(self, name: str, module: str, start: Callable[[Path], Any], timeout_s: float,
-             runs: int = 1) -> PlannedRun:
+             runs: int = 1, lends_hold: bool = False) -> PlannedRun:
         """A test module's local runs (call it when the module is imported; `module` is its __name__)."""
-        planned = PlannedRun(name, module, start, timeout_s, runs, self)
+        planned = PlannedRun(name, module, start, timeout_s, runs, self, lends_hold)
         self.planned.append(planned)
         return planned
+
+    def hold_lease(self, name: str) -> tuple[Path | None, float]:
+        """For a lending run's `start`: the file to give `trainer.local --hold-while` and the seconds to add to
+        its --timeout (the deadlines of the runs made in its hold), or (None, 0) when no run follows it here.
+        trainer.local writes the file when the hold begins; the runs planned after it are then made while it
+        waits (it only waits: its slice's capacity is away, Ray Train reschedules the group every minute), and
+        the file is removed when they have ended, which ends the hold if it has lasted its own seconds."""
+        lease = self.leases.get(name)
+        return (lease, self.lent_s.get(name, 0.0)) if lease is not None else (None, 0.0)
 
     def start(self, selected_modules: set[str], mktemp: Callable[[str], Path]) -> None:
         """Start, one after another in a background thread, the planned runs of the modules selected."""
@@ -176,8 +201,11 @@ class LocalRuns:
             planned.future.set_result(made)
 
     def summary(self) -> list[str]:
-        """One line per run made, with its wall time: where the suite's minutes go (docs/development.md)."""
+        """One line per run made, with its wall time: where the suite's minutes go (docs/development.md). A run
+        that lent its hold names the part of its time the runs made meanwhile took (counted in theirs too)."""
         return [f"{planned.name}: {self.wall_s[planned.name]:.0f} s for {planned.runs} run(s) of trainer.local"
+                + (f", {self.lent_wall_s[planned.name]:.0f} s of it lent to the runs made in its hold"
+                   if planned.name in self.lent_wall_s else "")
                 for planned in self.planned if planned.name in self.wall_s]
 
     def waiting_modules_last(self, items: list) -> list:
@@ -191,11 +219,43 @@ class LocalRuns:
                 + [item for item, module in zip(items, module_of) if module in waiting])
 
     def _run_all(self, chosen: list[PlannedRun], mktemp: Callable[[str], Path]) -> None:
-        for planned in chosen:
+        queue = list(chosen)
+        while queue:
+            planned = queue.pop(0)
+            if self.stopping.is_set():
+                planned.future.set_exception(RuntimeError(f"the session ended before the local run {planned.name}"))
+                continue
+            if planned.lends_hold and queue:
+                queue = self._lend_hold(planned, queue, mktemp)
+            else:
+                self.run(planned, mktemp)
+
+    def _lend_hold(self, lender: PlannedRun, queue: list[PlannedRun],
+                   mktemp: Callable[[str], Path]) -> list[PlannedRun]:
+        """Make `lender` in a thread of its own and, once its hold has begun (its lease file exists), the runs of
+        `queue` one after another in this thread, then remove the lease. The runs never go two at a time: the
+        lender only waits meanwhile. What is left to run (none, or all of `queue` if it never held)."""
+        workdir = mktemp(lender.name)
+        lease = workdir / HOLD_LEASE
+        self.leases[lender.name] = lease
+        self.lent_s[lender.name] = sum(planned.deadline_s() for planned in queue)
+        thread = threading.Thread(target=self.run, args=(lender, lambda _name: workdir), name="local-run-lender",
+                                  daemon=True)
+        thread.start()
+        while thread.is_alive() and not lease.exists():
+            thread.join(LEASE_POLL_S)
+        if not lease.exists():
+            return queue                        # it ended without a hold: the others run after it as planned
+        lent = time.monotonic()
+        for planned in queue:
             if self.stopping.is_set():
                 planned.future.set_exception(RuntimeError(f"the session ended before the local run {planned.name}"))
                 continue
             self.run(planned, mktemp)
+        lease.unlink(missing_ok=True)
+        self.lent_wall_s[lender.name] = time.monotonic() - lent
+        thread.join()
+        return []
 
     def run_with_deadlines(self, command: list[str], argv: list[str], timeout_s: float,
                            logs: Path) -> LocalRunResult:
@@ -248,3 +308,4 @@ plan = SESSION.plan
 start = SESSION.start
 stop = SESSION.stop
 waiting_modules_last = SESSION.waiting_modules_last
+hold_lease = SESSION.hold_lease

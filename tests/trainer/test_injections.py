@@ -77,13 +77,20 @@ def test_fail_slice_from_fails_each_group_with_the_slice_once_in_its_first_step(
     run.maybe_fail_or_hold_slice(records, records[-1])
     run.maybe_fail_or_hold_slice(records, records[-1])
     assert run.cluster.calls == [("sigterm_raylets", 1)]  # once per group
+    records = run.records = records + [{"event": "step", "step": 9, "workers": 4}]    # one more, in flight
     now[0] += 16
-    run.maybe_end_grace()                                 # the slice comes back at once (KubeRay recreates it)
-    records += [{"event": "attempt", "attempt": "b", "workers": 2}, {"event": "step", "step": 9, "workers": 2}]
-    run.maybe_fail_or_hold_slice(records, records[-1])    # the minimum alone: left to train
+    run.maybe_end_grace()
+    assert run.cluster.calls[1:] == [("kill_slice", 1)]
+    records += [{"event": "attempt", "attempt": "b", "workers": 2}, {"event": "step", "step": 8, "workers": 2},
+                {"event": "step", "step": 9, "workers": 2}]
+    run.maybe_fail_or_hold_slice(records, records[-1])    # the minimum re-trains what the full group had trained
+    assert run.cluster.calls[2:] == []                    # ... the slice's pods are not back yet
+    records.append({"event": "step", "step": 10, "workers": 2})
+    run.maybe_fail_or_hold_slice(records, records[-1])    # a new step on the minimum: KubeRay's pods are back
+    assert run.cluster.calls[2:] == [("add_slice", 1)]
     records.append({"event": "attempt", "attempt": "c", "workers": 4})
     run.maybe_fail_or_hold_slice(records, records[-2])    # the group grew into the slice again: it fails
-    assert run.cluster.calls[1:] == [("kill_slice", 1), ("add_slice", 1), ("sigterm_raylets", 1)]
+    assert run.cluster.calls[3:] == [("sigterm_raylets", 1)]
 
 
 @pytest.mark.parametrize("elastic", [False, True])
@@ -151,3 +158,64 @@ def test_a_notice_at_start_never_goes_to_the_group_an_event_just_ended(tmp_path,
     run.maybe_inject({"step": 5, "workers": 4, "attempt": "a"})
     run.maybe_inject({"step": 5, "workers": 4, "attempt": "a"})
     assert run.schedule == [(0, "sigterm")] and "sigterm_raylets" not in [c[0] for c in run.cluster.calls]
+
+
+def test_hold_slice_with_inject_holds_the_slice_of_the_list_s_own_notice_and_the_next_event_waits_for_it(
+        tmp_path, monkeypatch):
+    """The e2e run's events (issue 43 cases a, c and d in one fixed run): `preempt@17` of the list is the held
+    notice, played in its turn (after the earlier events of the list, not at the first step 17 of the run); the
+    slice comes back only at the end of the hold, and `sigterm@start` goes to the first full group after it."""
+    now = [1000.0]
+    monkeypatch.setattr(local.time, "time", lambda: now[0])
+    run = _run(tmp_path, ["--inject", "preempt@5,preempt@17,sigterm@start", "--hold-slice", "17:300",
+                          "--grace-period", "15"], elastic=False)
+    run.records = [{"event": "attempt", "attempt": "a", "workers": 4}]
+    run.attempt = "a"
+    run.maybe_inject({"step": 5, "workers": 4, "attempt": "a"})      # the first notice: not held
+    run.maybe_fail_or_hold_slice(run.records, {"step": 5, "workers": 4, "attempt": "a"})
+    assert run.cluster.calls == [("preempt_slice", 1)] and run.hold_until is None
+    now[0] += 16
+    run.maybe_end_grace()
+    assert run.cluster.calls[1:] == [("kill_slice", 1), ("add_slice", 1)]   # back at once
+    run.records.append({"event": "attempt", "attempt": "b", "workers": 4})
+    run.attempt = "b"
+    run.maybe_inject({"step": 17, "workers": 4, "attempt": "b"})     # the list's preempt@17: held
+    assert run.cluster.calls[3:] == [("preempt_slice", 1)] and run.held
+    now[0] += 16
+    run.maybe_end_grace()
+    run.maybe_inject({"step": 18, "workers": 4, "attempt": "b"})
+    assert run.cluster.calls[4:] == [("kill_slice", 1)]              # no replacement while held
+    assert run.schedule == [(0, "sigterm")]                          # no group after b yet
+    now[0] += 300
+    run.maybe_inject({"step": 18, "workers": 4, "attempt": "b"})
+    assert run.cluster.calls[5:] == [("add_slice", 1)]               # the hold is over
+    run.records.append({"event": "attempt", "attempt": "c", "workers": 4})
+    run.attempt = "c"
+    run.maybe_inject({"step": 18, "workers": 4, "attempt": "b"})
+    assert run.schedule == [] and run.cluster.calls[-1] == ("sigterm_raylets", 1)
+    assert [r["kind"] for r in progress.read(run.progress_dir)] == ["preempted", "preempted", "sigterm"]
+
+
+def test_hold_while_a_file_exists_writes_it_when_the_hold_begins_and_waits_for_its_removal(tmp_path, monkeypatch):
+    """`--hold-while FILE` (the suite makes its next local runs in the hold: tests/local_runs.py hold_lease): the
+    file is written once the notice's grace is over and its hosts are gone (never during the save at the notice,
+    which the next run's start would slow); the capacity returns after the hold's seconds only once it is gone."""
+    now = [1000.0]
+    monkeypatch.setattr(local.time, "time", lambda: now[0])
+    lease = tmp_path / "lease"
+    run = _run(tmp_path, ["--hold-slice", "6:300", "--grace-period", "15", "--hold-while", str(lease)],
+               elastic=False)
+    run.maybe_fail_or_hold_slice([], {"step": 6, "workers": 4, "attempt": "a"})
+    assert run.cluster.calls == [("preempt_slice", 1)]
+    now[0] += 10
+    run.maybe_end_grace()
+    assert not lease.exists()                             # the group may still be saving at the notice
+    now[0] += 6
+    run.maybe_end_grace()
+    assert lease.exists()
+    now[0] += 1000                                        # long past the hold's 300 s: still held
+    run.maybe_end_grace()
+    assert run.cluster.calls[1:] == [("kill_slice", 1)]
+    lease.unlink()
+    run.maybe_end_grace()
+    assert run.cluster.calls[2:] == [("add_slice", 1)]

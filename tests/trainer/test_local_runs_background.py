@@ -126,3 +126,65 @@ def test_the_tests_that_wait_for_a_run_go_last_each_module_whole_and_in_order(ru
     ordered = [item.name for item in runs.waiting_modules_last(items)]
     # Before, the session reached e1, waited there for the e2e run and only then ran h1 and z1.
     assert ordered == ["a1", "h1", "z1", "e1", "e2", "l1"]
+
+
+def test_a_run_that_lends_its_hold_has_the_next_runs_made_while_it_waits_and_its_hold_ends_after_them(runs,
+                                                                                                      tmp_path):
+    """A run whose slice's capacity is held away (`trainer.local --hold-slice ... --hold-while FILE`) only waits;
+    the runs planned after it are made in that wait, one at a time, and the hold ends (its file removed) only
+    when they have: never two runs working at once. The lender's wait covers theirs too."""
+    log = tmp_path / "order.log"
+
+    def note(tag: str) -> str:
+        return f"open({str(log)!r}, 'a').write({tag!r} + '\\n')"
+
+    def lender(workdir: Path):
+        lease, extra_s = runs.hold_lease("lender")
+        assert lease == workdir / local_runs.HOLD_LEASE and extra_s > 0
+        # trainer.local writes the file when its hold begins and waits while it exists (the stand-in: 30 s at most)
+        code = (f"import os, time; from pathlib import Path; lease = Path({str(lease)!r}); {note('lender holds')};"
+                f"lease.write_text('held'); t = time.monotonic()\n"
+                f"while lease.exists() and time.monotonic() - t < 30: time.sleep(0.05)\n"
+                f"{note('lender resumes')}; raise SystemExit(0 if not lease.exists() else 3)")
+        return runs.run_with_deadlines(_script(code), [], 60.0, workdir).returncode
+
+    def other(tag: str):
+        def run(workdir: Path):
+            code = f"import time; {note(tag + ' starts')}; time.sleep(0.3); {note(tag + ' ends')}"
+            return runs.run_with_deadlines(_script(code), [], 60.0, workdir).returncode
+        return run
+
+    held = runs.plan("lender", "tests.a", lender, 60.0, lends_hold=True)
+    second = runs.plan("second", "tests.b", other("second"), 60.0)
+    third = runs.plan("third", "tests.c", other("third"), 60.0)
+    runs.start({"tests.a", "tests.b", "tests.c"}, _mktemp(tmp_path))
+    assert held.result() == 0 and second.result() == 0 and third.result() == 0
+    assert log.read_text().splitlines() == ["lender holds", "second starts", "second ends", "third starts",
+                                            "third ends", "lender resumes"]
+    assert "lent to the runs made in its hold" in runs.summary()[0]
+
+
+def test_a_lending_run_alone_gets_no_lease_and_one_that_never_holds_keeps_the_order(runs, tmp_path):
+    log = tmp_path / "order.log"
+
+    def lender(workdir: Path):
+        seen = runs.hold_lease("lender")
+        code = f"open({str(log)!r}, 'a').write('lender {seen[0] is not None}\\n')"
+        return runs.run_with_deadlines(_script(code), [], 60.0, workdir).returncode
+
+    def other(workdir: Path):
+        code = f"open({str(log)!r}, 'a').write('other\\n')"
+        return runs.run_with_deadlines(_script(code), [], 60.0, workdir).returncode
+
+    held = runs.plan("lender", "tests.a", lender, 60.0, lends_hold=True)
+    after = runs.plan("other", "tests.b", other, 60.0)
+    runs.start({"tests.a", "tests.b"}, _mktemp(tmp_path))
+    assert held.result() == 0 and after.result() == 0
+    # A lease was offered (a run follows) but never taken: the next run waited for the lender's end.
+    assert log.read_text().splitlines() == ["lender True", "other"]
+    # Alone (nothing planned after it), it is offered none: its hold lasts its own seconds.
+    alone = local_runs.LocalRuns()
+    (tmp_path / "alone").mkdir()
+    alone.plan("lender", "tests.a", lambda workdir: alone.hold_lease("lender"), 60.0, lends_hold=True)
+    alone.start({"tests.a"}, _mktemp(tmp_path / "alone"))
+    assert alone.planned[0].result() == (None, 0.0)

@@ -13,7 +13,7 @@ Each event plays on the local cluster as it happens on GKE (trainer/local/run.py
 - --fail-slice-from STEP: from STEP on, the last slice's hosts die by SIGTERM (as `sigterm`) in the first step of
   every group that has them: a host that fails at every start (issue 43, item 2);
 - --hold-slice STEP:SECONDS: at STEP the last slice is reclaimed (as `preempt`) and its capacity returns only
-  SECONDS later: a wait for capacity.
+  SECONDS later: a wait for capacity. With --inject (fixed-size runs), the list's `preempt@STEP` is that notice.
 """
 from __future__ import annotations
 
@@ -80,6 +80,8 @@ def validate_injections(args: argparse.Namespace, plan_: Plan) -> None:
     if args.slow_eval < 0:
         raise PlanError(f"--slow-eval {args.slow_eval}: must be >= 0 seconds")
     validate_slice_loops(args, plan_)
+    if args.hold_while and args.hold_slice is None:
+        raise PlanError(f"--hold-while {args.hold_while}: it lengthens --hold-slice's hold; give both")
     if args.inject:
         validate_event_list(args, plan_)
         return
@@ -177,13 +179,37 @@ def injection_schedule(args: argparse.Namespace) -> list[tuple[int, str]]:
     return sorted(events, key=lambda event: (event[0], order.get(event[1], 2)))
 
 
+def held_notice(args: argparse.Namespace) -> tuple[int, str] | None:
+    """With --inject, the list's event whose slice --hold-slice holds: its `preempt@STEP` at the hold's STEP (the
+    hold begins as that drained notice); None when --hold-slice plays on its own (or is not given)."""
+    if args.hold_slice is None or not args.inject:
+        return None
+    return (args.hold_slice[0], "preempt")
+
+
 def validate_slice_loops(args: argparse.Namespace, plan_: Plan) -> None:
     """--fail-slice-from and --hold-slice: each alone (each owns the last slice from its step on), in range, on
-    a run with a slice to spare or a slice to wait for."""
+    a run with a slice to spare or a slice to wait for. One exception: --hold-slice STEP:S with an --inject list
+    on a fixed-size run holds the slice of the list's own `preempt@STEP`. That is sound because a fixed run has
+    no group without the slice: every later event of the list waits for the group formed once the capacity is
+    back (a notice or a kill needs a group with every slice, which cannot form during the hold). On an elastic
+    run the list's `add` events would return the held slice early, so there it stays alone."""
     loops = [(flag, value) for flag, value in (("--fail-slice-from", args.fail_slice_from),
                                                ("--hold-slice", args.hold_slice)) if value is not None]
     if not loops:
         return
+    held = held_notice(args)
+    if held is not None and args.fail_slice_from is None:
+        step = held[0]
+        if plan_.elastic:
+            raise PlanError(f"--hold-slice {step}:... with --inject: fixed-size runs only (an elastic run's "
+                            "add@STEP would return the held slice); give --hold-slice alone")
+        if args.inject.count(held) != 1:
+            raise PlanError(f"--hold-slice {step}:... with --inject: the list must have preempt@{step} once "
+                            "(the hold begins as that notice)")
+        if plan_.slices < 2:
+            raise PlanError(f"--hold-slice {step}:...: needs 2 slices, the run has {plan_.slices}")
+        return                      # the step's range: validate_event_list's, for the list's preempt@STEP
     others = [flag for flag, value in (("--inject", args.inject), ("--fail-at", args.fail_at),
                                        ("--kill-slice-at", args.kill_slice_at),
                                        ("--preempt-slice-at", args.preempt_slice_at),
