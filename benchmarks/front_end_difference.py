@@ -18,10 +18,8 @@ printed: the machine is shared, and the seconds scale with the load.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +29,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from aot.compile_python import COMPILE_PYTHON_ENV, CompilePythonError, front_end  # noqa: E402
 from aot.kernel_check import run_verdict  # noqa: E402
 from aot.runner import GIB, CompileResult, loaded_libtpu  # noqa: E402
-from verdict_time import CASES, load, machine, verdict  # noqa: E402
+from verdict_time import CASES, load, machine, verdict, write_rows  # noqa: E402
 
 FIGURES = ("program", "arguments", "need", "after")
 DEFAULT_CASES = ("dev", "8b-prod")
@@ -131,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.pop(COMPILE_PYTHON_ENV, None)
     print("\n".join(table(rows)))
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps({"machine": machine(), "measured": time.strftime(
-            "%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}, indent=2) + "\n")
+        write_rows(Path(args.json_path), rows)
     return 0
 
 

@@ -126,6 +126,12 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """The rows as JSON with the machine and the time they were measured (both benchmarks' --json)."""
+    path.write_text(json.dumps({"machine": machine(), "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                "rows": rows}, indent=2) + "\n")
+
+
 def machine() -> str:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
     return f"{os.cpu_count()} cores, {mem_gib:.0f} GiB, Python {platform.python_version()}"
