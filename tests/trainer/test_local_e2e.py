@@ -78,8 +78,8 @@ def _grain_flags(data_dir: Path) -> list[str]:
 def _start(workdir: Path):
     logs = workdir / "local"
     # In the suite the hold lasts at least HOLD_S and until the local runs planned after this one have been
-    # made in it (tests/local_runs.py hold_lease): the wait costs the suite nothing, and a longer wait proves the
-    # same. Alone, it lasts HOLD_S.
+    # made in it (tests/local_runs.py hold_lease): the wait costs the suite little (docs/development.md, run 9), and
+    # a longer wait proves the same. Alone, it lasts HOLD_S.
     lease, lent_s = local_runs.hold_lease("e2e")
     run = local_runs.run_trainer_local(
         ["--checkpoint-period", str(CHECKPOINT_PERIOD), "--max-failures", "1", "--verbose",
