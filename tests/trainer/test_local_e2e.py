@@ -91,7 +91,9 @@ def _start(workdir: Path):
 
 
 # Started in the background once the session is collected (tests/local_runs.py); it lends its hold.
-RUN = local_runs.plan("e2e", __name__, _start, TIMEOUT_S, lends_hold=True)
+# Not lent (lends_hold=False): in a clean-clone CI (docs/development.md run 10) the life run made in this hold
+# missed its notice's 15 s grace beside the held cluster (1 step redone); the runs go one after another again.
+RUN = local_runs.plan("e2e", __name__, _start, TIMEOUT_S, lends_hold=False)
 
 
 @pytest.fixture(scope="module")
