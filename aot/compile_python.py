@@ -80,13 +80,16 @@ def front_end() -> FrontEnd:
     return _probe(named) if named else _this_process()
 
 
+def installed(package: str) -> str:
+    """`package`'s version in this process's environment, or NOT_INSTALLED."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return NOT_INSTALLED
+
+
 def _this_process() -> FrontEnd:
-    versions = []
-    for package in PACKAGES:
-        try:
-            versions.append((package, importlib.metadata.version(package)))
-        except importlib.metadata.PackageNotFoundError:
-            versions.append((package, NOT_INSTALLED))
+    versions = [(package, installed(package)) for package in PACKAGES]
     try:
         base = str(importlib.resources.files("maxtext") / "configs" / "base.yml")
     except ModuleNotFoundError:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.metadata
 import json
 import os
 import re
@@ -61,8 +60,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, TextIO
 
-from aot.compile_python import COMPILE_PYTHON_ENV, CompilePythonError, front_end
+from aot.compile_python import COMPILE_PYTHON_ENV, NOT_INSTALLED, CompilePythonError, front_end, installed
 from aot.compiler_output import HLO_PASSES_DONE, memory_assignment, over_the_limit, parse_compiler_output
+from core.compile_verdicts import STEP_EVAL, STEP_TRAIN
 from core.tpu_catalog import Generation
 
 AOT_MODULE = "maxtext.trainers.pre_train.train_compile"
@@ -115,7 +115,7 @@ class CompileTarget:
     estimate_bytes: int | None = None   # the planner's estimate per device, for the report
     # Which program of the run: the train step (train_compile) or the eval step at the argv's eval batch
     # (aot/eval_compile.py; core/compile_verdicts.py STEP_*).
-    step: str = "train"
+    step: str = STEP_TRAIN
 
     @property
     def keys(self) -> dict[str, str]:
@@ -185,20 +185,13 @@ def missing_compiler() -> str | None:
     except CompileSetupError as error:
         return str(error)
     for package in ("maxtext", "libtpu"):
-        if front.version(package) == "not installed":
+        if front.version(package) == NOT_INSTALLED:
             if front.named:
                 return f"no {package} under {COMPILE_PYTHON_ENV}={front.executable}"
             # scripts/setup.sh installs both: libtpu pinned in requirements-trainer.txt, MaxText by
             # scripts/install_maxtext.sh (the README's setup).
             return f"no {package} here (bash scripts/setup.sh)"
     return None
-
-
-def installed(package: str) -> str:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def compile_libtpu():
@@ -306,7 +299,7 @@ class CompileResult:
     timed_out_after_s: float | None = None        # ran out of time: no verdict ("undecided after N s")
     mode: str = "full"                            # core/compile_verdicts.py MODE_* (aot/kernel_check.py)
     kernels: str | None = None                    # the attention kernels' own verdict (aot/kernel_check.py)
-    step: str = "train"                           # which program (CompileTarget.step)
+    step: str = STEP_TRAIN                        # which program (CompileTarget.step)
 
     @property
     def error_code(self) -> str | None:
@@ -470,7 +463,7 @@ def step_program(target: CompileTarget, python: str) -> tuple[str, ...]:
     suite points the compile at a module that does not exist (AOT_MODULE_ENV, tests/conftest.py), so does every
     step's compile: no real compile."""
     module = os.environ.get(AOT_MODULE_ENV)
-    if target.step == "eval" and not module:
+    if target.step == STEP_EVAL and not module:
         return python, str(EVAL_COMPILE)
     return python, "-m", module or AOT_MODULE
 
@@ -482,7 +475,7 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     output and libtpu's log are then kept there) or `keep_dir` is given. `compiler`: the command before the argv
     (default step_program: train_compile, or aot/eval_compile.py for an eval step; tests pass a stand-in).
     `memory_only`: stop once XLA's HLO passes have assigned memory (HLO_PASSES_DONE in libtpu's log) instead of
-    generating code for every fusion; the result then carries XLA's memory figures then (`assigned`), no peak. It
+    generating code for every fusion; the result then carries XLA's memory figures at that point (`assigned`), no peak. It
     runs under aot/compile_python.py's interpreter (COMPILE_PYTHON_ENV, else this one), with that MaxText's
     base.yml."""
     missing = missing_compiler()
@@ -510,7 +503,7 @@ def run_compile(target: CompileTarget, *, timeout: float = DEFAULT_TIMEOUT_S, pr
     output_path = work / "compile.log"
     start = time.monotonic()
     returncode: int | None = None
-    label = f"{name} x {target.slices}" + (" eval step" if target.step == "eval" else "")
+    label = f"{name} x {target.slices}" + (" eval step" if target.step == STEP_EVAL else "")
     with open(output_path, "w") as output, _Ticker(label, progress, tick_s) as ticker:
         # Its own process group: train_compile may start helpers of its own, and a stop (timeout, Ctrl-C,
         # SIGTERM) must end them all, not only the direct child.

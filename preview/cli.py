@@ -480,8 +480,10 @@ def _batch_key(config: StackConfig, result) -> str:
     """The key that set the batch of a compiled step: perDeviceBatchSize, or for MaxText's eval step
     (aot/eval_compile.py) run at the user's own eval batch, maxtextSettings.eval_per_device_batch_size
     (infra/config/plan_rules.py _eval_refusal)."""
+    from core.compile_verdicts import STEP_EVAL
+
     own = config.workload.plan.eval_per_device_batch_size
-    if (result.step == "eval" and own and own != config.workload.plan.per_device_batch_size
+    if (result.step == STEP_EVAL and own and own != config.workload.plan.per_device_batch_size
             and f"eval_per_device_batch_size={own:g}" in result.argv):
         return "maxtextSettings.eval_per_device_batch_size"
     return "perDeviceBatchSize"

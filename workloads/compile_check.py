@@ -39,7 +39,7 @@ from typing import Callable, TextIO
 from aot.kernel_check import mode_of, run_verdict
 from aot.runner import (DEFAULT_TIMEOUT_S, PROJECT_ROOT, CompileSetupError, CompileTarget, compile_key,
                         expected_time, kept, missing_compiler, ray_target, verdict_of)
-from core.compile_verdicts import CompileKey, NotDecided, Verdict
+from core.compile_verdicts import STEP_EVAL, CompileKey, NotDecided, Verdict
 from infra.config import StackConfig
 from workloads.backends import backend_for
 
@@ -158,7 +158,7 @@ def eval_target(train: CompileTarget, resized, eval_batch: float) -> CompileTarg
     evaluated = dataclasses.replace(resized, per_device_batch_size=eval_batch,
                                     eval_per_device_batch_size=None, evaluates=True).eval_memory
     plan = f"{resized.describe().split(';')[0]}; eval step (forward only) at per_device_batch_size {eval_batch:g}"
-    return dataclasses.replace(train.with_keys(changed, plan=plan, estimate_bytes=evaluated.total), step="eval")
+    return dataclasses.replace(train.with_keys(changed, plan=plan, estimate_bytes=evaluated.total), step=STEP_EVAL)
 
 
 compile_step = ProgramCompiler()

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping, TextIO
 from aot.runner import *  # noqa: F401,F403
 from aot.runner import (GIB, PROJECT_ROOT, CompileResult, CompileSetupError, CompileTarget, _clock, installed,
                         ray_target)
+from core.compile_verdicts import STEP_TRAIN
 from core.tpu_env import libtpu_init_args
 
 CALIBRATION_PATH = PROJECT_ROOT / "core" / "xla_calibration.json"
@@ -63,7 +64,7 @@ def render(result: CompileResult, out: TextIO) -> None:
         return "?" if value is None else f"{value / GIB:.2f} GiB"
 
     # The eval step MaxText compiles at start (aot/eval_compile.py), named with its batch.
-    what = "" if result.step == "train" else f", eval step ({_eval_batch(result)} per device)"
+    what = "" if result.step == STEP_TRAIN else f", eval step ({_eval_batch(result)} per device)"
     if result.cached:
         out.write(f"\nPre-flight compile: {result.topology} x {result.num_slices} slice(s){what}, not compiled again: "
                   f"XLA's verdict (jax {result.version('jax')}, libtpu {result.libtpu}) from {result.source}\n")
