@@ -20,7 +20,8 @@ death that is not `preempted` to max_failures (failure_handling/default.py `_is_
 Spot run ended after about four reclaims that landed on the wrong side of that race; the sibling hosts of a
 replica group KubeRay deletes whole (raycluster_controller.go reconcileMultiHostWorkerGroup) die the same way.
 
-`interruption_failure_policy` is DefaultFailurePolicy except that an interruption, in either form, is retried and
+`interruption_failure_policy` is DefaultFailurePolicy except that an interruption, in any form (also a node lost
+while a new group starts: `_lost_while_starting`), is retried and
 never charged to a budget: it tells the run's RunProgress what ended the attempt (trainer/watchdog.py), which
 ends the run after N attempts in a row without a new step (core/run_bounds.py attempts_without_progress). Real
 failures (any other error) keep Ray's max_failures budget; worker-group start-up errors keep Ray's unlimited
@@ -63,12 +64,36 @@ def preempted_ranks(error) -> list[int] | None:
     return None
 
 
+def _lost_while_starting(error) -> str | None:
+    """What killed a worker while Ray Train launched the training function on a new group, or None. Ray 2.60's
+    worker_group.py `_start_impl` runs `ray.get([... run_train_fn.remote(...) ...])` outside the RayActorError
+    handler that turns the deaths before it into a retryable WorkerGroupStartupFailedError, so a node lost in that
+    window reaches the failure policy as a ControllerError around the bare ActorDiedError, which DefaultFailurePolicy
+    never retries (failure_handling/default.py RETRYABLE_CONTROLLER_ERRORS). Seen in the local e2e run beside a
+    CPU-bound process: the SIGTERM of a new group's first step landed while the group started, and the run ended."""
+    from ray.train.v2._internal.execution.worker_group.poll import _is_preempted_actor
+    from ray.train.v2.api.exceptions import ControllerError
+
+    if not isinstance(error, ControllerError):
+        return None
+    failure = error.controller_failure
+    if _node_shut_down(failure):
+        return "a node that died on SIGTERM without the drain (Ray: \"received SIGTERM\") while the group started"
+    if _is_preempted_actor(failure):
+        return "a preempted node while the group started"
+    return None
+
+
 def interruption_kind(error) -> str | None:
-    """What interrupted the group, in words, or None when `error` is not an interruption (preempted_ranks)."""
+    """What interrupted the group, in words, or None when `error` is not an interruption (preempted_ranks, or a
+    node lost while the group started: _lost_while_starting)."""
     from ray.train.v2.api.exceptions import PreemptionError, WorkerGroupError
 
     if isinstance(error, PreemptionError):
         return "a preemption (Ray's drain)"
+    starting = _lost_while_starting(error)
+    if starting is not None:
+        return starting
     if isinstance(error, WorkerGroupError) and preempted_ranks(error):
         failures = [getattr(f, "health_check_failure", f) for f in error.worker_failures.values()]
         if any(SIGTERM_SHUTDOWN in str(f) for f in failures):

@@ -200,6 +200,35 @@ def test_interruptions_in_every_form_are_never_failures_and_are_told_to_the_watc
         restore()
 
 
+def test_a_node_lost_while_the_group_starts_is_an_interruption_too():
+    """Ray 2.60 ray/train/v2/_internal/execution/worker_group/worker_group.py `_start_impl`: the `ray.get` that
+    launches `run_train_fn` on every worker is outside the `except RayActorError` that makes earlier deaths a
+    WorkerGroupStartupFailedError, and controller/controller.py `run` wraps any other exception of the loop in a
+    ControllerError, which Ray's DefaultFailurePolicy raises (default.py RETRYABLE_CONTROLLER_ERRORS). So a reclaim
+    in that window ended the run (seen in the local e2e run beside a busy process). The trainer's policy retries it
+    uncounted and tells the watchdog, as for a death in training; a crash in the same window still ends the run."""
+    from ray.exceptions import ActorDiedError
+    from ray.train.v2._internal.execution.failure_handling.failure_policy import FailureDecision
+    from ray.train.v2.api.exceptions import ControllerError
+
+    shut_down = ControllerError(_node_died("terminated expectedly: received SIGTERM").health_check_failure)
+    preempted = ActorDiedError()
+    preempted._preempted = True
+    crash = ControllerError(_node_died("terminated unexpectedly: SIGKILL").health_check_failure)
+    assert _policy(**failure_config_kwargs(3)).make_decision(shut_down) == FailureDecision.RAISE
+    told: list = []
+    policy, restore = _interruption_policy("spot", 0, told)
+    try:
+        assert policy.make_decision(shut_down) == FailureDecision.RETRY
+        assert policy.make_decision(ControllerError(preempted)) == FailureDecision.RETRY
+        assert [kind for _, kind in told] == [
+            'a node that died on SIGTERM without the drain (Ray: "received SIGTERM") while the group started',
+            "a preempted node while the group started"]
+        assert policy.make_decision(crash) == FailureDecision.RAISE and len(told) == 2
+    finally:
+        restore()
+
+
 def test_the_policy_survives_the_trip_to_the_controller():
     """Ray sends the failure policy to the controller actor by cloudpickle."""
     import ray.cloudpickle as cloudpickle
