@@ -6,8 +6,10 @@ process. A test module plans its runs when it is imported (`plan`); once pytest 
 tests/conftest.py starts the planned runs of the modules it selected, one after another in a thread of their own
 (never two at a time: each is a cluster of its own on a 2-core machine), and the module's fixture waits for its
 result (`PlannedRun.result`), so the runs go on while the unit tests do. A run that holds a slice's capacity away
-for minutes (the e2e run's `--hold-slice`) only waits then: it lends that wait, and the runs planned after it are
-made during it (`hold_lease`), still one working at a time. A run works as it would in the foreground: its
+for minutes (the e2e run's `--hold-slice`) only waits then: it lends that wait to the runs planned to fit in one
+(`fits_in_a_hold`: no deadline of seconds to meet, such as a notice's grace, which the held cluster's idle
+processes beside them could make them miss), made during it (`hold_lease`), still one working at a time; the other
+runs go after it, when the unit tests have mostly ended. A run works as it would in the foreground: its
 environment is the session's as it was at the start (a test's monkeypatched variables never reach it), and each
 wait has a deadline it reports.
 """
@@ -105,7 +107,8 @@ class PlannedRun:
     """The local runs one test module makes: `start(workdir)` makes them (each through run_trainer_local) and
     returns what the module's tests read; `timeout_s` is the sum of their trainer.local --timeouts.
     `lends_hold`: its run holds a slice's capacity away (`--hold-slice`) for minutes in which it only waits, and
-    the runs planned after it are made during that wait (hold_lease)."""
+    the runs that fit in a hold are made during that wait (hold_lease). `fits_in_a_hold`: its runs meet no
+    deadline of seconds (no notice's grace), so they may be made while another run holds."""
     name: str
     module: str
     start: Callable[[Path], Any]
@@ -113,6 +116,7 @@ class PlannedRun:
     runs: int
     owner: "LocalRuns"
     lends_hold: bool = False
+    fits_in_a_hold: bool = False
     future: Future = field(default_factory=Future)
 
     def deadline_s(self) -> float:
@@ -127,8 +131,8 @@ class PlannedRun:
         if self.name not in owner.scheduled:
             owner.run(self, owner.mktemp or _default_mktemp)
             return self.future.result()
-        ahead = owner.planned[:owner.planned.index(self) + 1]
-        wait_s = sum(planned.deadline_s() for planned in ahead if planned.name in owner.scheduled)
+        ahead = owner.order[:owner.order.index(self) + 1]
+        wait_s = sum(planned.deadline_s() for planned in ahead)
         wait_s += owner.lent_s.get(self.name, 0.0)      # the runs made in its hold
         started = time.monotonic()
         try:
@@ -144,6 +148,8 @@ class LocalRuns:
     def __init__(self) -> None:
         self.planned: list[PlannedRun] = []
         self.scheduled: set[str] = set()
+        # The order the session's runs are made in (`start`): a lender first, the runs made in its hold, the rest.
+        self.order: list[PlannedRun] = []
         self.mktemp: Callable[[str], Path] | None = None
         # The environment the runs start with: the session's at its start (None: this process's, as it is).
         self.environment: dict[str, str] | None = None
@@ -156,9 +162,9 @@ class LocalRuns:
         self.lent_wall_s: dict[str, float] = {}
 
     def plan(self, name: str, module: str, start: Callable[[Path], Any], timeout_s: float,
-             runs: int = 1, lends_hold: bool = False) -> PlannedRun:
+             runs: int = 1, lends_hold: bool = False, fits_in_a_hold: bool = False) -> PlannedRun:
         """A test module's local runs (call it when the module is imported; `module` is its __name__)."""
-        planned = PlannedRun(name, module, start, timeout_s, runs, self, lends_hold)
+        planned = PlannedRun(name, module, start, timeout_s, runs, self, lends_hold, fits_in_a_hold)
         self.planned.append(planned)
         return planned
 
@@ -167,7 +173,8 @@ class LocalRuns:
         its --timeout (the deadlines of the runs made in its hold), or (None, 0) when no run follows it here.
         trainer.local writes the file when the hold begins; the runs planned after it are then made while it
         waits (it only waits: its slice's capacity is away, Ray Train reschedules the group every minute), and
-        the file is removed when they have ended, which ends the hold if it has lasted its own seconds."""
+        the file is removed when they have ended, which ends the hold if it has lasted its own seconds. Offered
+        only when runs that fit in a hold were chosen with it."""
         lease = self.leases.get(name)
         return (lease, self.lent_s.get(name, 0.0)) if lease is not None else (None, 0.0)
 
@@ -177,11 +184,13 @@ class LocalRuns:
         self.environment = dict(os.environ)
         chosen = [planned for planned in self.planned if planned.module in selected_modules]
         self.scheduled.update(planned.name for planned in chosen)
+        self.order = self._ordered(chosen)
         if chosen:
             # One XLA cache for the session's runs (trainer/cpu_compile_cache.py): a worker group that starts
             # again with programs compiled before reads them instead of compiling them on two loaded cores.
             self.environment.setdefault(cpu_compile_cache.CACHE_ENV, str(mktemp("jax-cache")))
-            threading.Thread(target=self._run_all, args=(chosen, mktemp), name="local-runs", daemon=True).start()
+            threading.Thread(target=self._run_all, args=(list(self.order), mktemp), name="local-runs",
+                             daemon=True).start()
 
     def stop(self) -> None:
         """No further run starts; a run going on is stopped (trainer.local stops its Ray nodes on SIGTERM)."""
@@ -218,15 +227,28 @@ class LocalRuns:
         return ([item for item, module in zip(items, module_of) if module not in waiting]
                 + [item for item, module in zip(items, module_of) if module in waiting])
 
-    def _run_all(self, chosen: list[PlannedRun], mktemp: Callable[[str], Path]) -> None:
-        queue = list(chosen)
+    @staticmethod
+    def _ordered(chosen: list[PlannedRun]) -> list[PlannedRun]:
+        """The first lender chosen, then the runs that fit in its hold, then the others, each group as planned:
+        the others (which may have a notice's grace to meet) come last, when the unit tests have mostly ended."""
+        lender = next((planned for planned in chosen if planned.lends_hold), None)
+        if lender is None:
+            return list(chosen)
+        borrowers = [planned for planned in chosen if planned.fits_in_a_hold and planned is not lender]
+        return [lender, *borrowers, *(planned for planned in chosen if planned is not lender
+                                      and planned not in borrowers)]
+
+    def _run_all(self, order: list[PlannedRun], mktemp: Callable[[str], Path]) -> None:
+        queue = list(order)
         while queue:
             planned = queue.pop(0)
             if self.stopping.is_set():
                 planned.future.set_exception(RuntimeError(f"the session ended before the local run {planned.name}"))
                 continue
-            if planned.lends_hold and queue:
-                queue = self._lend_hold(planned, queue, mktemp)
+            borrowers = [run for run in queue if run.fits_in_a_hold] if planned.lends_hold else []
+            if borrowers:
+                left = self._lend_hold(planned, borrowers, mktemp)
+                queue = [*left, *(run for run in queue if run not in borrowers)]
             else:
                 self.run(planned, mktemp)
 
@@ -282,19 +304,6 @@ class LocalRuns:
                 self.running.discard(proc)
         return LocalRunResult(argv, proc.returncode, out_path.read_text(errors="replace"),
                               err_path.read_text(errors="replace"), time.monotonic() - started)
-
-
-def on_request(request, name: str, argv: list[str], timeout_s: float) -> tuple[LocalRunResult, Path]:
-    """A run of a `local_extra` module (minutes beyond the suite's budget, never started in the background), in
-    the foreground and only when the session asked for them (`pytest -m local_extra`); skipped otherwise.
-    `argv` is trainer.local's, without --workdir and --json: the run keeps both under its own directory, returned
-    with the result (<dir>/run, <dir>/out.json)."""
-    if "local_extra" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("a local run of minutes: pytest -m local_extra")
-    work = request.getfixturevalue("tmp_path_factory").mktemp(name)
-    run = run_trainer_local([*argv, "--workdir", str(work / "run"), "--json", str(work / "out.json")], timeout_s,
-                            work / "logs")
-    return run, work
 
 
 def _default_mktemp(name: str) -> Path:

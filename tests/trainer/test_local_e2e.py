@@ -14,7 +14,7 @@ stall limit at 40 s (`--stall-timeout`), shorter than any restart here:
   the step they agree on (trainer/notice.py): nothing is trained twice, and the steps resumed after the notice
   have losses bit-identical to the same steps of the first group, which was never interrupted before step 24.
   The slice's capacity is held away for HOLD_S after that notice (`--hold-slice 17:HOLD_S`, the list's own
-  preempt@17; in the suite longer, until the local runs planned after this one have been made in the hold:
+  preempt@17; in the suite longer, until the local runs that fit in a hold have been made in it:
   tests/local_runs.py), longer than both the stall limit and the start-up allowance given on the command line:
   Ray Train's fixed scaling policy asks for the whole group again and again meanwhile
   (ray/train/v2/_internal/execution/scaling_policy/fixed.py), each start timing out after 60 s
@@ -77,7 +77,7 @@ def _grain_flags(data_dir: Path) -> list[str]:
 
 def _start(workdir: Path):
     logs = workdir / "local"
-    # In the suite the hold lasts at least HOLD_S and until the local runs planned after this one have been
+    # In the suite the hold lasts at least HOLD_S and until the local runs that fit in a hold have been
     # made in it (tests/local_runs.py hold_lease): the wait costs the suite little (docs/development.md, run 9), and
     # a longer wait proves the same. Alone, it lasts HOLD_S.
     lease, lent_s = local_runs.hold_lease("e2e")
@@ -90,10 +90,10 @@ def _start(workdir: Path):
     return run, logs
 
 
-# Started in the background once the session is collected (tests/local_runs.py); it lends its hold.
-# Not lent (lends_hold=False): in a clean-clone CI (docs/development.md run 10) the life run made in this hold
-# missed its notice's 15 s grace beside the held cluster (1 step redone); the runs go one after another again.
-RUN = local_runs.plan("e2e", __name__, _start, TIMEOUT_S, lends_hold=False)
+# Started in the background once the session is collected (tests/local_runs.py); it lends its hold to the runs
+# that meet no deadline of seconds (the data runs, the failing slice's). Not to the life run: made in this hold
+# in a clean-clone CI (docs/development.md run 10), it missed its notice's 15 s grace beside the held cluster.
+RUN = local_runs.plan("e2e", __name__, _start, TIMEOUT_S, lends_hold=True)
 
 
 @pytest.fixture(scope="module")

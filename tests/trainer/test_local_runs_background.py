@@ -128,11 +128,12 @@ def test_the_tests_that_wait_for_a_run_go_last_each_module_whole_and_in_order(ru
     assert ordered == ["a1", "h1", "z1", "e1", "e2", "l1"]
 
 
-def test_a_run_that_lends_its_hold_has_the_next_runs_made_while_it_waits_and_its_hold_ends_after_them(runs,
-                                                                                                      tmp_path):
+def test_a_run_that_lends_its_hold_has_the_runs_that_fit_made_while_it_waits_and_the_others_after_it(runs,
+                                                                                                     tmp_path):
     """A run whose slice's capacity is held away (`trainer.local --hold-slice ... --hold-while FILE`) only waits;
-    the runs planned after it are made in that wait, one at a time, and the hold ends (its file removed) only
-    when they have: never two runs working at once. The lender's wait covers theirs too."""
+    the runs planned to fit in a hold (no notice's grace to meet), before it or after it, are made in that wait,
+    one at a time, and the hold ends (its file removed) only when they have: never two runs working at once. A
+    run with a grace to meet is made after the lender has ended. The lender's wait covers theirs too."""
     log = tmp_path / "order.log"
 
     def note(tag: str) -> str:
@@ -154,14 +155,16 @@ def test_a_run_that_lends_its_hold_has_the_next_runs_made_while_it_waits_and_its
             return runs.run_with_deadlines(_script(code), [], 60.0, workdir).returncode
         return run
 
-    held = runs.plan("lender", "tests.a", lender, 60.0, lends_hold=True)
-    second = runs.plan("second", "tests.b", other("second"), 60.0)
-    third = runs.plan("third", "tests.c", other("third"), 60.0)
-    runs.start({"tests.a", "tests.b", "tests.c"}, _mktemp(tmp_path))
-    assert held.result() == 0 and second.result() == 0 and third.result() == 0
-    assert log.read_text().splitlines() == ["lender holds", "second starts", "second ends", "third starts",
-                                            "third ends", "lender resumes"]
-    assert "lent to the runs made in its hold" in runs.summary()[0]
+    first = runs.plan("first", "tests.a", other("first"), 60.0, fits_in_a_hold=True)
+    held = runs.plan("lender", "tests.b", lender, 60.0, lends_hold=True)
+    graced = runs.plan("graced", "tests.c", other("graced"), 60.0)
+    third = runs.plan("third", "tests.d", other("third"), 60.0, fits_in_a_hold=True)
+    runs.start({"tests.a", "tests.b", "tests.c", "tests.d"}, _mktemp(tmp_path))
+    assert [planned.name for planned in runs.order] == ["lender", "first", "third", "graced"]
+    assert held.result() == 0 and first.result() == 0 and third.result() == 0 and graced.result() == 0
+    assert log.read_text().splitlines() == ["lender holds", "first starts", "first ends", "third starts",
+                                            "third ends", "lender resumes", "graced starts", "graced ends"]
+    assert "lent to the runs made in its hold" in runs.summary()[1]
 
 
 def test_a_lending_run_alone_gets_no_lease_and_one_that_never_holds_keeps_the_order(runs, tmp_path):
@@ -177,14 +180,19 @@ def test_a_lending_run_alone_gets_no_lease_and_one_that_never_holds_keeps_the_or
         return runs.run_with_deadlines(_script(code), [], 60.0, workdir).returncode
 
     held = runs.plan("lender", "tests.a", lender, 60.0, lends_hold=True)
-    after = runs.plan("other", "tests.b", other, 60.0)
+    after = runs.plan("other", "tests.b", other, 60.0, fits_in_a_hold=True)
     runs.start({"tests.a", "tests.b"}, _mktemp(tmp_path))
     assert held.result() == 0 and after.result() == 0
-    # A lease was offered (a run follows) but never taken: the next run waited for the lender's end.
+    # A lease was offered (a run that fits follows) but never taken: the next run waited for the lender's end.
     assert log.read_text().splitlines() == ["lender True", "other"]
-    # Alone (nothing planned after it), it is offered none: its hold lasts its own seconds.
-    alone = local_runs.LocalRuns()
-    (tmp_path / "alone").mkdir()
-    alone.plan("lender", "tests.a", lambda workdir: alone.hold_lease("lender"), 60.0, lends_hold=True)
-    alone.start({"tests.a"}, _mktemp(tmp_path / "alone"))
-    assert alone.planned[0].result() == (None, 0.0)
+    # With no run that fits in a hold chosen beside it (alone, or beside a run with a grace to meet), it is
+    # offered none: its hold lasts its own seconds.
+    for name, plans in (("alone", []), ("graced", [("graced", False)])):
+        registry = local_runs.LocalRuns()
+        (tmp_path / name).mkdir()
+        registry.plan("lender", "tests.a", lambda workdir, registry=registry: registry.hold_lease("lender"), 60.0,
+                      lends_hold=True)
+        for other_name, fits in plans:
+            registry.plan(other_name, "tests.b", lambda workdir: None, 60.0, fits_in_a_hold=fits)
+        registry.start({"tests.a", "tests.b"}, _mktemp(tmp_path / name))
+        assert registry.planned[0].result() == (None, 0.0), name
