@@ -42,9 +42,9 @@ NODE_START_S = 300.0
 # (ray/_private/parameter.py `RayParams.update_pre_selected_port`: "... is trying to use a port number N that is
 # used by other components").
 RAY_WORKER_PORTS = range(10002, 19999 + 1)
+RAY_DASHBOARD_AGENT_PORT = 52365
 # Ray's config override of worker_niceness (ray/_private/ray_constants.py RAY_WORKER_NICENESS).
 RAY_WORKER_NICENESS_ENV = "RAY_worker_niceness"
-RAY_DASHBOARD_AGENT_PORT = 52365
 
 
 def free_ports(count: int) -> list[int]:
