@@ -1,7 +1,7 @@
 """End to end: an elastic run lives through Spot: it grows, loses its optional slice twice, gets it back in
 between, evaluates on the way with passes longer than the stall limit, and ends with no step trained twice.
 
-One `python -m trainer.local` run (real Ray Train, real MaxText, tiny-text on Grain ArrayRecord text with an eval
+One `python -m trainer.local` run (real Ray Train, real MaxText, the tiny model on Grain ArrayRecord token ids with an eval
 split), elastic 1..2 fake v6e 2x4 slices, started on one slice as the RayJob starts on elasticMinSlices:
 - it starts on its minimum, one slice, as the RayJob's cluster does with replicas = elasticMinSlices
   (tests/workloads/test_ray_elastic_start.py plays KubeRay's Ready rule on it); the driver, `python -m
@@ -55,11 +55,14 @@ TIMEOUT_S = 2700
 def _start(work: Path):
     from trainer.local import tiny_data
 
-    data = tiny_data.write_text_arrayrecord(work / "train", records=4000)
-    eval_data = tiny_data.write_text_arrayrecord(work / "eval", records=EVAL_RECORDS, seed=1)
+    # Token ids for the `tiny` model (a 32-token vocabulary): nothing here reads the text, and a step of
+    # `tiny-text` (the Llama 2 vocabulary's 32,000 logits per token) costs several times one of `tiny` on CPU.
+    # Elastic runs read without packing (core/data.py ELASTIC_GRAIN_SETTINGS): one record, one row.
+    data = tiny_data.write(work / "train", records=4000)
+    eval_data = tiny_data.write(work / "eval", records=EVAL_RECORDS, seed=1)
     out = work / "out.json"
     run = local_runs.run_trainer_local(
-        ["--model", "tiny-text", "--elastic", "1,2", "--start-slices", "1",
+        ["--model", "tiny", "--pretokenized", "--elastic", "1,2", "--start-slices", "1",
          "--add-slice-at", "2,6", "--preempt-slice-at", "4,8", "--max-failures", "0",
          "--steps", str(STEPS),
          "--checkpoint-period", "50", "--dataset-type", "grain", "--dataset-path", data,
