@@ -1,8 +1,9 @@
 """End to end: an elastic run lives through Spot: it grows, loses its optional slice twice, gets it back in
 between, evaluates on the way with passes longer than the stall limit, and ends with no step trained twice.
 
-One `python -m trainer.local` run (real Ray Train, real MaxText, the tiny model on Grain ArrayRecord token ids with an eval
-split), elastic 1..2 fake v6e 2x4 slices, started on one slice as the RayJob starts on elasticMinSlices:
+One `python -m trainer.local` run (real Ray Train, real MaxText, the tiny model on Grain ArrayRecord token ids
+with an eval split), elastic 1..2 fake v6e 2x4 slices, started on one slice as the RayJob starts on
+elasticMinSlices:
 - it starts on its minimum, one slice, as the RayJob's cluster does with replicas = elasticMinSlices
   (tests/workloads/test_ray_elastic_start.py plays KubeRay's Ready rule on it); the driver, `python -m
   trainer.entrypoint` as on the head, asks for both slices with trainer/grow.py's PATCH of its RayCluster (here the
