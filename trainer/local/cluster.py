@@ -45,6 +45,8 @@ RAY_WORKER_PORTS = range(10002, 19999 + 1)
 RAY_DASHBOARD_AGENT_PORT = 52365
 # Ray's config override of worker_niceness (ray/_private/ray_constants.py RAY_WORKER_NICENESS).
 RAY_WORKER_NICENESS_ENV = "RAY_worker_niceness"
+# How often each node's daemons poll (LocalTpuCluster.node_env says why).
+LOCAL_DAEMON_POLLING = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "REPORTER_UPDATE_INTERVAL_MS": "60000"}
 
 
 def free_ports(count: int) -> list[int]:
@@ -140,6 +142,15 @@ class LocalTpuCluster:
         # takes almost every cycle from the training workers (CFS weights 36 against 1024), and a notice's save
         # misses its grace. At 0 they get a fair share, as the only work of a real host would.
         env[RAY_WORKER_NICENESS_ENV] = "0"
+        # Every `ray start` runs its own log monitor and dashboard agent, made for one host per machine; here five
+        # hosts share two cores. The log monitor globs its node's log directory on every 0.1 s pass while it holds
+        # fewer than RAY_LOG_MONITOR_MANY_FILES_THRESHOLD files, and at most every LOG_NAME_UPDATE_INTERVAL_S (0.5
+        # s) above it (ray/_private/log_monitor.py `should_update_filenames`); the agent's reporter samples every
+        # process of its node every REPORTER_UPDATE_INTERVAL_MS (5 s; dashboard/modules/reporter). Measured
+        # (docs/development.md): the log monitors alone took about a seventh of the machine over the suite's runs.
+        # Globbing every 0.5 s only delays the first line of a new worker's log by as much; no one reads the
+        # node stats of a local cluster (its head runs no dashboard).
+        env.update(LOCAL_DAEMON_POLLING)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         return env
 
