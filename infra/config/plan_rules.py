@@ -216,7 +216,10 @@ def eval_batch_key(workload_plan: Plan, eval_batch: float | None) -> tuple[str, 
     else perDeviceBatchSize (MaxText 0.2.5 takes it when that key is unset, and Grain's eval passes batch at it:
     core/planner.py Plan.eval_batch). An own eval batch equal to the train batch is one step with both keys; it is
     named perDeviceBatchSize, since lowering the eval key alone would leave Grain's eval at the train batch.
-    The one rule for the config build's refusal (_eval_refusal) and the offline plan's (preview/cli.py _batch_key).
+    The one rule for the config build's refusal (_eval_refusal, `eval_batch` the batch it compiled) and the offline
+    plan's (preview/cli.py _batch_key, the batch the step's argv loads: the same number, eval_target set it). The
+    train batch is the plan's: only the plan's own steps are named here; a nearest batch XLA compiled (a step at a
+    smaller train batch) is named with the key of the step it stands in for, never through this rule.
     """
     own = workload_plan.eval_per_device_batch_size
     if own and eval_batch == own and own != workload_plan.per_device_batch_size:
