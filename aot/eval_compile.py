@@ -11,8 +11,8 @@ on PYTHONPATH, as train_compile does.
 
 What is the same as on the workers (maxtext 0.2.5):
 - the config and mesh: pyconfig.initialize on the argv, train_compile.validate_config and get_topology_mesh;
-- the start: train_compile.main's PRNG and the flag it appends to LIBTPU_INIT_ARGS; the config's compile_xla_flags
-  as compiler options (train.py compiles the eval step with them too);
+- the start and end: train_compile.main's PRNG, the flag it appends to LIBTPU_INIT_ARGS and the config's
+  compile_xla_flags as compiler options (aot/train_compile_start.py; train.py compiles the eval step with them);
 - the state: train_compile.get_shaped_inputs's abstract train state (model and optimizer: eval_step merges the
   whole TrainStateNNX, utils/train_utils.py) and its graphdef, with the shardings train.py gives the eval step
   (sharding.maybe_update_params_sharding_with_opt's state_mesh_shardings, as train_loop passes them to
@@ -57,17 +57,14 @@ def eval_program(config, mesh):
 def main(argv: list[str]) -> int:
     import jax
     from flax.core.spmd import logical_axis_rules
-    from maxtext.configs import pyconfig
     from maxtext.trainers.pre_train import train_compile
-    from maxtext.utils import max_utils
 
-    # As train_compile.main starts: the same PRNG and the flag it appends to the pods' LIBTPU_INIT_ARGS.
-    jax.config.update("jax_default_prng_impl", "unsafe_rbg")
-    os.environ["LIBTPU_INIT_ARGS"] = (os.environ.get("LIBTPU_INIT_ARGS", "")
-                                      + " --xla_tpu_spmd_rng_bit_generator_unsafe=true")
-    print("Starting the eval step's compile (aot/eval_compile.py)...", flush=True)
-    config = pyconfig.initialize([sys.argv[0], *argv])
-    train_compile.validate_config(config)
+    # Run as a file without the project on the path (aot/runner.py step_program): the shared start is this file's
+    # sibling.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import train_compile_start
+
+    config = train_compile_start.start("the eval step's compile (aot/eval_compile.py)", argv)
     if config.enable_diloco or config.eval_ragged_buffer_factor > 0:
         # Not an XLA verdict: run_compile reports this line as the reason there is none.
         raise SystemExit("NotImplementedError: aot/eval_compile.py builds neither DiLoCo's eval step nor MoE's eval "
@@ -78,9 +75,7 @@ def main(argv: list[str]) -> int:
           f"(eval_per_device_batch_size {config.eval_per_device_batch_size:g})...", flush=True)
     with jax.set_mesh(mesh), logical_axis_rules(config.logical_axis_rules_for_eval):
         lowered = program.lower(*inputs)
-    lowered.compile(compiler_options=max_utils.parse_libtpu_flags_to_dict(config.compile_xla_flags))
-    print("Jitting and compilation complete!", flush=True)
-    return 0
+    return train_compile_start.finish(lowered, config)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ What is the same as in the step (maxtext 0.2.5):
 - the config: pyconfig.initialize on the same argv (so the recipe's sa_block_* keys, heads, head_dim, sequence,
   batch, dtype, attention kernel and mesh are MaxText's own reading of them);
 - the mesh: train_compile.get_topology_mesh (the compile topology's devices, MaxText's create_device_mesh);
-- the same start as train_compile.main: unsafe_rbg and `--xla_tpu_spmd_rng_bit_generator_unsafe=true` appended
-  to LIBTPU_INIT_ARGS, and the config's compile_xla_flags as compiler options;
+- the same start and end as train_compile.main (aot/train_compile_start.py): its PRNG, the flag it appends to
+  LIBTPU_INIT_ARGS, the config's compile_xla_flags as compiler options;
 - the attention: MaxText's own AttentionOp, built with the arguments models/llama2.py LlamaDecoderLayer gives its
   Attention and Attention gives its AttentionOp (layers/attentions.py), called in train mode on query/key/value
   of the step's global shapes [batch, sequence, heads, head_dim] sharded as Attention constrains them
@@ -87,19 +87,15 @@ def attention_program(config, mesh, forward_only: bool = False):
 def main(argv: list[str]) -> int:
     import jax
     from flax.core.spmd import logical_axis_rules as axis_rules
-    from maxtext.configs import pyconfig
     from maxtext.trainers.pre_train import train_compile
-    from maxtext.utils import max_utils
 
-    # As train_compile.main starts: the same PRNG and the flag it appends to the pods' LIBTPU_INIT_ARGS.
-    jax.config.update("jax_default_prng_impl", "unsafe_rbg")
-    os.environ["LIBTPU_INIT_ARGS"] = (os.environ.get("LIBTPU_INIT_ARGS", "")
-                                      + " --xla_tpu_spmd_rng_bit_generator_unsafe=true")
-    print("Starting the attention kernels' compile (aot/kernel_compile.py)...", flush=True)
+    # Run as a file without the project on the path (aot/kernel_check.py): the shared start is this file's sibling.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import train_compile_start
+
     # --eval: the eval step's kernels (train.py eval_step: the forward pass alone, in train mode, no gradient).
     forward_only = argv[:1] == ["--eval"]
-    config = pyconfig.initialize([sys.argv[0], *argv[forward_only:]])
-    train_compile.validate_config(config)
+    config = train_compile_start.start("the attention kernels' compile (aot/kernel_compile.py)", argv[forward_only:])
     mesh = train_compile.get_topology_mesh(config)
     program, inputs = attention_program(config, mesh, forward_only)
     with jax.set_mesh(mesh), axis_rules(config.logical_axis_rules):
@@ -107,9 +103,7 @@ def main(argv: list[str]) -> int:
     # Which Pallas kernels the program holds (MaxText names its splash kernels splash_mha_*), for the log.
     kernels = sorted(set(re.findall(r"\bsplash_\w+", lowered.as_text())))
     print(f"Jitting and compiling the attention kernels: {', '.join(kernels) or 'no splash kernel'}", flush=True)
-    lowered.compile(compiler_options=max_utils.parse_libtpu_flags_to_dict(config.compile_xla_flags))
-    print("Jitting and compilation complete!", flush=True)
-    return 0
+    return train_compile_start.finish(lowered, config)
 
 
 if __name__ == "__main__":

@@ -151,6 +151,18 @@ class CompileTarget:
         return dataclasses.replace(self, argv=tuple(argv), plan=plan or self.plan, estimate_bytes=estimate_bytes)
 
 
+def loaded_eval_batch(keys: Mapping[str, str]) -> float | None:
+    """The per-device batch of the eval step a MaxText argv's keys load: eval_per_device_batch_size, or where it is
+    unset or 0 per_device_batch_size (MaxText 0.2.5 configs/types.py: "If eval_per_device_batch_size is not set,
+    it defaults to the training per_device_batch_size", the `== 0.0` test beside it); None when the argv sets
+    neither (the base config's values decide, unread here)."""
+    own = float(keys.get("eval_per_device_batch_size") or 0)
+    if own:
+        return own
+    train = keys.get("per_device_batch_size")
+    return float(train) if train else None
+
+
 def compile_topology(generation: Generation, topology: str, devices_per_slice: int) -> str:
     """MaxText's compile_topology name for one slice, looked up in MaxText's own table
     (maxtext/utils/accelerator_to_spec_map.py UserFacingNameToSystemCharacteristics: name "<generation>-<devices>",
@@ -300,6 +312,11 @@ class CompileResult:
     mode: str = "full"                            # core/compile_verdicts.py MODE_* (aot/kernel_check.py)
     kernels: str | None = None                    # the attention kernels' own verdict (aot/kernel_check.py)
     step: str = STEP_TRAIN                        # which program (CompileTarget.step)
+
+    @property
+    def keys(self) -> dict[str, str]:
+        """The MaxText keys of its argv (after the base config), as CompileTarget.keys reads a launch's."""
+        return dict(item.partition("=")[::2] for item in self.argv[1:])
 
     @property
     def error_code(self) -> str | None:

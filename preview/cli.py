@@ -24,6 +24,7 @@ from typing import Any, TextIO
 from core.cli_errors import OneLineParser, refuse
 from infra.config import ConfigError, StackConfig, build
 from preview.errors_document import error_rows, errors_document
+from infra.config import plan_rules
 from infra.config.schema import NAMESPACE
 from preview.overrides import OverrideError, apply_override
 from preview.graph import CriticalPath, write_graph
@@ -446,18 +447,16 @@ def xla_refusal(config: StackConfig, refused, root: Path, compiler=None) -> list
                     "compileCheck=off"]
         return textwrap.wrap(f"compile: the step was not compiled: {why}", 100, subsequent_indent="    ")
     planned = config.workload.plan
-    batch = f"{planned.per_device_batch_size:g}"
     if refused.required_bytes and refused.hbm_bytes:
         failed = (f"XLA needs {refused.required_bytes / GIB:.2f} GiB per device of "
                   f"{refused.hbm_bytes / GIB:.2f}" + (f" ({refused.error_code})" if refused.error_code else ""))
     else:
         failed = refused.error_code or "XLA does not compile it"
-    key, where = _batch_key(config, refused), ""
+    key, batch = _batch_key(config, refused)
+    where = ""
     if refused.step == compile_verdicts.STEP_EVAL:
         where = f" in the eval step ({NAMESPACE}:evalDatasetPath is set)"
-        if key != "perDeviceBatchSize":
-            batch = f"{planned.eval_per_device_batch_size:g}"
-    lines = [f"{NAMESPACE}:{key}={batch} is refused by XLA{where} on {refused.num_slices} x "
+    lines = [f"{NAMESPACE}:{key}={batch:g} is refused by XLA{where} on {refused.num_slices} x "
              f"{planned.shape.pod_type}: {failed}"]
     verdicts = compile_verdicts.load(compile_verdicts.verdicts_path(root))
     nearest = None
@@ -476,22 +475,24 @@ def xla_refusal(config: StackConfig, refused, root: Path, compiler=None) -> list
     return [piece for line in lines for piece in textwrap.wrap(line, 100, subsequent_indent="      ")]
 
 
-def _batch_key(config: StackConfig, result) -> str:
-    """The key that set the batch of a compiled step: perDeviceBatchSize, or for MaxText's eval step
-    (aot/eval_compile.py) run at the user's own eval batch, maxtextSettings.eval_per_device_batch_size
-    (infra/config/plan_rules.py _eval_refusal)."""
+def _batch_key(config: StackConfig, result) -> tuple[str, float]:
+    """The key that set the batch of a compiled step and its value: perDeviceBatchSize for the train step, for
+    MaxText's eval step (aot/eval_compile.py) the config build's rule (plan_rules.eval_batch_key)."""
+    from aot.runner import loaded_eval_batch
     from core.compile_verdicts import STEP_EVAL
 
-    own = config.workload.plan.eval_per_device_batch_size
-    if (result.step == STEP_EVAL and own and own != config.workload.plan.per_device_batch_size
-            and f"eval_per_device_batch_size={own:g}" in result.argv):
-        return "maxtextSettings.eval_per_device_batch_size"
-    return "perDeviceBatchSize"
+    planned = config.workload.plan
+    if result.step != STEP_EVAL:
+        return plan_rules.TRAIN_BATCH_KEY, planned.per_device_batch_size
+    # The config build knows the eval batch it compiled; a result (compiled now or read back from
+    # compile-verdicts.json) carries only its argv, whose eval batch workloads/compile_check.py eval_target set to it.
+    return plan_rules.eval_batch_key(planned, loaded_eval_batch(result.keys))
 
 
 def batch_to_try(config: StackConfig, compiled) -> float | None:
     """When XLA ran out of HBM on a step the planner accepted: the per-device batch to compile next."""
-    if compiled.compiled or compiled.required_bytes is None or _batch_key(config, compiled) != "perDeviceBatchSize":
+    if (compiled.compiled or compiled.required_bytes is None
+            or _batch_key(config, compiled)[0] != plan_rules.TRAIN_BATCH_KEY):
         return None
     from core.advice import next_smaller_batch
     return next_smaller_batch(config.workload.plan)

@@ -38,7 +38,7 @@ from typing import Callable, TextIO
 
 from aot.kernel_check import mode_of, run_verdict
 from aot.runner import (DEFAULT_TIMEOUT_S, PROJECT_ROOT, CompileSetupError, CompileTarget, compile_key,
-                        expected_time, kept, missing_compiler, ray_target, verdict_of)
+                        expected_time, kept, loaded_eval_batch, missing_compiler, ray_target, verdict_of)
 from core.compile_verdicts import STEP_EVAL, CompileKey, NotDecided, Verdict
 from infra.config import StackConfig
 from workloads.backends import backend_for
@@ -149,12 +149,10 @@ class ProgramCompiler:
 def eval_target(train: CompileTarget, resized, eval_batch: float) -> CompileTarget:
     """The eval step MaxText compiles for the run whose train step is `train` (resized: its core.planner.Plan),
     at `eval_batch` per device: the same argv, whose eval batch (eval_per_device_batch_size, else
-    per_device_batch_size: MaxText 0.2.5 configs/types.py) is set to `eval_batch` only where it differs, so the
+    per_device_batch_size: aot/runner.py loaded_eval_batch) is set to `eval_batch` only where it differs, so the
     eval step the workers compile at start keeps the pods' exact argv; Grain's eval passes at the train batch
     (core/planner.py Plan.eval_batches) set it to the train batch."""
-    keys = train.keys
-    loaded = float(keys.get("eval_per_device_batch_size") or 0) or float(keys["per_device_batch_size"])
-    changed = {} if loaded == eval_batch else {"eval_per_device_batch_size": f"{eval_batch:g}"}
+    changed = {} if loaded_eval_batch(train.keys) == eval_batch else {"eval_per_device_batch_size": f"{eval_batch:g}"}
     evaluated = dataclasses.replace(resized, per_device_batch_size=eval_batch,
                                     eval_per_device_batch_size=None, evaluates=True).eval_memory
     plan = f"{resized.describe().split(';')[0]}; eval step (forward only) at per_device_batch_size {eval_batch:g}"

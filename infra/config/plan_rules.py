@@ -206,21 +206,38 @@ def _refusal_lines(lines: list[str]) -> str:
             line, 98, initial_indent=_INDENT, subsequent_indent=_INDENT + "  ")])
 
 
+TRAIN_BATCH_KEY = "perDeviceBatchSize"
+EVAL_BATCH_KEY = "maxtextSettings.eval_per_device_batch_size"
+
+
+def eval_batch_key(workload_plan: Plan, eval_batch: float | None) -> tuple[str, float]:
+    """The config key that set the per-device batch of the run's eval step compiled at `eval_batch`, and its value:
+    maxtextSettings.eval_per_device_batch_size for the step MaxText compiles at start at the user's own eval batch,
+    else perDeviceBatchSize (MaxText 0.2.5 takes it when that key is unset, and Grain's eval passes batch at it:
+    core/planner.py Plan.eval_batch). An own eval batch equal to the train batch is one step with both keys; it is
+    named perDeviceBatchSize, since lowering the eval key alone would leave Grain's eval at the train batch.
+    The one rule for the config build's refusal (_eval_refusal, `eval_batch` the batch it compiled) and the offline
+    plan's (preview/cli.py _batch_key, the batch the step's argv loads: the same number, eval_target set it). The
+    train batch is the plan's: only the plan's own steps are named here; a nearest batch XLA compiled (a step at a
+    smaller train batch) is named with the key of the step it stands in for, never through this rule.
+    """
+    own = workload_plan.eval_per_device_batch_size
+    if own and eval_batch == own and own != workload_plan.per_device_batch_size:
+        return EVAL_BATCH_KEY, own
+    return TRAIN_BATCH_KEY, workload_plan.per_device_batch_size
+
+
 def _eval_refusal(workload_plan: Plan, count: int, batch: float, kept, nearest: float | None) -> list[str]:
-    """An eval step XLA refused, naming the key that set its batch: maxtextSettings.eval_per_device_batch_size for
-    the eval step MaxText compiles at start at that batch, else perDeviceBatchSize (the eval batch MaxText takes
-    when that key is unset, and Grain's eval batch: core/planner.py Plan.eval_batch); evalDatasetPath turns the
+    """An eval step XLA refused, naming the key that set its batch (eval_batch_key); evalDatasetPath turns the
     eval step on."""
     from core import compile_verdicts
     from core.advice import next_smaller_batch
 
-    own = workload_plan.eval_per_device_batch_size
-    if own and batch == own and batch != workload_plan.per_device_batch_size:
-        key, value = "maxtextSettings.eval_per_device_batch_size", own
+    key, value = eval_batch_key(workload_plan, batch)
+    if key == EVAL_BATCH_KEY:
         step = 1 / workload_plan.ici_batch_free
         retry = batch - step if batch - step > 0 else None
     else:
-        key, value = "perDeviceBatchSize", workload_plan.per_device_batch_size
         retry = next_smaller_batch(workload_plan)
     lines = [f"{NAMESPACE}:{key}={value:g} is refused by XLA in the eval step ({NAMESPACE}:evalDatasetPath is "
              f"set) on {count} x {workload_plan.shape.pod_type}: {kept.what_failed()}"]

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping, TextIO
 
 from aot.runner import *  # noqa: F401,F403
 from aot.runner import (GIB, PROJECT_ROOT, CompileResult, CompileSetupError, CompileTarget, _clock, installed,
-                        ray_target)
+                        loaded_eval_batch, ray_target)
 from core.compile_verdicts import STEP_TRAIN
 from core.tpu_env import libtpu_init_args
 
@@ -99,9 +99,9 @@ def render(result: CompileResult, out: TextIO) -> None:
 
 
 def _eval_batch(result: CompileResult) -> str:
-    """The eval step's per-device batch in its argv (MaxText: eval_per_device_batch_size, else the train batch)."""
-    keys = dict(item.partition("=")[::2] for item in result.argv[1:])
-    return keys.get("eval_per_device_batch_size") or keys.get("per_device_batch_size", "?")
+    """The eval step's per-device batch its argv loads (aot/runner.py loaded_eval_batch), "?" when unknown."""
+    batch = loaded_eval_batch(result.keys)
+    return "?" if batch is None else f"{batch:g}"
 
 
 # Run settings of a compile without a stack: they do not change the compiled step (the output directory and run
