@@ -1,9 +1,8 @@
 """End to end: an elastic run lives through Spot: it grows, loses its optional slice twice, gets it back in
 between, evaluates on the way with passes longer than the stall limit, and ends with no step trained twice.
 
-One `python -m trainer.local` run (real Ray Train, real MaxText, the tiny model on Grain ArrayRecord token ids
-with an eval split), elastic 1..2 fake v6e 2x4 slices, started on one slice as the RayJob starts on
-elasticMinSlices:
+One `python -m trainer.local` run (real Ray Train, real MaxText, tiny-text on Grain ArrayRecord text with an eval
+split), elastic 1..2 fake v6e 2x4 slices, started on one slice as the RayJob starts on elasticMinSlices:
 - it starts on its minimum, one slice, as the RayJob's cluster does with replicas = elasticMinSlices
   (tests/workloads/test_ray_elastic_start.py plays KubeRay's Ready rule on it); the driver, `python -m
   trainer.entrypoint` as on the head, asks for both slices with trainer/grow.py's PATCH of its RayCluster (here the
@@ -56,14 +55,15 @@ TIMEOUT_S = 2700
 def _start(work: Path):
     from trainer.local import tiny_data
 
-    # Token ids for the `tiny` model (a 32-token vocabulary): nothing here reads the text, and a step of
-    # `tiny-text` (the Llama 2 vocabulary's 32,000 logits per token) costs several times one of `tiny` on CPU.
-    # Elastic runs read without packing (core/data.py ELASTIC_GRAIN_SETTINGS): one record, one row.
-    data = tiny_data.write(work / "train", records=4000)
-    eval_data = tiny_data.write(work / "eval", records=EVAL_RECORDS, seed=1)
+    # tiny-text, not the tiny model (a 32-token vocabulary, steps several times cheaper): with its fast steps the
+    # first grow (about two minutes of node starts and a new group) was still pending when the minimum reached the
+    # eval pass at step 70, whose 70 s outlasted the resize's save wait: the group re-formed without its save and
+    # 19 steps were trained again (a clean-clone CI, 2026-12-02). The events' timing here is set in tiny-text steps.
+    data = tiny_data.write_text_arrayrecord(work / "train", records=4000)
+    eval_data = tiny_data.write_text_arrayrecord(work / "eval", records=EVAL_RECORDS, seed=1)
     out = work / "out.json"
     run = local_runs.run_trainer_local(
-        ["--model", "tiny", "--pretokenized", "--elastic", "1,2", "--start-slices", "1",
+        ["--model", "tiny-text", "--elastic", "1,2", "--start-slices", "1",
          "--add-slice-at", "2,6", "--preempt-slice-at", "4,8", "--max-failures", "0",
          "--steps", str(STEPS),
          "--checkpoint-period", "50", "--dataset-type", "grain", "--dataset-path", data,
