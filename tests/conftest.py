@@ -148,7 +148,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 def pytest_collection_finish(session):
-    """Start the local runs of the modules this session runs (one at a time, in the background)."""
+    """Start the local runs of the modules this session runs, in the background (tests/local_runs.py says in
+    what order and how many at once)."""
     if session.config.option.collectonly:
         return                                  # nothing runs: --collect-only starts no Ray cluster either
     selected = {item.module.__name__ for item in session.items if getattr(item, "module", None) is not None}

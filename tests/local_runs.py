@@ -4,12 +4,13 @@ in the background as soon as the session has collected them.
 A local run is minutes of a real Ray cluster and MaxText on CPU; the rest of the suite is minutes of one Python
 process. A test module plans its runs when it is imported (`plan`); once pytest has collected the session,
 tests/conftest.py starts the planned runs of the modules it selected, one after another in a thread of their own
-(each is a cluster of its own on a 2-core machine), and the module's fixture waits for its result
-(`PlannedRun.result`), so the runs go on while the unit tests do. A run that holds a slice's capacity away for
-minutes (the e2e run's `--hold-slice`) only waits then: it lends that wait to the runs planned to fit in one
+(never two at a time: each is a cluster of its own on a 2-core machine), and the module's fixture waits for its
+result (`PlannedRun.result`), so the runs go on while the unit tests do. A run that holds a slice's capacity away
+for minutes (the e2e run's `--hold-slice`) only waits then: it lends that wait to the runs planned to fit in one
 (`fits_in_a_hold`: no deadline of seconds to meet, such as a notice's grace, which a busy machine could make them
-miss), made during it two at a time (HOLD_LANES); the other runs go after it, one at a time, when the unit tests
-have mostly ended. A run works as it would in the foreground: its
+miss), made during it (`hold_lease`), still one working at a time (two at once, tried, drove a clean-clone CI to a
+load average of 30 and a node past Ray's start timeout); the other runs go after it, when the unit tests have
+mostly ended. A run works as it would in the foreground: its
 environment is the session's as it was at the start (a test's monkeypatched variables never reach it), and each
 wait has a deadline it reports.
 """
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -100,10 +101,6 @@ def _stop_local_run(proc: subprocess.Popen) -> None:
 HOLD_LEASE = "hold-lease"
 # How often the thread that runs the planned runs looks for a lending run's hold to begin.
 LEASE_POLL_S = 1.0
-# The runs made in a hold go this many at a time: they meet no deadline of seconds, and one alone leaves a core
-# idle for much of its time (the failing slice's run: 335 s of CPU in 336 s alone on 2 cores, 2026-12-02) while
-# its cluster starts nodes, waits for Ray to see a loss and imports MaxText in a new group.
-HOLD_LANES = 2
 
 
 @dataclass
@@ -241,12 +238,6 @@ class LocalRuns:
         return [lender, *borrowers, *(planned for planned in chosen if planned is not lender
                                       and planned not in borrowers)]
 
-    def _run_unless_stopping(self, planned: PlannedRun, mktemp: Callable[[str], Path]) -> None:
-        if self.stopping.is_set():
-            planned.future.set_exception(RuntimeError(f"the session ended before the local run {planned.name}"))
-        else:
-            self.run(planned, mktemp)
-
     def _run_all(self, order: list[PlannedRun], mktemp: Callable[[str], Path]) -> None:
         queue = list(order)
         while queue:
@@ -264,8 +255,8 @@ class LocalRuns:
     def _lend_hold(self, lender: PlannedRun, queue: list[PlannedRun],
                    mktemp: Callable[[str], Path]) -> list[PlannedRun]:
         """Make `lender` in a thread of its own and, once its hold has begun (its lease file exists), the runs of
-        `queue`, HOLD_LANES at a time, then remove the lease: the lender only waits meanwhile. What is left to
-        run (none, or all of `queue` if it never held)."""
+        `queue` one after another in this thread, then remove the lease. The runs never go two at a time: the
+        lender only waits meanwhile. What is left to run (none, or all of `queue` if it never held)."""
         workdir = mktemp(lender.name)
         lease = workdir / HOLD_LEASE
         self.leases[lender.name] = lease
@@ -278,9 +269,11 @@ class LocalRuns:
         if not lease.exists():
             return queue                        # it ended without a hold: the others run after it as planned
         lent = time.monotonic()
-        with ThreadPoolExecutor(HOLD_LANES, thread_name_prefix="local-run-in-hold") as lanes:
-            for planned in queue:
-                lanes.submit(self._run_unless_stopping, planned, mktemp)
+        for planned in queue:
+            if self.stopping.is_set():
+                planned.future.set_exception(RuntimeError(f"the session ended before the local run {planned.name}"))
+                continue
+            self.run(planned, mktemp)
         lease.unlink(missing_ok=True)
         self.lent_wall_s[lender.name] = time.monotonic() - lent
         thread.join()
