@@ -57,9 +57,15 @@ def _processes() -> dict[int, tuple[int, float, str]]:
 
 
 def _kind(command: str) -> str:
+    # The raylet's own arguments name the agents it starts: its executable decides first.
+    program = Path(command.split(" ", 1)[0]).name
+    if program in ("raylet", "gcs_server"):
+        return {"raylet": "raylet", "gcs_server": "GCS"}[program]
+    # Ray's agents rename themselves (setproctitle): ray::DashboardAgent, ray::RuntimeEnvAgent.
     for marker, kind in (("log_monitor", "log monitor"), ("dashboard/agent", "dashboard agent"),
-                         ("runtime_env/agent", "runtime env agent"), ("gcs_server", "GCS"), ("raylet", "raylet"),
-                         ("ray::", "Ray worker"), ("default_worker", "Ray worker"), ("ray_loopback", "ray start")):
+                         ("DashboardAgent", "dashboard agent"), ("runtime_env/agent", "runtime env agent"),
+                         ("RuntimeEnvAgent", "runtime env agent"), ("ray::", "Ray worker"),
+                         ("default_worker", "Ray worker"), ("ray_loopback", "ray start")):
         if marker in command:
             return kind
     return "other"
