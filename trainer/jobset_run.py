@@ -38,7 +38,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _leave_on_term)
 
 from core.cli_errors import fit_columns  # noqa: E402 - after the TERM handler, on purpose
-from trainer import failures, jobset_attempts, maxtext_runtime, notice  # noqa: E402
+from trainer import deferred_imports, failures, jobset_attempts, maxtext_runtime, notice  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
@@ -46,6 +46,7 @@ def main(argv: list[str]) -> int:
         print("trainer.jobset_run: usage: python -m trainer.jobset_run <base.yml> key=value ...", file=sys.stderr)
         return exit_codes.CONFIG_ERROR
     overrides = argv[1:]
+    deferred_imports.install()
     try:
         maxtext_runtime.require_version()
         maxtext_runtime.pin_assets_root()

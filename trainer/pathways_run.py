@@ -40,6 +40,9 @@ def main(argv: list[str]) -> int:
         print("trainer.pathways_run: usage: python3 -m trainer.pathways_run <base.yml> key=value ...",
               file=sys.stderr)
         return exit_codes.CONFIG_ERROR
+    from trainer import deferred_imports
+
+    deferred_imports.install()
     try:
         from maxtext.trainers.pre_train import train
     except ImportError as err:

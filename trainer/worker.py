@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 
-from trainer import maxtext_runtime, notice, progress, watchdog
+from trainer import deferred_imports, maxtext_runtime, notice, progress, watchdog
 from core.maxtext_args import RunSettings, pre_train_argv
 from core.planner import Plan, PlanRequest, plan
 
@@ -60,6 +60,7 @@ SLOW_EVAL_ENV = "TRAINER_LOCAL_SLOW_EVAL_S"
 
 
 def train_loop_per_worker(config: dict) -> None:
+    deferred_imports.install()          # before anything imports MaxText: every group start imports it again
     import ray.train
 
     context = ray.train.get_context()
