@@ -3,16 +3,15 @@ in the background as soon as the session has collected them.
 
 A local run is minutes of a real Ray cluster and MaxText on CPU; the rest of the suite is minutes of one Python
 process. A test module plans its runs when it is imported (`plan`); once pytest has collected the session,
-tests/conftest.py starts the planned runs of the modules it selected, one after another in a thread of their own
-(never two at a time: each is a cluster of its own on a 2-core machine), and the module's fixture waits for its
-result (`PlannedRun.result`), so the runs go on while the unit tests do. A run that holds a slice's capacity away
-for minutes (the e2e run's `--hold-slice`) only waits then: it lends that wait to the runs planned to fit in one
-(`fits_in_a_hold`: no deadline of seconds to meet, such as a notice's grace, which a busy machine could make them
-miss), made during it (`hold_lease`), still one working at a time (two at once, tried, drove a clean-clone CI to a
-load average of 30 and a node past Ray's start timeout); the other runs go after it, when the unit tests have
-mostly ended. A run works as it would in the foreground: its
-environment is the session's as it was at the start (a test's monkeypatched variables never reach it), and each
-wait has a deadline it reports.
+tests/conftest.py starts the planned runs of the modules it selected in a thread of their own, and the module's
+fixture waits for its result (`PlannedRun.result`), so the runs go on while the unit tests do. The runs go one at
+a time: each is a cluster of its own on a 2-core machine, and two working at once (tried) drove a clean-clone CI
+to a load average of 30 and a node past Ray's start timeout. A run that holds a slice's capacity away for minutes
+(the e2e run's `--hold-slice`) only waits then, so it lends that wait (`hold_lease`) to the runs planned to fit in
+one (`fits_in_a_hold`: no deadline of seconds to meet, such as a notice's grace, which a busy machine could make
+them miss); the other runs go after it, when the unit tests have mostly ended. A run works as it would in the
+foreground: its environment is the session's as it was at the start (a test's monkeypatched variables never reach
+it), and each wait has a deadline it reports.
 """
 from __future__ import annotations
 
@@ -234,9 +233,14 @@ class LocalRuns:
         lender = next((planned for planned in chosen if planned.lends_hold), None)
         if lender is None:
             return list(chosen)
-        borrowers = [planned for planned in chosen if planned.fits_in_a_hold and planned is not lender]
+        borrowers = LocalRuns._borrowers(lender, chosen)
         return [lender, *borrowers, *(planned for planned in chosen if planned is not lender
                                       and planned not in borrowers)]
+
+    @staticmethod
+    def _borrowers(lender: PlannedRun, runs: list[PlannedRun]) -> list[PlannedRun]:
+        """The runs of `runs` made in `lender`'s hold (none unless it lends one): those planned to fit in one."""
+        return [run for run in runs if run.fits_in_a_hold and run is not lender] if lender.lends_hold else []
 
     def _run_all(self, order: list[PlannedRun], mktemp: Callable[[str], Path]) -> None:
         queue = list(order)
@@ -245,7 +249,7 @@ class LocalRuns:
             if self.stopping.is_set():
                 planned.future.set_exception(RuntimeError(f"the session ended before the local run {planned.name}"))
                 continue
-            borrowers = [run for run in queue if run.fits_in_a_hold] if planned.lends_hold else []
+            borrowers = self._borrowers(planned, queue)
             if borrowers:
                 left = self._lend_hold(planned, borrowers, mktemp)
                 queue = [*left, *(run for run in queue if run not in borrowers)]
@@ -255,8 +259,8 @@ class LocalRuns:
     def _lend_hold(self, lender: PlannedRun, queue: list[PlannedRun],
                    mktemp: Callable[[str], Path]) -> list[PlannedRun]:
         """Make `lender` in a thread of its own and, once its hold has begun (its lease file exists), the runs of
-        `queue` one after another in this thread, then remove the lease. The runs never go two at a time: the
-        lender only waits meanwhile. What is left to run (none, or all of `queue` if it never held)."""
+        `queue` one after another in this thread (the lender only waits meanwhile), then remove the lease. What is
+        left to run (none, or all of `queue` if it never held)."""
         workdir = mktemp(lender.name)
         lease = workdir / HOLD_LEASE
         self.leases[lender.name] = lease
