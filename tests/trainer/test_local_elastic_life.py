@@ -38,7 +38,7 @@ pytest.importorskip("ray.train")
 from core.ray_cluster import grow_patch  # noqa: E402
 from tests import local_runs  # noqa: E402
 
-STEPS = 110      # the events are over by about step 50; one eval pass, at step 70
+STEPS = 80       # the events are over by about step 55 (alone: 53); one eval pass, at step 70, then 10 steps more
 # The stall limit, short so that an eval pass outlasts it, yet long enough that the save a resize asks for
 # (trainer/resize.py save_timeout_s: the stall limit less two tenths, 48 s here) has room for a step and a save on
 # two loaded cores; at 25 s (a 20 s save wait) a loaded run re-formed without its save and trained 2 steps again.
