@@ -16,9 +16,10 @@ bound where MaxText imports it, and the module's own code runs at the first attr
 the feature on gets the real module at that moment. Measured with benchmarks/worker_import.py. A module already
 imported when `install()` runs is left as it is.
 
-LazyLoader's first attribute read is not safe against two threads reading at once before Python 3.12.3
-(cpython gh-114763); the workers' image runs Python 3.12 (worker_env/Dockerfile), and each feature above first
-touches its module from the thread that sets it up.
+LazyLoader's first attribute read was not safe against two threads reading at once until cpython gh-114763
+(python/cpython#114781, merged 2024-02; which Python 3.12 patch release of the workers' image, worker_env/Dockerfile,
+carries it was not checked offline, so it is assumed absent). It does not matter here: each feature above first
+touches its module from the one thread that sets the feature up.
 """
 from __future__ import annotations
 
