@@ -29,10 +29,13 @@ class ReusingOs:
             port = None
 
             def bind(self, address):
-                assert address[1] == 0
-                port = os_.first
-                while port in os_.bound or port in os_.taken:
-                    port += 1
+                port = address[1]
+                if port:                                  # a given port (the dashboard port held: hold_port)
+                    assert port not in os_.bound
+                else:
+                    port = os_.first
+                    while port in os_.bound or port in os_.taken:
+                        port += 1
                 os_.bound.add(port)
                 self.port = port
 
@@ -201,3 +204,33 @@ def test_the_training_workers_get_a_fair_share_of_a_shared_machine(tmp_path):
         local.stop()
         shutil.rmtree(ray_temp, ignore_errors=True)
     assert f"worker nice {os.nice(0)}" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+def test_the_head_s_unused_dashboard_port_is_held_until_the_cluster_stops(monkeypatch, tmp_path):
+    """Ray Train's placement-group cleaner asks the head's --dashboard-port whether the controller lives, and reads
+    an answer that does not list it as its death (ray/train/v2/_internal/execution/controller/
+    placement_group_cleaner.py `_monitor_loop`, ray/train/v2/_internal/state/util.py `is_actor_alive`). The local
+    head runs no dashboard: the port is held bound and never listening, so a question is refused and no other
+    process binds it (a test's HTTP server once did, and the cleaner removed a healthy run's placement group)."""
+    import socket
+
+    started: list[list[str]] = []
+    local = cluster_mod.LocalTpuCluster(slice_shape("v6e", "2x4"), 0, tmp_path, tmp_path)
+    monkeypatch.setattr(local, "_ray_start", lambda name, args, env, index: started.append(args) or cluster_mod.Node(name, None))
+    monkeypatch.setattr(local, "_wait_started", lambda *a, **k: None)
+    monkeypatch.setattr(local, "_wait_for_nodes", lambda *a, **k: None)
+    local.start()
+    (head_args,) = started
+    dashboard = int(next(a for a in head_args if a.startswith("--dashboard-port=")).split("=", 1)[1])
+    stranger = socket.socket()
+    try:
+        with pytest.raises(OSError):                      # EADDRINUSE: no other process takes it
+            stranger.bind((cluster_mod.LOOPBACK, dashboard))
+    finally:
+        stranger.close()
+    with pytest.raises(ConnectionRefusedError):           # and a question to it is refused, as with nothing there
+        socket.create_connection((cluster_mod.LOOPBACK, dashboard), timeout=5).close()
+    local.stop()
+    free_again = socket.socket()
+    free_again.bind((cluster_mod.LOOPBACK, dashboard))
+    free_again.close()

@@ -71,6 +71,14 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
+def hold_port(port: int) -> socket.socket:
+    """A socket bound to `port` on loopback and never listening: while it is open, a connection to the port is
+    refused and no other process can bind it."""
+    sock = socket.socket()
+    sock.bind((LOOPBACK, port))
+    return sock
+
+
 def session_members(sid: int) -> list[int]:
     """Pids whose session id is `sid` (Linux /proc), leader last so children are signalled first."""
     members = []
@@ -130,6 +138,8 @@ class LocalTpuCluster:
     base_env: dict[str, str] = field(default_factory=dict)
     nodes: list[Node] = field(default_factory=list)
     address: str = ""
+    # The head's dashboard port, held for the cluster's life (start).
+    dashboard_port_held: socket.socket | None = None
 
     def node_env(self) -> dict[str, str]:
         """Environment for the Ray nodes of this cluster (inherited by their workers)."""
@@ -212,6 +222,15 @@ class LocalTpuCluster:
         # Fixed default ports of a head (GCS 6379, client server 10001, dashboard 8265) would clash with any other
         # local cluster on this machine: take free ones, all three picked together (free_ports).
         port, client_port, dashboard_port = free_ports(3)
+        # The head runs no dashboard, yet Ray names its --dashboard-port as the cluster's API server, and Ray Train's
+        # placement-group cleaner asks that server every few seconds whether the controller lives
+        # (ray/train/v2/_internal/execution/controller/placement_group_cleaner.py `_monitor_loop`, state/util.py
+        # `is_actor_alive`: an answer that does not list the controller reads as dead). Nothing listens there, so
+        # every question fails and the cleaner keeps waiting; but a free port can be taken by any other process
+        # on the machine: in a clean-clone CI a test's HTTP server answered on it, the cleaner removed the e2e
+        # run's placement group and a healthy group died as a failure. Held bound (never listening) until stop(),
+        # the port refuses every connection and no one else can take it.
+        self.dashboard_port_held = hold_port(dashboard_port)
         self.address = f"{LOOPBACK}:{port}"
         head = self._ray_start("head", ["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
                                         f"--ray-client-server-port={client_port}", f"--dashboard-port={dashboard_port}"],
@@ -337,3 +356,6 @@ class LocalTpuCluster:
                 node.process.wait(1)
             except subprocess.TimeoutExpired:
                 pass
+        if self.dashboard_port_held is not None:
+            self.dashboard_port_held.close()
+            self.dashboard_port_held = None
