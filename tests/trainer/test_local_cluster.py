@@ -54,8 +54,8 @@ class ReusingOs:
         return FakeSocket()
 
 
-def _head_ports(monkeypatch, tmp_path: Path, fake_os: ReusingOs) -> list[int]:
-    monkeypatch.setattr(cluster_mod.socket, "socket", fake_os.socket)
+def _started_head(monkeypatch, tmp_path: Path) -> tuple[cluster_mod.LocalTpuCluster, list[str]]:
+    """A cluster of a head alone, started with `ray start` stubbed out: the cluster and the head's arguments."""
     started: list[list[str]] = []
     local = cluster_mod.LocalTpuCluster(slice_shape("v6e", "2x4"), 0, tmp_path, tmp_path)
     monkeypatch.setattr(local, "_ray_start", lambda name, args, env, index: started.append(args) or cluster_mod.Node(name, None))
@@ -63,6 +63,12 @@ def _head_ports(monkeypatch, tmp_path: Path, fake_os: ReusingOs) -> list[int]:
     monkeypatch.setattr(local, "_wait_for_nodes", lambda *a, **k: None)
     local.start()
     (head_args,) = started
+    return local, head_args
+
+
+def _head_ports(monkeypatch, tmp_path: Path, fake_os: ReusingOs) -> list[int]:
+    monkeypatch.setattr(cluster_mod.socket, "socket", fake_os.socket)
+    local, head_args = _started_head(monkeypatch, tmp_path)
     ports = [int(a.split("=", 1)[1]) for a in head_args
              if a.split("=")[0] in ("--port", "--ray-client-server-port", "--dashboard-port")]
     assert len(ports) == 3
@@ -214,13 +220,7 @@ def test_the_head_s_unused_dashboard_port_is_held_until_the_cluster_stops(monkey
     process binds it (a test's HTTP server once did, and the cleaner removed a healthy run's placement group)."""
     import socket
 
-    started: list[list[str]] = []
-    local = cluster_mod.LocalTpuCluster(slice_shape("v6e", "2x4"), 0, tmp_path, tmp_path)
-    monkeypatch.setattr(local, "_ray_start", lambda name, args, env, index: started.append(args) or cluster_mod.Node(name, None))
-    monkeypatch.setattr(local, "_wait_started", lambda *a, **k: None)
-    monkeypatch.setattr(local, "_wait_for_nodes", lambda *a, **k: None)
-    local.start()
-    (head_args,) = started
+    local, head_args = _started_head(monkeypatch, tmp_path)
     dashboard = int(next(a for a in head_args if a.startswith("--dashboard-port=")).split("=", 1)[1])
     stranger = socket.socket()
     try:
