@@ -70,7 +70,8 @@ def _lost_while_starting(error) -> str | None:
     handler that turns the deaths before it into a retryable WorkerGroupStartupFailedError, so a node lost in that
     window reaches the failure policy as a ControllerError around the bare ActorDiedError, which DefaultFailurePolicy
     never retries (failure_handling/default.py RETRYABLE_CONTROLLER_ERRORS). Seen in the local e2e run beside a
-    CPU-bound process: the SIGTERM of a new group's first step landed while the group started, and the run ended."""
+    CPU-bound process: the SIGTERM of a new group's first step landed while the group started, and the run ended.
+    Ray also keeps that group's placement group in this window: trainer/failed_launch.py releases it."""
     from ray.train.v2._internal.execution.worker_group.poll import _is_preempted_actor
     from ray.train.v2.api.exceptions import ControllerError
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from core import advice, exit_codes
 from core.maxtext_facts import PINNED_MAXTEXT
-from trainer import cli, elastic_control, failures, grow, maxtext_runtime, watchdog
+from trainer import cli, elastic_control, failed_launch, failures, grow, maxtext_runtime, watchdog
 from core.data import check_dataset
 from core.errors import PlanError
 from core.cli_errors import OneLineParser, command_apart, fit_columns
@@ -217,9 +217,10 @@ def watchdog_limits(args: argparse.Namespace, plan_: Plan, run: RunSettings) -> 
 
 def run_callbacks(plan_: Plan, run: RunSettings) -> list:
     """Fail at once on a worker error no retry can fix (trainer.failures); tell the watchdog of schedulings, of
-    the group's running state and of waits for capacity (trainer.watchdog)."""
+    the group's running state and of waits for capacity (trainer.watchdog); shut down a group whose launch failed
+    before the next one starts (trainer.failed_launch)."""
     return [failures.fail_fast_callback(lambda: advice.out_of_hbm(plan_)),
-            watchdog.controller_callback(run.run_name)]
+            watchdog.controller_callback(run.run_name), failed_launch.cleanup_callback()]
 
 
 def trainer_class(plan_: Plan, run: RunSettings, stall_s: float | None = None):

@@ -61,8 +61,14 @@ def test_elastic_run_registers_its_controller_callbacks_and_its_scaling_policy_h
                                                      accelerator_type="TPU-V6E"), "r")
     assert isinstance(policy, ElasticScalingPolicy) and isinstance(policy, ControllerCallback)
     fixed = run_callbacks(plan(PlanRequest("llama3-8b", "v6e", "4x4", slices=2)), RunSettings("r", "gs://b", 100, 10))
-    assert [type(c).__name__ for c in fixed] == [type(c).__name__ for c in callbacks] == ["FailFast",
-                                                                                           "ProgressStates"]
+    assert [type(c).__name__ for c in fixed] == [type(c).__name__ for c in callbacks] == [
+        "FailFast", "ProgressStates", "FailedLaunchCleanup"]
+    # Every group the controller starts is handed the clean-up callback (controller.py
+    # `_worker_group_callbacks_to_propagate`: the RunConfig callbacks that are WorkerGroupCallbacks).
+    from ray.train.v2._internal.execution.callback import WorkerGroupCallback
+
+    assert [type(c).__name__ for c in registered if isinstance(c, WorkerGroupCallback)
+            and type(c).__name__ == "FailedLaunchCleanup"] == ["FailedLaunchCleanup"]
 
 
 def test_maxtext_looks_the_hooked_functions_up_at_call_time():
