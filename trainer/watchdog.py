@@ -14,7 +14,8 @@ ray/train/v2/_internal/execution/failure_handling/default.py), a worker whose pr
 the controller in its scheduling state with no error (seen on Ray 2.60), and a hung collective is a step that
 never ends. Each keeps every slice billing. Four limits, all shown in the plan (core/run_bounds.py `limits_for`):
 - attempts without progress: a worker group the controller scheduled and ran that left its running state
-  (an interruption, a failure, a resize) without one new step is an attempt without progress; N in a row of one
+  (an interruption, a failure, a resize) without one new step is an attempt without progress, and so is one
+  that lost a host while it started (the failure policy's interruption during the scheduling); N in a row of one
   group size (core/run_bounds.attempts_without_progress) end the run with exit 8 (INTERRUPTED_WITHOUT_PROGRESS),
   one line naming what kept ending them. Counted per size so that an elastic run whose optional slice fails at
   every start ends too, although its minimum trains between the failures (Ray's elastic policy grows into the
@@ -146,8 +147,14 @@ class RunProgress:
         self.scheduling_since = self.clock()
 
     def scheduling_ended(self) -> None:
-        """The controller left its SchedulingState (for its running state, or to reschedule)."""
+        """The controller left its SchedulingState (for its running state, or to reschedule). When the failure
+        policy told of an interruption meanwhile, a host of the group was lost while the group started (its
+        launch: trainer/elastic_control.py `_lost_while_starting`): an attempt without progress like one lost in
+        its first step, or a host that dies at every start would loop uncounted. A start that timed out is no
+        interruption: a wait for capacity."""
         self.scheduling_since = None
+        if self.pending_kind is not None:
+            self._ended(self.pending_kind)
 
     def running(self) -> None:
         """The group reached its running state: a wait for capacity, if any, is over; the start-up clock goes on
@@ -164,7 +171,10 @@ class RunProgress:
     def left_running(self, state: str) -> None:
         """The running group left its running state (`state`: the controller's next state): the attempt ends."""
         self.starting, self.compiling = True, False
-        kind = self.pending_kind or _STATE_ENDINGS.get(state, f"the controller's {state}")
+        self._ended(self.pending_kind or _STATE_ENDINGS.get(state, f"the controller's {state}"))
+
+    def _ended(self, kind: str) -> None:
+        """The current attempt ended by `kind`: its group size's count goes back to 0 if it progressed, else on."""
         self.pending_kind = None
         if self.progressed:
             self.streaks[self.size], self.endings[self.size] = 0, []

@@ -219,6 +219,34 @@ def test_an_optional_slice_that_fails_at_every_start_ends_the_run_though_the_min
     assert reason.startswith("3 attempts of the 4-worker group in a row trained no step after step 25")
 
 
+def test_a_group_lost_while_it_starts_is_an_attempt_without_progress_and_a_timed_out_start_is_not():
+    """A host that dies at every start of a slice can die while the group starts (the launch of the training
+    function: trainer/elastic_control.py `_lost_while_starting`); the controller then reschedules from its
+    SchedulingState and the group never reaches its running state. Seen in the local fail-slice run on 1-host
+    slices: the third start of the full group died so, was not counted, and the run went on a fourth time. Each
+    such start counts like a loss in the first step; a start that times out (no interruption told) stays a wait
+    for capacity."""
+    now, clock = _fake_clock()
+    progress = watchdog.RunProgress(clock)
+    limits = Limits(startup_s=100, stall_s=10, attempts_without_progress=2)
+    _attempt(progress, now, 0, 10, workers=2, group="full")
+    _attempt(progress, now, 10, 10, workers=2, group="broken", kind="a node that died on SIGTERM")
+    _attempt(progress, now, 10, 15, workers=1, ending="ResizingState", group="min")
+    for timed_out in range(3):               # Scheduling -> Rescheduling with no interruption: not an attempt
+        progress.scheduling(2)
+        now[0] += 60
+        progress.scheduling_ended()
+    assert progress.status()["attempts_without_progress"] == 1 and verdict(progress.status(), limits) is None
+    progress.scheduling(2)
+    progress.hello("lost-while-starting")
+    progress.interrupted("a node that died on SIGTERM while the group started")
+    progress.scheduling_ended()              # Scheduling -> Rescheduling: it never ran
+    code, reason = verdict(progress.status(), limits)
+    assert code == exit_codes.INTERRUPTED_WITHOUT_PROGRESS
+    assert reason.startswith("2 attempts of the 2-worker group in a row trained no step after step 15")
+    assert "while the group started x1" in reason
+
+
 def test_re_trained_steps_neither_count_as_progress_nor_against_the_run():
     """A restore re-trains the steps since the checkpoint: the group is starting until it passes the high-water
     mark, and the time between its re-done reports is not held against it (a long re-train is not a hang), while
