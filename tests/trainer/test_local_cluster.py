@@ -1,4 +1,4 @@
-"""The local cluster's head gets three distinct ports (trainer/local/cluster.py free_ports).
+"""The local cluster's head gets three distinct ports (trainer/local/cluster.py pick_ports).
 
 Ray refuses a node whose components share a port (ray/_private/parameter.py `RayParams.update_pre_selected_port`:
 "Ray component client_server is trying to use a port number N that is used by other components"). Picking each
@@ -21,6 +21,7 @@ class ReusingOs:
 
     def __init__(self, first: int, taken: set[int] = frozenset()):
         self.first, self.bound, self.taken = first, set(), set(taken)
+        self.released: list[int] = []       # ports whose socket closed, in order: free for anyone from then on
 
     def socket(self, *args, **kwargs):
         os_ = self
@@ -30,7 +31,7 @@ class ReusingOs:
 
             def bind(self, address):
                 port = address[1]
-                if port:                                  # a given port (the dashboard port held: hold_port)
+                if port:                                  # a given port
                     assert port not in os_.bound
                 else:
                     port = os_.first
@@ -44,6 +45,7 @@ class ReusingOs:
 
             def close(self):
                 os_.bound.discard(self.port)
+                os_.released.append(self.port)
 
             def __enter__(self):
                 return self
@@ -234,3 +236,13 @@ def test_the_head_s_unused_dashboard_port_is_held_until_the_cluster_stops(monkey
     free_again = socket.socket()
     free_again.bind((cluster_mod.LOOPBACK, dashboard))
     free_again.close()
+
+
+def test_the_dashboard_port_is_never_free_between_its_pick_and_its_hold(monkeypatch, tmp_path):
+    """Picked and then bound again, the port would be free for a moment in which any process on the machine could
+    take it (the run 14 failure above, by another path): the socket that picked it is the one that holds it."""
+    fake_os = ReusingOs(first=40587)
+    ports = _head_ports(monkeypatch, tmp_path, fake_os)
+    dashboard = ports[2]
+    assert dashboard in fake_os.bound and dashboard not in fake_os.released
+    assert set(ports[:2]) <= set(fake_os.released)       # the head's own ports are let go of for `ray start`

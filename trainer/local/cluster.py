@@ -50,33 +50,37 @@ LOCAL_DAEMON_POLLING = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "REPORTER_U
 
 
 def free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports, none that Ray takes for itself. Every socket stays bound until all are
-    picked: a port is free again the moment its socket closes, so picking one at a time (bind port 0, close,
-    bind again) can hand out the same port twice."""
+    """`count` distinct free loopback ports, none that Ray takes for itself (pick_ports), all let go of."""
+    return pick_ports(count)[0]
+
+
+def pick_ports(count: int, keep: int = 0) -> tuple[list[int], list[socket.socket]]:
+    """`count` distinct free loopback ports, none that Ray takes for itself, and the sockets of the last `keep` of
+    them still bound (never listening: while one is open, a connection to its port is refused and no other
+    process can bind it). Every socket stays bound until all are picked: a port is free again the moment its
+    socket closes, so picking one at a time (bind port 0, close, bind again) can hand out the same port twice;
+    and a port to hold is never let go of between its pick and its hold, when any process could take it."""
     held: list[socket.socket] = []
-    ports: list[int] = []
+    picked: list[tuple[int, socket.socket]] = []
     try:
-        while len(ports) < count:
+        while len(picked) < count:
             sock = socket.socket()
             held.append(sock)
             sock.bind((LOOPBACK, 0))
             port = sock.getsockname()[1]
             if port not in RAY_WORKER_PORTS and port != RAY_DASHBOARD_AGENT_PORT:
-                ports.append(port)
+                picked.append((port, sock))
             if len(held) > count + 64:
                 raise RuntimeError(f"could not find {count} free ports outside Ray's own on {LOOPBACK}")
-    finally:
+    except BaseException:
         for sock in held:
             sock.close()
-    return ports
-
-
-def hold_port(port: int) -> socket.socket:
-    """A socket bound to `port` on loopback and never listening: while it is open, a connection to the port is
-    refused and no other process can bind it."""
-    sock = socket.socket()
-    sock.bind((LOOPBACK, port))
-    return sock
+        raise
+    kept = [sock for _, sock in picked[count - keep:]] if keep else []
+    for sock in held:
+        if sock not in kept:
+            sock.close()
+    return [port for port, _ in picked], kept
 
 
 def session_members(sid: int) -> list[int]:
@@ -220,8 +224,8 @@ class LocalTpuCluster:
     def start(self, timeout_s: float = NODE_START_S) -> str:
         # The head holds the driver and the Ray Train controller: one CPU, no TPU, no training workers.
         # Fixed default ports of a head (GCS 6379, client server 10001, dashboard 8265) would clash with any other
-        # local cluster on this machine: take free ones, all three picked together (free_ports).
-        port, client_port, dashboard_port = free_ports(3)
+        # local cluster on this machine: take free ones, all three picked together (pick_ports).
+        (port, client_port, dashboard_port), (dashboard_socket,) = pick_ports(3, keep=1)
         # The head runs no dashboard, yet Ray names its --dashboard-port as the cluster's API server, and Ray Train's
         # placement-group cleaner asks that server every few seconds whether the controller lives
         # (ray/train/v2/_internal/execution/controller/placement_group_cleaner.py `_monitor_loop`, state/util.py
@@ -230,7 +234,7 @@ class LocalTpuCluster:
         # on the machine: in a clean-clone CI a test's HTTP server answered on it, the cleaner removed the e2e
         # run's placement group and a healthy group died as a failure. Held bound (never listening) until stop(),
         # the port refuses every connection and no one else can take it.
-        self.dashboard_port_held = hold_port(dashboard_port)
+        self.dashboard_port_held = dashboard_socket
         self.address = f"{LOOPBACK}:{port}"
         head = self._ray_start("head", ["--head", f"--port={port}", "--num-cpus=1", "--include-dashboard=false",
                                         f"--ray-client-server-port={client_port}", f"--dashboard-port={dashboard_port}"],
