@@ -16,7 +16,8 @@ reads, a broadcast makes every worker stop at the same step), save there and wai
 The controller's loop is never blocked: the policy is asked once per loop iteration and only looks at an answer
 that has already arrived (`ray.wait(timeout=0)`), so the controller keeps polling the workers meanwhile (a
 failure, a preemption or the run's end during the wait are handled as usual). A request is good for one wait:
-it expires on the actor after the wait's timeout, and the policy clears it (without waiting for the answer; one
+it expires on the actor after the wait's timeout (of training time: an eval pass the group is in, which takes
+no training step until it ends, pauses the wait, ScaleUpNotice), and the policy clears it (without waiting for the answer; one
 caller's calls to an actor run in order) when it resizes, gives up, or the group stops running. A stale request
 cannot make a later group save and wait.
 
@@ -68,18 +69,44 @@ def notice_actor_name(run_name: str) -> str:
 
 class ScaleUpNotice:
     """State shared by the controller's scaling policy and rank 0 (a Ray actor, num_cpus=0). Times are this
-    process's monotonic clock."""
+    process's monotonic clock.
+
+    The group can only save at a training step: rank 0 reads the request once per step, and an eval pass takes no
+    training step until it ends (MaxText runs the whole pass between two steps). So the time the group spends
+    evaluating after a request is not held against the request's wait: rank 0 says when a pass begins
+    (`eval_began`), its next question (`is_requested`, asked once per training step) says it trains again, and
+    the request's expiry and the policy's timeout (`answer`: the eval time since the request) move on by the
+    pass. Without this a scale-up decided during a long eval pass re-formed the group without its save (the
+    steps since the last checkpoint trained again)."""
 
     def __init__(self, clock=time.monotonic) -> None:
         self.clock = clock
         self.requested_until = 0.0
         self.saved_step: int | None = None
+        self.eval_since: float | None = None    # the running group's eval pass: its start, or the request's
+        self.evaluated_s = 0.0                  # eval time since the request, of passes that ended
 
     def request(self, ttl_s: float) -> None:
-        # Good for one wait of the controller: past `ttl_s` nobody waits for this save any more.
-        self.requested_until, self.saved_step = self.clock() + ttl_s, None
+        # Good for one wait of the controller: past `ttl_s` of training time nobody waits for this save any more.
+        now = self.clock()
+        self.requested_until, self.saved_step, self.evaluated_s = now + ttl_s, None, 0.0
+        if self.eval_since is not None:
+            self.eval_since = now               # a pass in progress counts from the request on
+
+    def eval_began(self) -> None:
+        if self.eval_since is None:
+            self.eval_since = self.clock()
+
+    def _training(self) -> None:
+        if self.eval_since is not None:
+            paused = self.clock() - self.eval_since
+            self.requested_until += paused
+            self.evaluated_s += paused
+            self.eval_since = None
 
     def is_requested(self) -> bool:
+        """Rank 0's question at a training step (so any eval pass is over)."""
+        self._training()
         return self.clock() < self.requested_until
 
     def mark_saved(self, step: int) -> None:
@@ -88,8 +115,16 @@ class ScaleUpNotice:
     def saved(self) -> int | None:
         return self.saved_step
 
+    def answer(self) -> tuple[int | None, float, bool]:
+        """The step saved (or None), how long the group has evaluated since the request (the wait's pause), and
+        whether it evaluates now."""
+        evaluating = self.eval_since is not None
+        so_far = self.clock() - self.eval_since if evaluating else 0.0
+        return self.saved_step, self.evaluated_s + so_far, evaluating
+
     def clear(self) -> None:
-        self.requested_until, self.saved_step = 0.0, None
+        """No request; the group it was for is being replaced, so neither is its eval pass."""
+        self.requested_until, self.saved_step, self.eval_since, self.evaluated_s = 0.0, None, None, 0.0
 
 
 def notice_actor(run_name: str, create: bool = False):
@@ -107,6 +142,17 @@ class ScaleUpPoll:
         self.run_name, self.timeout_s = run_name, timeout_s
         self._actor = None
         self.misses = 0
+
+    def eval_began(self) -> None:
+        """Rank 0 at the start of an eval pass (ScaleUpNotice): not waited for, never raises."""
+        from ray.exceptions import RayError
+
+        try:
+            if self._actor is None:
+                self._actor = notice_actor(self.run_name)
+            self._actor.eval_began.remote()
+        except (ValueError, RayError):
+            self._actor = None
 
     def __call__(self) -> bool:
         import ray
@@ -159,8 +205,9 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
         def __init__(self, config) -> None:
             super().__init__(config)
             self._actor = None
-            # (Ray's decision, when the save was asked for, the pending answer of `saved`)
+            # (Ray's decision, when the save was asked for, the pending `answer`, when that was asked)
             self._pending = None
+            self._paused_s = 0.0        # the group's eval time since the request, from the newest answer
 
         def after_controller_start(self, train_run_context) -> None:
             super().after_controller_start(train_run_context)
@@ -172,6 +219,8 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
             if self._pending is not None and left:
                 self._pending = None      # the group failed or ended: nobody will be re-formed after a save
                 self._clear()
+            elif isinstance(previous_state, RunningState) and not isinstance(current_state, RunningState):
+                self._clear()             # the group that ran is gone, and an eval pass it was in with it
 
         def make_decision_for_running_worker_group(self, worker_group_state, worker_group_status):
             if self._pending is not None:
@@ -184,7 +233,9 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
                 return decision
             try:
                 self._actor.request.remote(timeout_s)
-                self._pending = (decision, clock(), self._actor.saved.remote())
+                asked_at = clock()
+                self._pending = (decision, asked_at, self._actor.answer.remote(), asked_at)
+                self._paused_s = 0.0
             except RayError as err:
                 return self._without_save(decision, err)
             print(f"trainer: resize to {decision.num_workers} workers: asked the group to save first", flush=True)
@@ -209,17 +260,21 @@ def save_first_scaling_policy(scaling_config, run_name: str, timeout_s: float = 
             return ResizeDecision(num_workers=size, resources_per_worker=asked.resources_per_worker)
 
         def _follow_save(self):
-            decision, asked_at, answer = self._pending
+            decision, asked_at, answer, answer_asked_at = self._pending
             step = None
             try:
                 if ray.wait([answer], timeout=0)[0]:
-                    step = ray.get(answer, timeout=0)
+                    step, evaluated_s, evaluating = ray.get(answer, timeout=0)
+                    # The answer is as old as its question: a pass under way then is taken to go on since, so a
+                    # late answer can only make the wait longer, never end it early.
+                    self._paused_s = evaluated_s + (clock() - answer_asked_at if evaluating else 0.0)
                     if step is None:
-                        self._pending = (decision, asked_at, self._actor.saved.remote())
+                        self._pending = (decision, asked_at, self._actor.answer.remote(), clock())
             except RayError as err:
                 self._pending = None
                 return self._without_save(decision, err), None
-            if step is None and clock() - asked_at < timeout_s:
+            # The group's eval time since the request is no wait for its save (ScaleUpNotice).
+            if step is None and clock() - asked_at - self._paused_s < timeout_s:
                 return NoopDecision(), None
             self._pending = None
             self._clear()

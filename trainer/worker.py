@@ -116,6 +116,8 @@ def train_loop_per_worker(config: dict) -> None:
     def on_eval_start() -> None:
         if beat is not None:
             beat.eval_started()
+        if scale_up_requested is not None and rank == 0:
+            scale_up_requested.eval_began()      # a save asked for waits for the pass (trainer/resize.py)
         if progress_dir and rank == 0:
             progress.append(progress_dir, {"event": "eval-start", "attempt": attempt, "after_step": last.get("step")})
 

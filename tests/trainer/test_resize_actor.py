@@ -256,6 +256,65 @@ def test_a_request_expires_on_the_actor_by_itself():
     assert not notice.is_requested()
 
 
+def test_a_request_waits_out_the_eval_pass_the_group_is_in():
+    """The group can only save at a training step, and an eval pass takes none until it ends: the time the group
+    evaluates after the request does not count against the request's expiry nor the controller's wait (which
+    reads `answer`); the first training step after the pass (rank 0's question) ends the pause."""
+    now = [0.0]
+    notice = resize.ScaleUpNotice(clock=lambda: now[0])
+    notice.eval_began()                          # a long pass under way when the scale-up is decided
+    now[0] = 50.0
+    notice.request(100.0)
+    now[0] = 400.0                               # 350 s of eval since the request, far past its 100 s
+    assert notice.answer() == (None, 350.0, True)
+    assert notice.is_requested()                 # the pass ended: rank 0 asks at its next training step
+    assert notice.answer() == (None, 350.0, False)
+    now[0] = 400.0 + 99.0
+    assert notice.is_requested()
+    now[0] = 400.0 + 101.0
+    assert not notice.is_requested()             # 101 s of training since the request: expired
+    notice.clear()
+    assert notice.answer() == (None, 0.0, False)
+
+
+class _AnswersWith:
+    """The notice actor's part the policy uses: `answer` gives what the test set when it was asked (ready at
+    once, read by the policy at its next question, as a real answer arrives a loop iteration later)."""
+
+    def __init__(self) -> None:
+        self.now: tuple = (None, 0.0, False)
+        self.cleared = 0
+        outer = self
+        self.request = type("M", (), {"remote": staticmethod(lambda ttl: None)})()
+        self.answer = type("M", (), {"remote": staticmethod(lambda: ray.put(outer.now))})()
+        self.clear = type("M", (), {"remote": staticmethod(lambda: setattr(outer, "cleared", outer.cleared + 1))})()
+
+
+def test_the_controller_s_wait_for_the_save_pauses_while_the_group_evaluates(cluster, policy_for):
+    """A scale-up decided during a long eval pass: the controller goes on waiting for the save while the group
+    evaluates (the pass's time comes from the notice actor) and gives up only after its timeout of training
+    time; an answer that is a loop iteration old never ends the wait early."""
+    now = [0.0]
+    policy = policy_for("eval-pause", timeout_s=2.0, clock=lambda: now[0])
+    actor = policy._actor
+    fake = policy._actor = _AnswersWith()
+
+    def decide(at: float, answer: tuple) -> str:
+        now[0], fake.now = at, answer
+        return type(policy.make_decision_for_running_worker_group(None, None)).__name__
+
+    try:
+        assert decide(0.0, (None, 0.0, True)) == "NoopDecision"    # asked during a pass
+        assert decide(10.0, (None, 10.0, True)) == "NoopDecision"  # read: evaluating since its question
+        assert decide(30.0, (None, 29.0, False)) == "NoopDecision"  # read: still evaluating at 10, taken to 30
+        assert decide(30.5, (None, 29.0, False)) == "NoopDecision"  # read: the pass ended at 29, 1.5 s waited
+        assert fake.cleared == 0
+        assert decide(31.5, (None, 29.0, False)) == "ResizeDecision"  # 2.5 s of training waited: gives up
+        assert fake.cleared == 1
+    finally:
+        policy._actor = actor
+
+
 def test_a_group_that_fails_while_the_controller_waits_drops_the_request(cluster, policy_for):
     run = "fails-meanwhile"
     policy = policy_for(run, timeout_s=600)
