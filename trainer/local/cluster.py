@@ -163,7 +163,8 @@ class LocalTpuCluster:
         # process of its node every REPORTER_UPDATE_INTERVAL_MS (5 s; dashboard/modules/reporter). Measured
         # (docs/development.md): the log monitors alone took about a seventh of the machine over the suite's runs.
         # Globbing every 0.5 s only delays the first line of a new worker's log by as much; no one reads the
-        # node stats of a local cluster (its head runs no dashboard).
+        # node stats of a local cluster (its head runs no dashboard). Its idle passes are paced too
+        # (trainer/local/paced_log_monitor.py, which trainer.local.ray_loopback starts in place of Ray's script).
         env.update(LOCAL_DAEMON_POLLING)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         return env
