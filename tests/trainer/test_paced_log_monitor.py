@@ -19,13 +19,17 @@ from trainer.local import paced_log_monitor, ray_loopback
 pytest.importorskip("ray")
 
 
-def test_only_ray_s_idle_pass_is_paced():
+def test_only_ray_s_idle_pass_is_paced_and_the_local_nodes_set_the_pace():
+    from trainer.local.cluster import LOCAL_DAEMON_POLLING
+
+    pace = float(LOCAL_DAEMON_POLLING[paced_log_monitor.IDLE_PASS_ENV])
+    assert pace > paced_log_monitor.RAY_IDLE_PASS_S
     slept: list[float] = []
-    sleep = paced_log_monitor.paced(slept.append)
+    sleep = paced_log_monitor.paced(slept.append, pace)
     sleep(paced_log_monitor.RAY_IDLE_PASS_S)
     sleep(2.0)
     sleep(0.05)
-    assert slept == [paced_log_monitor.IDLE_PASS_S, 2.0, 0.05]
+    assert slept == [pace, 2.0, 0.05]
 
 
 def test_the_command_ray_builds_for_its_log_monitor_runs_the_paced_module(monkeypatch, tmp_path):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.tpu_catalog import SliceShape
+from trainer.local import paced_log_monitor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
@@ -46,7 +47,8 @@ RAY_DASHBOARD_AGENT_PORT = 52365
 # Ray's config override of worker_niceness (ray/_private/ray_constants.py RAY_WORKER_NICENESS).
 RAY_WORKER_NICENESS_ENV = "RAY_worker_niceness"
 # How often each node's daemons poll (LocalTpuCluster.node_env says why).
-LOCAL_DAEMON_POLLING = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "REPORTER_UPDATE_INTERVAL_MS": "60000"}
+LOCAL_DAEMON_POLLING = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "REPORTER_UPDATE_INTERVAL_MS": "60000",
+                        paced_log_monitor.IDLE_PASS_ENV: "0.5"}
 
 
 def free_ports(count: int) -> list[int]:
