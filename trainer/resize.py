@@ -112,9 +112,6 @@ class ScaleUpNotice:
     def mark_saved(self, step: int) -> None:
         self.saved_step = step
 
-    def saved(self) -> int | None:
-        return self.saved_step
-
     def answer(self) -> tuple[int | None, float, bool]:
         """The step saved (or None), how long the group has evaluated since the request (the wait's pause), and
         whether it evaluates now."""

@@ -51,11 +51,6 @@ LOCAL_DAEMON_POLLING = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "REPORTER_U
                         paced_log_monitor.IDLE_PASS_ENV: "0.5"}
 
 
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free loopback ports, none that Ray takes for itself (pick_ports), all let go of."""
-    return pick_ports(count)[0]
-
-
 def pick_ports(count: int, keep: int = 0) -> tuple[list[int], list[socket.socket]]:
     """`count` distinct free loopback ports, none that Ray takes for itself, and the sockets of the last `keep` of
     them still bound (never listening: while one is open, a connection to its port is refused and no other
