@@ -14,6 +14,7 @@ import asyncio
 import http.server
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -109,9 +110,29 @@ class FakeJobApi:
             await asyncio.sleep(0.05)
 
 
+def _listener_and_guard() -> tuple[socket.socket, socket.socket]:
+    """A listening socket for the fake head, and a second socket bound to the same port that never listens.
+
+    Both set SO_REUSEPORT, which Linux allows for sockets of one user (socket(7)); connections go only to a
+    listening socket, so once the fake stops its port refuses, as a head pod with nothing listening does. Without
+    the guard the freed port is anyone's: a local Ray node starting beside the suite, or the submitter's own next
+    connection, whose ephemeral source port can be that very port (a TCP simultaneous open to itself), both of
+    which accept and never answer HTTP, so the submitter waits out its request timeout instead of being refused.
+    """
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    listener.bind(("127.0.0.1", 0))
+    guard = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    guard.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    guard.bind(listener.getsockname())
+    listener.listen(128)
+    listener.setblocking(False)
+    return listener, guard
+
+
 @pytest.fixture
 def serve():
-    servers = []
+    servers, guards = [], []
 
     def start(api: FakeJobApi) -> str:
         loop = asyncio.new_event_loop()
@@ -124,16 +145,17 @@ def serve():
                         web.get("/api/jobs/{id}/logs/tail", api.tail)])
         runner = web.AppRunner(app)
         loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]
+        listener, guard = _listener_and_guard()
+        loop.run_until_complete(web.SockSite(runner, listener).start())
+        guards.append(guard)
         thread = threading.Thread(target=loop.run_forever, daemon=True)
         thread.start()
         servers.append((loop, runner, thread))
-        return f"127.0.0.1:{port}"
+        return f"127.0.0.1:{listener.getsockname()[1]}"
 
     def stop() -> None:
-        """The head goes away, as when KubeRay deletes the cluster: its port then refuses connections."""
+        """The head goes away, as when KubeRay deletes the cluster: its port then refuses connections (the
+        guard keeps it bound until the test ends, so nothing else listens there meanwhile)."""
         while servers:
             loop, runner, thread = servers.pop()
             asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
@@ -143,6 +165,8 @@ def serve():
     start.stop = stop
     yield start
     stop()
+    for guard in guards:
+        guard.close()
 
 
 def run_submitter(address: str, code_dir, *extra: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -235,6 +259,21 @@ class _KubeHandler(http.server.BaseHTTPRequestHandler):
 
 
 SA_TOKEN, NAMESPACE, RAYJOB = "service-account-token", "train", "maxtext-train-abc"
+
+
+def test_a_stopped_fake_head_refuses_and_its_port_cannot_be_taken(serve):
+    """What the refused-head test below relies on: after `serve.stop()` a connection is refused, and no other
+    socket (a Ray node's, another test's) can bind the port while the test runs."""
+    host, port = serve(FakeJobApi(run_s=1.0, outage=(0, 0))).split(":")
+    serve.stop()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=5).close()
+    thief = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        with pytest.raises(OSError, match="in use"):
+            thief.bind((host, int(port)))
+    finally:
+        thief.close()
 
 
 def test_a_refused_head_is_waited_for_until_kuberays_objects_say_the_cluster_is_gone(serve, tmp_path):
